@@ -1,0 +1,9 @@
+"""Log fingerprint: what vLLM really selected and what went wrong, read from its log.
+
+`fingerprint(text)` is pure; `verdicts(fp, ...)` judges it against a cell's requests.
+"""
+
+from harness.fingerprint.parse import Fingerprint, fingerprint
+from harness.fingerprint.verdicts import Verdict, verdicts
+
+__all__ = ["Fingerprint", "Verdict", "fingerprint", "verdicts"]

@@ -1,0 +1,171 @@
+"""The two data files the fingerprint reads: known failure signatures and kernel names.
+
+Both live in harness/data/ so that a new vLLM release means editing data, not code. They are
+validated with pydantic when loaded (a typo names the file and the key) and then frozen.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from harness.errors import ConfigError
+
+Severity = Literal["fatal", "warn"]
+_DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+class _SignatureSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(description="Stable id, quoted in verdicts and allowed_signatures.")
+    pattern: str = Field(description="Regex searched in each message line.")
+    requires: list[str] = Field(default_factory=list, description="Regexes that must also match some line.")
+    unless_after: str | None = Field(default=None, description="Regex that voids the hit when seen after it.")
+    severity: Severity = Field(description="fatal fails a cell; warn only reports.")
+    tracker: Literal["vllm", "flashinfer", "driver", "triton", "nvidia-container"] = Field(
+        description="Where the bug is tracked."
+    )
+    link: str = Field(description="Issue, release note or doc to read first.")
+    meaning: str = Field(description="What it means and what to try.")
+
+    @field_validator("pattern", "unless_after")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            re.compile(value)
+        return value
+
+
+class _SignatureFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    signature: list[_SignatureSpec] = Field(description="Known failure signatures, in display order.")
+
+
+class _MoeTables(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    nvfp4: dict[str, list[str]] = Field(description="--moe-backend value -> NvFp4 oracle names.")
+    fp8: dict[str, list[str]] = Field(description="--moe-backend value -> Fp8 oracle names.")
+    env_backend: dict[str, str] = Field(description="VLLM_FLASHINFER_MOE_BACKEND value -> flag value.")
+    aliases: dict[str, list[str]] = Field(description="Request names that accept several backends.")
+
+
+class _LinearTables(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kernels: dict[str, list[str]] = Field(description="--linear-backend value -> kernel class names.")
+    env_backend: dict[str, str] = Field(description="VLLM_NVFP4_GEMM_BACKEND value -> flag value.")
+
+
+class _AttentionTables(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    legacy_names: dict[str, str] = Field(description="0.11-era prose name -> enum name.")
+
+
+class _KernelNameFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    moe: _MoeTables
+    linear: _LinearTables
+    attention: _AttentionTables
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    pattern: re.Pattern[str]
+    requires: tuple[re.Pattern[str], ...]
+    unless_after: re.Pattern[str] | None
+    severity: Severity
+    tracker: str
+    link: str
+    meaning: str
+
+
+@dataclass(frozen=True)
+class KernelNames:
+    """Requested backend -> names the log prints when that backend really ran."""
+
+    moe_nvfp4: dict[str, frozenset[str]]
+    moe_fp8: dict[str, frozenset[str]]
+    moe_env_backend: dict[str, str]
+    moe_aliases: dict[str, frozenset[str]]
+    linear: dict[str, frozenset[str]]
+    linear_env_backend: dict[str, str]
+    attention_legacy: dict[str, str]
+
+    def moe_expected(self, requested: str, quant: str | None) -> frozenset[str] | None:
+        """Log names that honour `--moe-backend requested`; None when the table lacks it."""
+        key = requested.lower().replace("-", "_")
+        if key in self.moe_aliases:
+            return self.moe_aliases[key]
+        tables = {"nvfp4": [self.moe_nvfp4], "fp8": [self.moe_fp8]}.get(
+            quant or "", [self.moe_nvfp4, self.moe_fp8]
+        )
+        found = [t[key] for t in tables if key in t]
+        return frozenset().union(*found) if found else None
+
+    def linear_expected(self, requested: str) -> frozenset[str] | None:
+        return self.linear.get(requested.lower().replace("-", "_"))
+
+
+def _read(name: str) -> dict:
+    path = _DATA / name
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(
+            f"harness/data/{name}: cannot read it ({exc})",
+            hint="restore it from git (`git checkout -- harness/data/" + name + "`)",
+        ) from exc
+
+
+def _invalid(name: str, exc: ValidationError) -> ConfigError:
+    where = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+    return ConfigError(f"harness/data/{name}: {where}", hint="fix that key; see the comments at the top of the file")
+
+
+@cache
+def signatures() -> tuple[Signature, ...]:
+    try:
+        spec = _SignatureFile.model_validate(_read("signatures.toml"))
+    except ValidationError as exc:
+        raise _invalid("signatures.toml", exc) from exc
+    return tuple(
+        Signature(
+            id=s.id,
+            pattern=re.compile(s.pattern),
+            requires=tuple(re.compile(r) for r in s.requires),
+            unless_after=re.compile(s.unless_after) if s.unless_after else None,
+            severity=s.severity,
+            tracker=s.tracker,
+            link=s.link,
+            meaning=" ".join(s.meaning.split()),
+        )
+        for s in spec.signature
+    )
+
+
+@cache
+def kernel_names() -> KernelNames:
+    try:
+        spec = _KernelNameFile.model_validate(_read("kernel_names.toml"))
+    except ValidationError as exc:
+        raise _invalid("kernel_names.toml", exc) from exc
+
+    def freeze(table: dict[str, list[str]]) -> dict[str, frozenset[str]]:
+        return {k: frozenset(v) for k, v in table.items()}
+
+    return KernelNames(
+        moe_nvfp4=freeze(spec.moe.nvfp4),
+        moe_fp8=freeze(spec.moe.fp8),
+        moe_env_backend=dict(spec.moe.env_backend),
+        moe_aliases=freeze(spec.moe.aliases),
+        linear=freeze(spec.linear.kernels),
+        linear_env_backend=dict(spec.linear.env_backend),
+        attention_legacy=dict(spec.attention.legacy_names),
+    )

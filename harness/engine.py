@@ -1,0 +1,370 @@
+"""The Docker engine: the one module that imports `docker`.
+
+Every image and container the tool makes carries `harness.*` labels (run id, role, cell), so
+`reap()` can remove leftovers of an interrupted run. A container is a context manager that
+removes itself on every path out (success, error, timeout, Ctrl-C) unless asked to keep it.
+Only transient engine errors are retried, by type, and each retry is logged before it sleeps.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import tarfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+import requests.exceptions
+from tenacity import (
+    before_sleep_log,
+    retry,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from harness.errors import BuildFailed, EngineError, EnvironmentProblem
+
+log = logging.getLogger("harness.engine")
+
+LABEL_PREFIX = "harness"
+LABEL_RUN = f"{LABEL_PREFIX}.run-id"
+LABEL_ROLE = f"{LABEL_PREFIX}.role"
+
+
+def _transient(exc: BaseException) -> bool:
+    """Connection resets, timeouts and 5xx answers may pass; anything else will not."""
+    if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
+        return True
+    if isinstance(exc, docker.errors.APIError):
+        code = exc.status_code or 0
+        return code >= 500 and "no such" not in str(exc).lower() and "could not select device" not in str(exc)
+    return False
+
+
+retry_transient = retry(
+    retry=retry_if_exception(_transient),
+    stop=stop_after_attempt(4),
+    wait=wait_exponential(multiplier=1, min=1, max=15),
+    before_sleep=before_sleep_log(log, logging.WARNING),
+    reraise=True,
+)
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    host: str
+    version: str
+    api_version: str
+    os: str
+    runtimes: tuple[str, ...]
+    default_runtime: str
+    cdi_spec_dirs: tuple[str, ...]
+    gpu_capable: bool
+
+
+class Engine:
+    """A connection to one Docker engine (local socket or DOCKER_HOST, ssh:// included)."""
+
+    def __init__(self, client: docker.DockerClient) -> None:
+        self.client = client
+        self.api = client.api
+
+    # --- engine ---------------------------------------------------------------------------
+
+    def info(self) -> EngineInfo:
+        ver = self.client.version()
+        info = self.client.info()
+        runtimes = tuple(sorted((info.get("Runtimes") or {}).keys()))
+        cdi = tuple(info.get("CDISpecDirs") or ())
+        return EngineInfo(
+            host=self.api.base_url,
+            version=ver.get("Version", "?"),
+            api_version=ver.get("ApiVersion", "?"),
+            os=f"{info.get('OperatingSystem', '?')} ({info.get('Architecture', '?')})",
+            runtimes=runtimes,
+            default_runtime=info.get("DefaultRuntime", "runc"),
+            cdi_spec_dirs=cdi,
+            gpu_capable="nvidia" in runtimes or any(Path(d).is_dir() and any(Path(d).glob("nvidia*"))
+                                                    for d in cdi),
+        )
+
+    # --- images ---------------------------------------------------------------------------
+
+    def image_labels(self, ref: str) -> dict[str, str] | None:
+        """The image's labels, or None when it does not exist."""
+        try:
+            image = self.client.images.get(ref)
+        except docker.errors.ImageNotFound:
+            return None
+        return dict(image.labels or {})
+
+    def image_id(self, ref: str) -> str | None:
+        try:
+            return self.client.images.get(ref).id
+        except docker.errors.ImageNotFound:
+            return None
+
+    def remove_image(self, ref: str) -> None:
+        try:
+            self.client.images.remove(ref, force=True)
+        except docker.errors.ImageNotFound:
+            pass
+
+    def import_rootfs(self, tar_bytes: bytes, ref: str, changes: list[str] | None = None) -> str:
+        """`docker import`: a base image from a root filesystem tarball (no registry needed)."""
+        repo, _, tag = ref.partition(":")
+        result = self.api.import_image_from_data(tar_bytes, repository=repo, tag=tag or "latest",
+                                                 changes=changes)
+        return str(result)
+
+    def build(
+        self,
+        context: bytes,
+        tag: str,
+        *,
+        labels: dict[str, str],
+        buildargs: dict[str, str] | None = None,
+        dockerfile: str = "Dockerfile",
+        on_line: Callable[[str], None] = lambda _l: None,
+        timeout: int = 6 * 3600,
+    ) -> str:
+        """Build from a tar context through the streaming API; returns the image id.
+
+        `on_line` sees every line of build output as it arrives (progress, log file). A failed
+        step raises BuildFailed with the last lines; intermediate containers are removed.
+        """
+        tail: list[str] = []
+        image_id: str | None = None
+
+        def emit(text: str) -> None:
+            for line in text.splitlines():
+                tail.append(line)
+                del tail[:-200]
+                on_line(line)
+
+        stream = self._start_build(context, tag, labels, buildargs or {}, dockerfile, timeout)
+        try:
+            for chunk in stream:
+                if "stream" in chunk:
+                    emit(chunk["stream"])
+                elif "status" in chunk:
+                    emit(chunk["status"])
+                if "aux" in chunk and "ID" in chunk["aux"]:
+                    image_id = chunk["aux"]["ID"]
+                if "error" in chunk or "errorDetail" in chunk:
+                    msg = chunk.get("error") or chunk["errorDetail"].get("message", "build failed")
+                    emit(msg)
+                    raise BuildFailed(f"image {tag}: {msg.strip()}", log_tail=tail[-40:],
+                                      hint="read the build log; a compile error is not retried")
+        except (requests.exceptions.ConnectionError, docker.errors.APIError) as exc:
+            raise BuildFailed(f"image {tag}: the engine broke off the build: {exc}", log_tail=tail[-40:],
+                              hint="check the Docker daemon (`harness doctor`) and build again") from exc
+        if image_id is None:
+            image_id = self.image_id(tag)
+        if image_id is None:
+            raise BuildFailed(f"image {tag}: the build ended without an image", log_tail=tail[-40:])
+        return image_id
+
+    @retry_transient
+    def _start_build(self, context, tag, labels, buildargs, dockerfile, timeout) -> Iterator[dict]:
+        return self.api.build(
+            fileobj=io.BytesIO(context), custom_context=True, tag=tag, labels=labels,
+            buildargs=buildargs, dockerfile=dockerfile, rm=True, forcerm=True, decode=True,
+            timeout=timeout, pull=False,
+        )
+
+    def export_path(self, ref: str, path: str, dest: Path, labels: dict[str, str]) -> Path:
+        """Copy `path` out of an image (no start) into `dest`; for auditing installed binaries."""
+        container = self.client.containers.create(ref, command=["true"], labels=labels)
+        try:
+            bits, _stat = container.get_archive(path)
+            buf = io.BytesIO(b"".join(bits))
+            dest.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(fileobj=buf) as tar:
+                tar.extractall(dest, filter="data")
+        except docker.errors.NotFound as exc:
+            raise EngineError(f"{ref}: no {path} in the image", hint="check the image's Python prefix") from exc
+        finally:
+            container.remove(force=True)
+        return dest
+
+    # --- containers -----------------------------------------------------------------------
+
+    @contextmanager
+    def container(self, spec: ContainerSpec, *, keep: bool = False) -> Iterator[RunningContainer]:
+        """Start a container and remove it on every way out, unless `keep` is set."""
+        created = None
+        failed = True
+        try:
+            created = self._create(spec)
+            running = RunningContainer(self, created)
+            try:
+                created.start()
+            except docker.errors.APIError as exc:
+                raise EngineError(
+                    f"container for {spec.image} did not start: {exc.explanation or exc}",
+                    hint=("this host has no NVIDIA container runtime/CDI: install the NVIDIA Container "
+                          "Toolkit, or run on a GPU host (`harness doctor`)")
+                    if "capabilities: [[gpu]]" in str(exc) else "run `harness doctor`",
+                ) from exc
+            yield running
+            failed = False
+        finally:
+            if created is not None and not (keep and failed):
+                try:
+                    created.remove(force=True, v=True)
+                except docker.errors.NotFound:
+                    pass
+
+    @retry_transient
+    def _create(self, spec: ContainerSpec):
+        device_requests = None
+        if spec.gpus:
+            ids = None if spec.gpus == "all" else spec.gpus.split(",")
+            device_requests = [docker.types.DeviceRequest(count=-1 if ids is None else None,
+                                                          device_ids=ids, capabilities=[["gpu"]])]
+        return self.client.containers.create(
+            spec.image,
+            command=list(spec.command) if spec.command is not None else None,
+            entrypoint=list(spec.entrypoint) if spec.entrypoint is not None else None,
+            environment=dict(spec.env),
+            labels=dict(spec.labels),
+            ports={f"{p}/tcp": ("127.0.0.1", hp) for p, hp in spec.ports.items()},
+            volumes={h: {"bind": c, "mode": m} for h, c, m in spec.volumes},
+            device_requests=device_requests,
+            ipc_mode="host" if spec.ipc_host else None,
+            shm_size=None if spec.ipc_host else spec.shm_size,
+            name=spec.name,
+            detach=True,
+        )
+
+    def reap(self, labels: dict[str, str]) -> list[str]:
+        """Remove every container carrying all these labels; returns their names."""
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        removed = []
+        for c in self.client.containers.list(all=True, filters=filters):
+            removed.append(c.name)
+            try:
+                c.remove(force=True, v=True)
+            except docker.errors.NotFound:
+                pass
+        return removed
+
+    def containers(self, labels: dict[str, str]) -> list[str]:
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        return [c.name for c in self.client.containers.list(all=True, filters=filters)]
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    image: str
+    command: tuple[str, ...] | None = None
+    entrypoint: tuple[str, ...] | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    ports: dict[int, int | None] | None = None
+    volumes: tuple[tuple[str, str, str], ...] = ()
+    gpus: str | None = None
+    ipc_host: bool = False
+    shm_size: str | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.ports is None:
+            object.__setattr__(self, "ports", {})
+
+
+class RunningContainer:
+    def __init__(self, engine: Engine, container) -> None:
+        self.engine = engine
+        self._c = container
+
+    @property
+    def name(self) -> str:
+        return self._c.name
+
+    def state(self) -> dict:
+        """Docker's State: Status, ExitCode, OOMKilled, Error."""
+        self._c.reload()
+        return dict(self._c.attrs.get("State") or {})
+
+    def host_port(self, port: int) -> int:
+        self._c.reload()
+        bindings = (self._c.attrs["NetworkSettings"]["Ports"] or {}).get(f"{port}/tcp") or []
+        if not bindings:
+            raise EngineError(f"container {self.name}: port {port} is not published")
+        return int(bindings[0]["HostPort"])
+
+    def ip_address(self) -> str | None:
+        self._c.reload()
+        nets = self._c.attrs["NetworkSettings"].get("Networks") or {}
+        for net in nets.values():
+            if net.get("IPAddress"):
+                return net["IPAddress"]
+        return None
+
+    def logs(self) -> str:
+        return self._c.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+
+    def follow_logs(self, sink: Callable[[str], None], stop: threading.Event) -> threading.Thread:
+        """Copy log lines to `sink` from a daemon thread until the container ends or `stop` is set."""
+
+        def pump() -> None:
+            buf = b""
+            try:
+                for chunk in self._c.logs(stream=True, follow=True, stdout=True, stderr=True):
+                    buf += chunk
+                    *lines, buf = buf.split(b"\n")
+                    for line in lines:
+                        sink(line.decode("utf-8", "replace"))
+                    if stop.is_set():
+                        break
+                if buf:
+                    sink(buf.decode("utf-8", "replace"))
+            except (docker.errors.APIError, requests.exceptions.RequestException):
+                pass  # the container went away: the runner reads its state next
+
+        t = threading.Thread(target=pump, daemon=True, name=f"logs-{self.name}")
+        t.start()
+        return t
+
+    def stop(self, timeout: int = 10) -> None:
+        try:
+            self._c.stop(timeout=timeout)
+        except docker.errors.NotFound:
+            pass
+
+    def exec(self, cmd: list[str]) -> tuple[int, str]:
+        res = self._c.exec_run(cmd, stdout=True, stderr=True)
+        return res.exit_code, res.output.decode("utf-8", "replace")
+
+    def put_file(self, dest_dir: str, name: str, data: bytes) -> None:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+        self._c.put_archive(dest_dir, buf.getvalue())
+
+
+def connect(timeout: int = 30) -> Engine:
+    """The engine from DOCKER_HOST (or the local socket); a clear error when none answers."""
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise EnvironmentProblem(
+            f"no Docker engine answers at {where}: {exc}",
+            hint="start dockerd (or `sudo systemctl start docker`), or set DOCKER_HOST; "
+            "then `harness doctor`",
+        ) from None
+    return Engine(client)

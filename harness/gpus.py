@@ -1,0 +1,89 @@
+"""GPUs on this host: NVML first (nvidia-ml-py), `nvidia-smi` when NVML cannot load."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from harness import proc
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    cc: str
+    memory_gib: float
+    driver: str
+    cuda_driver: str | None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GpuProbe:
+    gpus: tuple[Gpu, ...]
+    source: str  # "nvml", "nvidia-smi" or "none"
+    reason: str  # why none were found, when none were
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.gpus)
+
+
+def probe() -> GpuProbe:
+    nvml = _from_nvml()
+    if isinstance(nvml, GpuProbe):
+        return nvml
+    smi = _from_smi()
+    if isinstance(smi, GpuProbe):
+        return smi
+    return GpuProbe((), "none", f"NVML: {nvml}; nvidia-smi: {smi}")
+
+
+def _from_nvml() -> GpuProbe | str:
+    try:
+        import pynvml
+    except ImportError:
+        return "nvidia-ml-py is not installed"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return f"cannot load NVML ({exc}): no NVIDIA driver on this host"
+    try:
+        driver = _s(pynvml.nvmlSystemGetDriverVersion())
+        try:
+            v = pynvml.nvmlSystemGetCudaDriverVersion_v2()
+            cuda = f"{v // 1000}.{(v % 1000) // 10}"
+        except pynvml.NVMLError:
+            cuda = None
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+            try:
+                mem = pynvml.nvmlDeviceGetMemoryInfo(h).total / 2**30
+            except pynvml.NVMLError:  # GB10 unified memory reports no framebuffer
+                mem = 0.0
+            gpus.append(Gpu(i, _s(pynvml.nvmlDeviceGetName(h)), f"{major}.{minor}", round(mem, 1),
+                            driver, cuda))
+        return GpuProbe(tuple(gpus), "nvml", "" if gpus else "NVML sees no GPU")
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _from_smi() -> GpuProbe | str:
+    r = proc.run(["nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total,driver_version",
+                  "--format=csv,noheader,nounits"], timeout=30)
+    if not r.ok:
+        return r.stderr.strip() or f"exit {r.returncode}"
+    gpus = []
+    for line in r.stdout.strip().splitlines():
+        idx, name, cc, mem, drv = (x.strip() for x in line.split(","))
+        mem_gib = float(mem) / 1024 if mem.replace(".", "").isdigit() else 0.0
+        gpus.append(Gpu(int(idx), name, cc, round(mem_gib, 1), drv, None))
+    return GpuProbe(tuple(gpus), "nvidia-smi", "" if gpus else "nvidia-smi lists no GPU")
+
+
+def _s(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)

@@ -1,0 +1,78 @@
+"""Markers that need outside things, and the CI switches that turn their skips into failures.
+
+- `docker`: a reachable Docker engine. Skips here when none answers; with
+  HARNESS_REQUIRE_DOCKER=1 (set by .ci/run) a missing engine FAILS the test instead.
+- `nvcc`: nvcc and cuobjdump. HARNESS_REQUIRE_NVCC=1 turns the skip into a failure.
+- `gpu`: an NVIDIA GPU. CI has none, so these always skip there with the reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@functools.cache
+def docker_problem() -> str | None:
+    try:
+        from harness.engine import connect
+
+        connect(timeout=5)
+    except Exception as exc:  # noqa: BLE001 - any failure means "no engine here"
+        return f"no Docker engine: {exc}"
+    return None
+
+
+@functools.cache
+def nvcc_problem() -> str | None:
+    from harness.doctor import find_cuobjdump
+
+    if not (shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()):
+        return "nvcc not found"
+    if not find_cuobjdump():
+        return "cuobjdump not found (pip install nvidia-cuda-cuobjdump)"
+    return None
+
+
+@functools.cache
+def gpu_problem() -> str | None:
+    from harness.gpus import probe
+
+    p = probe()
+    return None if p.ok else f"no NVIDIA GPU on this host ({p.reason})"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("docker"):
+        problem = docker_problem()
+        if problem:
+            if os.environ.get("HARNESS_REQUIRE_DOCKER") == "1":
+                pytest.fail(f"HARNESS_REQUIRE_DOCKER=1 but {problem}", pytrace=False)
+            pytest.skip(f"{problem} (set HARNESS_REQUIRE_DOCKER=1 to make this a failure)")
+    if item.get_closest_marker("nvcc"):
+        problem = nvcc_problem()
+        if problem:
+            if os.environ.get("HARNESS_REQUIRE_NVCC") == "1":
+                pytest.fail(f"HARNESS_REQUIRE_NVCC=1 but {problem}", pytrace=False)
+            pytest.skip(problem)
+    if item.get_closest_marker("gpu"):
+        problem = gpu_problem()
+        if problem:
+            pytest.skip(f"needs a GPU: {problem}")
+
+
+@pytest.fixture
+def root() -> Path:
+    return ROOT
+
+
+@pytest.fixture
+def fixtures() -> Path:
+    return FIXTURES

@@ -1,0 +1,77 @@
+"""Kernel families, told apart by the (mangled) kernel name: a data table, first match wins.
+
+Order matters: Marlin MoE kernels count as `marlin`; FP4 grouped GEMMs used by MoE count as
+`nvfp4_gemm`, because whether they use the block-scaled MMA is the question the audit
+answers. The patterns were written against the kernel names in the vLLM 0.25.1 cu130 wheel
+(tests/test_audit_families.py holds real names from it).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+_FP4_TYPES = r"(?:e2m1|nvf4|mxf4|nvfp4|mxfp4|fp4)"
+
+
+@dataclass(frozen=True)
+class FamilyRule:
+    family: str
+    title: str
+    include: re.Pattern[str]
+    exclude: re.Pattern[str] | None = None
+
+    def matches(self, name: str) -> bool:
+        return bool(self.include.search(name)) and not (self.exclude and self.exclude.search(name))
+
+
+FAMILY_RULES: tuple[FamilyRule, ...] = (
+    FamilyRule("marlin", "Marlin (weight-only)", re.compile(r"marlin", re.I)),
+    FamilyRule(
+        "nvfp4_gemm",
+        "NVFP4/FP4 GEMM",
+        # An FP4 operand type together with a GEMM/MMA in the name; anchored lookaheads
+        # keep this linear on 5 kB CUTLASS names.
+        re.compile(rf"^(?=.*{_FP4_TYPES})(?=.*(?:gemm|_mm|mma|matmul))", re.I | re.S),
+        # Pointer-setup helpers of grouped GEMMs and quantizers mention both but run no MMA.
+        re.compile(r"get_group_gemm_starts|cvt_|quant", re.I),
+    ),
+    FamilyRule("fp4_quant", "FP4 quantize", re.compile(rf"{_FP4_TYPES}", re.I)),
+    FamilyRule(
+        "moe",
+        "MoE",
+        re.compile(
+            r"moe|expert|topkgating|grouped_topk|GroupProblemShape|group_gemm_starts|"
+            r"problem_sizes|InputRowsKernel",
+            re.I,
+        ),
+    ),
+    FamilyRule(
+        "scaled_mm",
+        "scaled_mm (FP8/INT8 GEMM)",
+        re.compile(
+            r"scaled_mm|cutlass_3x_gemm|c3x|DefaultGemmWithVisitor|float_e4m3|float_e5m2", re.I
+        ),
+    ),
+    FamilyRule(
+        "attention",
+        "attention",
+        re.compile(
+            r"attention|attn|flash|fmha|(?<![a-z])mla|_mla|paged|reshape_and_cache|concat_and_cache",
+            re.I,
+        ),
+    ),
+)
+
+OTHER = "other"
+FAMILIES: tuple[str, ...] = (*(r.family for r in FAMILY_RULES), OTHER)
+TITLES: dict[str, str] = {**{r.family: r.title for r in FAMILY_RULES}, OTHER: "other"}
+
+
+@lru_cache(maxsize=65536)
+def family_of(kernel_name: str) -> str:
+    for rule in FAMILY_RULES:
+        if rule.matches(kernel_name):
+            return rule.family
+    return OTHER

@@ -1,0 +1,116 @@
+"""Reader for NVIDIA fat binary containers (the `.nv_fatbin` section, or a .fatbin file).
+
+Layout, checked byte by byte against nvcc 13.0 output and `cuobjdump -elf` (whose
+`arch = sm_120f` line is printed from these headers): a 16-byte container header
+(magic 0xBA55ED50, version 1, header size 16, u64 size of what follows), then entries,
+each a header of `header_size` bytes followed by its payload.
+
+Entry header (little endian):
+  +0  u16 kind          1 = PTX, 2 = ELF cubin
+  +4  u32 header_size   64, 80 (PTX 12.x), 112 (ELF 10.x+)
+  +8  u64 payload_size  bytes to the next entry (padded)
+  +16 u32 compressed_size  0 when the payload is stored plain
+  +24 u16 minor, u16 major  "code version" ([1,8] ELF, [9,0] PTX ISA)
+  +28 u32 arch          120 for sm_120*
+  +40 u64 flags         see FLAG_* below
+  +56 u64 uncompressed_size
+
+The a/f suffix lives only in the flags (bits 20 and 21): a cubin's own ELF header is the
+same for sm_120, sm_120f and sm_120a, which is why `cuobjdump --list-elf` says sm_120 for
+both plain and family builds.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from harness.audit.archs import CudaArch
+
+MAGIC = b"\x50\xed\x55\xba\x01\x00\x10\x00"  # 0xBA55ED50, version 1, header size 16
+_CONTAINER = struct.Struct("<IHHQ")
+_ENTRY = struct.Struct("<HHIQIIHHIIIQQQ")
+
+KIND_PTX = 1
+KIND_ELF = 2
+
+FLAG_64BIT = 0x1
+FLAG_DEBUG = 0x2
+FLAG_LINUX = 0x10
+FLAG_COMPRESS_LZ = 0x2000  # CUDA 11.x-12.x private LZ scheme: not decoded here
+FLAG_COMPRESS_ZSTD = 0x8000  # CUDA 12.8+: a standard zstd frame
+FLAG_ARCH_SPECIFIC = 0x100000  # sm_XYa / compute_XYa
+FLAG_FAMILY = 0x200000  # sm_XYf / compute_XYf
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One cubin or PTX inside a container; `payload` is as stored (maybe compressed)."""
+
+    container: int  # index of the container within the scanned buffer
+    arch: CudaArch
+    flags: int
+    payload: bytes
+    uncompressed_size: int
+
+    @property
+    def is_elf(self) -> bool:
+        return not self.arch.ptx
+
+    @property
+    def compression(self) -> str:
+        if self.flags & FLAG_COMPRESS_ZSTD:
+            return "zstd"
+        if self.flags & FLAG_COMPRESS_LZ:
+            return "lz"
+        return "none"
+
+
+def arch_from_header(kind: int, number: int, flags: int) -> CudaArch:
+    suffix = "a" if flags & FLAG_ARCH_SPECIFIC else "f" if flags & FLAG_FAMILY else ""
+    return CudaArch.from_number(number, suffix, ptx=kind == KIND_PTX)
+
+
+def iter_entries(buf: bytes | mmap.mmap, start: int = 0, end: int | None = None) -> Iterator[Entry]:
+    """Every ELF and PTX entry of every container found in buf[start:end].
+
+    Containers are found by their magic, so padding between them (the linker aligns each
+    one) is skipped; a header that does not add up ends that container, never the scan.
+    """
+    raw = buf  # bytes or an mmap: both have find() and slicing, which is all we use
+    end = len(raw) if end is None else end
+    pos, index = start, 0
+    while True:
+        pos = raw.find(MAGIC, pos, end)
+        if pos < 0:
+            return
+        _, _, _, size = _CONTAINER.unpack_from(raw, pos)
+        stop = min(pos + 16 + size, end)
+        cur = pos + 16
+        while cur + _ENTRY.size <= stop:
+            (
+                kind,
+                _ver,
+                hsize,
+                psize,
+                csize,
+                _opt,
+                _minor,
+                _major,
+                number,
+                _no,
+                _nl,
+                flags,
+                _r,
+                usize,
+            ) = _ENTRY.unpack_from(raw, cur)
+            if hsize < _ENTRY.size or cur + hsize + psize > stop:
+                break
+            if kind in (KIND_PTX, KIND_ELF):
+                body = raw[cur + hsize : cur + hsize + (csize or psize)]
+                yield Entry(index, arch_from_header(kind, number, flags), flags, body, usize)
+            cur += hsize + psize
+        index += 1
+        pos = max(stop, pos + 16)

@@ -1,0 +1,67 @@
+"""cuobjdump and nvdisasm: where they are, and the only place the audit runs a subprocess.
+
+They come from the CUDA toolkit or from the pip packages `nvidia-cuda-cuobjdump` /
+`nvidia-cuda-nvdisasm` (the `audit` extra), which install them under
+site-packages/nvidia/cu13/bin. The audit itself reads binaries in Python; these tools are
+needed only to disassemble the few NVFP4 cubins and to cross-check our reader.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from functools import cache
+from pathlib import Path
+
+from harness.errors import EnvironmentProblem
+
+_INSTALL_HINT = "pip install -e '.[audit]' (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm) or put a CUDA toolkit's bin/ on PATH"
+
+
+@cache
+def find(tool: str) -> Path | None:
+    """Path of `tool` (cuobjdump, nvdisasm, nvcc), or None."""
+    found = shutil.which(tool)
+    if found:
+        return Path(found)
+    roots = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    roots.update(p for p in sys.path if p.endswith("site-packages"))
+    for root in sorted(roots):
+        for sub in ("nvidia/cu13/bin", "nvidia/cuda_cuobjdump/bin", "nvidia/cuda_nvdisasm/bin"):
+            candidate = Path(root) / sub / tool
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return candidate
+    for cuda in ("/usr/local/cuda/bin", "/usr/local/cuda-13.0/bin"):
+        candidate = Path(cuda) / tool
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def require(tool: str) -> Path:
+    path = find(tool)
+    if path is None:
+        raise EnvironmentProblem(f"{tool} not found", hint=_INSTALL_HINT)
+    return path
+
+
+def run(tool: str, *args: str | os.PathLike[str], timeout: float = 300) -> str:
+    """Run a CUDA binary tool and return its stdout; a failure names the command."""
+    cmd = [str(require(tool)), *map(str, args)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise EnvironmentProblem(
+            f"{tool} took over {timeout:.0f} s: {' '.join(cmd)}",
+            hint="audit fewer files, or pass --no-sass to skip disassembly",
+        ) from exc
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise EnvironmentProblem(
+            f"{tool} failed (exit {proc.returncode}): {' '.join(cmd)}: {' | '.join(tail)}",
+            hint="check that the file is a CUDA binary and that the tool is CUDA 12.8 or newer",
+        )
+    return proc.stdout

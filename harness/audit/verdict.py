@@ -1,0 +1,186 @@
+"""Per target chip: can its kernels load, and do the NVFP4 GEMMs use native FP4 MMA?
+
+A verdict never comes from an arch suffix alone (FACTS.md "Arch targets"): it combines
+where each cubin can load (archs.CudaArch.load_on, from NVIDIA's rules) with what the
+NVFP4 GEMM SASS really contains (sass.py).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness.audit.archs import CC, Load
+from harness.audit.families import TITLES
+from harness.audit.sass import checkable
+from harness.audit.scan import NVFP4, FileAudit, arch_sort_key
+
+PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+_RANK = {SKIP: 0, PASS: 1, WARN: 2, FAIL: 3}
+# Families whose absence on a chip breaks a serving path; "other" holds helpers.
+CHECKED_FAMILIES = ("nvfp4_gemm", "fp4_quant", "moe", "scaled_mm", "marlin", "attention")
+# Families that serve only chips with FP4 tensor cores (Hopper runs NVFP4 through Marlin).
+FP4_ONLY_FAMILIES = ("nvfp4_gemm", "fp4_quant")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A chip to judge the binaries for: a name and its compute capability ("12.1")."""
+
+    name: str
+    cc: str
+
+    @classmethod
+    def from_cc(cls, cc: str) -> Target:
+        return cls(CC.parse(cc).sm, cc)
+
+    @property
+    def capability(self) -> CC:
+        return CC.parse(self.cc)
+
+
+@dataclass(frozen=True)
+class Check:
+    family: str
+    status: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    target: Target
+    status: str
+    message: str
+    checks: tuple[Check, ...]
+
+
+def worst(statuses: Sequence[str]) -> str:
+    return max(statuses, key=_RANK.__getitem__, default=PASS)
+
+
+def judge(files: Sequence[FileAudit], target: Target, sass_checked: bool) -> Verdict:
+    cc = target.capability
+    checks = [_nvfp4_check(files, target, sass_checked)]
+    checks += [_family_check(files, target, fam) for fam in CHECKED_FAMILIES if fam != NVFP4]
+    checks = [c for c in checks if c is not None]
+    dead = [f.path for f in files if not any(o.arch.load_on(cc) is not Load.NO for o in f.objects)]
+    status = worst([c.status for c in checks])
+    lead = next((c for c in checks if c.status == status), None)
+    message = lead.message if lead else f"{target.name}: no CUDA kernels found"
+    if dead:
+        message += f" ({len(dead)} of {len(files)} CUDA files hold no code {target.name} can load)"
+    if dead:
+        checks.append(
+            Check("files", SKIP, f"no loadable code on {cc}: " + ", ".join(_short(p) for p in dead))
+        )
+    return Verdict(target, status, message, tuple(checks))
+
+
+def _archs_with(files: Sequence[FileAudit], family: str) -> list[str]:
+    found = {o.arch.name for f in files for o in f.objects if o.families.get(family)}
+    return sorted(found, key=arch_sort_key)
+
+
+def _nvfp4_check(files: Sequence[FileAudit], target: Target, sass_checked: bool) -> Check | None:
+    cc = target.capability
+    archs = _archs_with(files, NVFP4)
+    if not archs:
+        return None
+    where = ", ".join(archs)
+    title = TITLES[NVFP4] + " kernels"
+    if not checkable(cc.major):
+        return Check(
+            NVFP4,
+            SKIP,
+            f"{target.name}: no native FP4 tensor cores; {title} exist as {where} (not used on this chip)",
+        )
+    native = [
+        o for f in files for o in f.objects if o.fp4_kernels and o.arch.load_on(cc) is Load.NATIVE
+    ]
+    jit = [
+        o
+        for f in files
+        for o in f.objects
+        if o.families.get(NVFP4) and o.arch.load_on(cc) is Load.JIT
+    ]
+    if not native and not jit:
+        return Check(
+            NVFP4,
+            FAIL,
+            f"{target.name}: no loadable NVFP4 GEMM kernel: {title} exist only as {where}, none of which runs on {cc}; expect a Marlin or emulation fallback",
+        )
+    if not native:
+        ptx = ", ".join(sorted({o.arch.name for o in jit}, key=arch_sort_key))
+        return Check(
+            NVFP4,
+            WARN,
+            f"{target.name}: {title} reach {cc} only by PTX JIT from {ptx} (slow first start; SASS unknown until JIT)",
+        )
+    loadable = ", ".join(sorted({o.arch.name for o in native}, key=arch_sort_key))
+    only = "only as " if len(archs) == 1 or loadable == where else "as "
+    kernels = sum(len(o.fp4_kernels) for o in native)
+    if not sass_checked or any(o.native_fp4 is None for o in native):
+        return Check(
+            NVFP4,
+            PASS,
+            f"{target.name}: {title} load {only}{loadable} ({kernels} kernels); SASS not checked for block-scaled MMA",
+        )
+    hits = Counter(op for o in native for op in (o.native_fp4 or {}).values() if op)
+    n_native = sum(hits.values())
+    if n_native == 0:
+        return Check(
+            NVFP4,
+            WARN,
+            f"{target.name}: {title} load {only}{loadable} but none of {kernels} uses a block-scaled FP4 MMA in SASS: FP4 runs in software, slower than FP8",
+        )
+    op = hits.most_common(1)[0][0]
+    return Check(
+        NVFP4,
+        PASS,
+        f"{target.name}: {title} exist {only}{loadable} and load on {cc}; {n_native} of {kernels} use native block-scaled FP4 MMA ({op})",
+    )
+
+
+def _family_check(files: Sequence[FileAudit], target: Target, family: str) -> Check | None:
+    cc = target.capability
+    present = [f for f in files if any(o.families.get(family) for o in f.objects)]
+    if not present:
+        return None
+    if family in FP4_ONLY_FAMILIES and not checkable(cc.major):
+        return Check(
+            family,
+            SKIP,
+            f"{target.name}: no native FP4; {TITLES[family]} kernels not used on this chip",
+        )
+    native_files, jit_only, none = [], [], []
+    for f in present:
+        loads = {o.arch.load_on(cc) for o in f.objects if o.families.get(family)}
+        (native_files if Load.NATIVE in loads else jit_only if Load.JIT in loads else none).append(
+            f
+        )
+    title = TITLES[family]
+    if not native_files and not jit_only:
+        return Check(
+            family,
+            FAIL,
+            f"{target.name}: no loadable {title} kernel; they exist only as {', '.join(_archs_with(files, family))}",
+        )
+    if jit_only:
+        detail = "; ".join(
+            f"{_short(f.path)} from {', '.join(sorted({o.arch.name for o in f.objects if o.families.get(family) and o.arch.ptx}))}"
+            for f in jit_only
+        )
+        return Check(
+            family, WARN, f"{target.name}: {title} kernels reach {cc} only by PTX JIT in {detail}"
+        )
+    note = f"; not in {', '.join(_short(f.path) for f in none)}" if none else ""
+    return Check(
+        family,
+        PASS,
+        f"{target.name}: {title} kernels load natively from {len(native_files)} file(s){note}",
+    )
+
+
+def _short(path: str) -> str:
+    return path.rsplit("/", 1)[-1].rsplit("!", 1)[-1]

@@ -66,7 +66,7 @@ def _from_json(line: str) -> tuple[str, str | None, str | None] | None:
 
 
 def parse_line(number: int, raw: str) -> LogLine:
-    line = _COMPOSE.sub("", _DOCKER_TS.sub("", raw.strip()))
+    line = _COMPOSE.sub("", _DOCKER_TS.sub("", strip_ansi(raw).strip()))
     as_json = _from_json(line)
     if as_json is not None:
         message, level, process = as_json

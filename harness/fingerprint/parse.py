@@ -37,17 +37,29 @@ _MOE = re.compile(
 )
 _NVFP4_GEMM = re.compile(r"Using (?P<kernel>[\w.]+) for NVFP4 GEMM")
 _SELECTED = re.compile(r"Selected (?P<kernel>\w+Kernel) for (?P<what>\S.*?)\s*$")
-_ATTN_AUTO = re.compile(r"Using (?P<name>[A-Z][A-Z0-9_]*) attention backend out of potential backends")
-_ATTN_EXPLICIT = re.compile(r"^Using (?:AttentionBackendEnum\.)?(?P<name>[A-Z][A-Z0-9_]*) backend\.?\s*$")
-_ATTN_LEGACY = re.compile(r"^Using (?P<name>[\w ]+?) backend(?: with \w+ KV cache layout)? on V1 engine")
+_ATTN_AUTO = re.compile(
+    r"Using (?P<name>[A-Z][A-Z0-9_]*) attention backend out of potential backends"
+)
+_ATTN_EXPLICIT = re.compile(
+    r"^Using (?:AttentionBackendEnum\.)?(?P<name>[A-Z][A-Z0-9_]*) backend\.?\s*$"
+)
+_ATTN_LEGACY = re.compile(
+    r"^Using (?P<name>[\w ]+?) backend(?: with \w+ KV cache layout)? on V1 engine"
+)
 _CG_CONFIG = re.compile(
     r"""['"]cudagraph_mode['"]\s*:\s*(?:<CUDAGraphMode\.(?P<name>\w+)[^>]*>|(?P<num>\[\s*\d\s*,\s*\d\s*\]|\d)|['"](?P<str>\w+)['"]|None)"""
 )
 _CG_DOWNGRADE = re.compile(r"setting cudagraph_mode\s*=\s*(?P<mode>[A-Z_]+)")
 _KV_TOKENS = re.compile(r"KV cache size: (?P<tokens>[\d,]+) tokens")
-_MAX_CONC = re.compile(r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<x>[\d.]+)x")
-_MODEL_LOAD = re.compile(r"Model loading took (?P<gib>[\d.]+) GiB (?:memory )?and (?P<s>[\d.]+) seconds")
-_GRAPH_DONE = re.compile(r"Graph capturing finished in (?P<s>[\d.]+) secs?, took (?P<gib>-?[\d.]+) GiB")
+_MAX_CONC = re.compile(
+    r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<x>[\d.]+)x"
+)
+_MODEL_LOAD = re.compile(
+    r"Model loading took (?P<gib>[\d.]+) GiB (?:memory )?and (?P<s>[\d.]+) seconds"
+)
+_GRAPH_DONE = re.compile(
+    r"Graph capturing finished in (?P<s>[\d.]+) secs?, took (?P<gib>-?[\d.]+) GiB"
+)
 _AUTOTUNER = re.compile(
     r"\[autotuner\]: Skipped (?P<n>\d+) unsupported tactic\(s\) for (?P<op>\S+)", re.IGNORECASE
 )
@@ -56,7 +68,9 @@ _VERSION = (
     re.compile(r"vLLM API server version (?P<v>\S+)"),
 )
 _NON_DEFAULT = re.compile(r"non-default args: (?P<dict>\{.*\})\s*$")
-_KERNEL_CONFIG_FIELD = re.compile(r"\b(?P<key>moe_backend|linear_backend)=['\"](?P<value>[\w-]+)['\"]")
+_KERNEL_CONFIG_FIELD = re.compile(
+    r"\b(?P<key>moe_backend|linear_backend)=['\"](?P<value>[\w-]+)['\"]"
+)
 _ENV = re.compile(
     r"\b(?P<name>VLLM_USE_FLASHINFER_MOE_FP4|VLLM_USE_FLASHINFER_MOE_FP8|VLLM_FLASHINFER_MOE_BACKEND"
     r"|VLLM_NVFP4_GEMM_BACKEND)=['\"]?(?P<value>[\w-]*)"
@@ -72,7 +86,11 @@ _CG_BY_VALUE = {
     "[2,0]": "FULL_DECODE_ONLY",
     "[2,1]": "FULL_AND_PIECEWISE",
 }
-_REQUEST_KEYS = {"moe_backend": "moe_backend", "linear_backend": "linear_backend", "attention_backend": "attention_backend"}
+_REQUEST_KEYS = {
+    "moe_backend": "moe_backend",
+    "linear_backend": "linear_backend",
+    "attention_backend": "attention_backend",
+}
 
 
 @dataclass(frozen=True)
@@ -308,7 +326,9 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
     for var, line in unknown_env.items():
         if var in env:
             what = "linear_backend" if var == "VLLM_NVFP4_GEMM_BACKEND" else "moe_backend"
-            mismatches.append({"what": what, "asked": f"{var}={env[var]}", "got": f"ignored ({line})"})
+            mismatches.append(
+                {"what": what, "asked": f"{var}={env[var]}", "got": f"ignored ({line})"}
+            )
 
     hits = _match_signatures(lines, process_ended)
     for sig_id, ln in hits:

@@ -26,8 +26,12 @@ class _SignatureSpec(BaseModel):
 
     id: str = Field(description="Stable id, quoted in verdicts and allowed_signatures.")
     pattern: str = Field(description="Regex searched in each message line.")
-    requires: list[str] = Field(default_factory=list, description="Regexes that must also match some line.")
-    unless_after: str | None = Field(default=None, description="Regex that voids the hit when seen after it.")
+    requires: list[str] = Field(
+        default_factory=list, description="Regexes that must also match some line."
+    )
+    unless_after: str | None = Field(
+        default=None, description="Regex that voids the hit when seen after it."
+    )
     severity: Severity = Field(description="fatal fails a cell; warn only reports.")
     tracker: Literal["vllm", "flashinfer", "driver", "triton", "nvidia-container"] = Field(
         description="Where the bug is tracked."
@@ -45,20 +49,26 @@ class _SignatureSpec(BaseModel):
 
 class _SignatureFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    signature: list[_SignatureSpec] = Field(description="Known failure signatures, in display order.")
+    signature: list[_SignatureSpec] = Field(
+        description="Known failure signatures, in display order."
+    )
 
 
 class _MoeTables(BaseModel):
     model_config = ConfigDict(extra="forbid")
     nvfp4: dict[str, list[str]] = Field(description="--moe-backend value -> NvFp4 oracle names.")
     fp8: dict[str, list[str]] = Field(description="--moe-backend value -> Fp8 oracle names.")
-    env_backend: dict[str, str] = Field(description="VLLM_FLASHINFER_MOE_BACKEND value -> flag value.")
+    env_backend: dict[str, str] = Field(
+        description="VLLM_FLASHINFER_MOE_BACKEND value -> flag value."
+    )
     aliases: dict[str, list[str]] = Field(description="Request names that accept several backends.")
 
 
 class _LinearTables(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    kernels: dict[str, list[str]] = Field(description="--linear-backend value -> kernel class names.")
+    kernels: dict[str, list[str]] = Field(
+        description="--linear-backend value -> kernel class names."
+    )
     env_backend: dict[str, str] = Field(description="VLLM_NVFP4_GEMM_BACKEND value -> flag value.")
 
 
@@ -126,7 +136,10 @@ def _read(name: str) -> dict:
 
 def _invalid(name: str, exc: ValidationError) -> ConfigError:
     where = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-    return ConfigError(f"harness/data/{name}: {where}", hint="fix that key; see the comments at the top of the file")
+    return ConfigError(
+        f"harness/data/{name}: {where}",
+        hint="fix that key; see the comments at the top of the file",
+    )
 
 
 @cache

@@ -24,7 +24,12 @@ class Verdict:
     lines: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"check": self.check, "status": self.status, "message": self.message, "lines": list(self.lines)}
+        return {
+            "check": self.check,
+            "status": self.status,
+            "message": self.message,
+            "lines": list(self.lines),
+        }
 
 
 def _requested(value: str | None) -> str | None:
@@ -40,14 +45,19 @@ def _moe(fp: Fingerprint, asked: str | None, require: bool) -> Verdict | None:
     if fp.moe_backend is None:
         status: Status = "fail" if require else "warn"
         return Verdict(
-            "moe_backend", status, f"asked {asked}, but the log has no MoE backend selection line", ()
+            "moe_backend",
+            status,
+            f"asked {asked}, but the log has no MoE backend selection line",
+            (),
         )
     expected = kernel_names().moe_expected(asked, fp.moe_quant)
     if expected is None:
         return Verdict(
-            "moe_backend", "fail",
+            "moe_backend",
+            "fail",
             f"asked {asked}, got {fp.moe_backend} ({asked!r} is not in harness/data/kernel_names.toml "
-            f"for {fp.moe_quant or 'this'} MoE: add it if vLLM accepts it)", line,
+            f"for {fp.moe_quant or 'this'} MoE: add it if vLLM accepts it)",
+            line,
         )
     if fp.moe_backend not in expected:
         return Verdict("moe_backend", "fail", f"asked {asked}, got {fp.moe_backend}", line)
@@ -55,13 +65,20 @@ def _moe(fp: Fingerprint, asked: str | None, require: bool) -> Verdict | None:
 
 
 def _linear(fp: Fingerprint, asked: str | None, require: bool) -> Verdict | None:
-    lines = tuple(fp.evidence[f"linear:{k}"] for k in fp.linear_kernels if f"linear:{k}" in fp.evidence)
+    lines = tuple(
+        fp.evidence[f"linear:{k}"] for k in fp.linear_kernels if f"linear:{k}" in fp.evidence
+    )
     got = ", ".join(fp.linear_kernels)
     if asked is None:
         return Verdict("linear_backend", "pass", f"auto: got {got}", lines) if got else None
     if not fp.linear_kernels:
         status: Status = "fail" if require else "warn"
-        return Verdict("linear_backend", status, f"asked {asked}, but the log has no linear kernel selection line", ())
+        return Verdict(
+            "linear_backend",
+            status,
+            f"asked {asked}, but the log has no linear kernel selection line",
+            (),
+        )
     expected = kernel_names().linear_expected(asked) or frozenset()
     wrong = [k for k in fp.linear_kernels if k not in expected]
     if wrong:
@@ -72,12 +89,23 @@ def _linear(fp: Fingerprint, asked: str | None, require: bool) -> Verdict | None
 def _attention(fp: Fingerprint, asked: str | None, require: bool) -> Verdict | None:
     line = tuple(x for x in [fp.evidence.get("attention_backend")] if x)
     if asked is None:
-        return Verdict("attention_backend", "pass", f"auto: got {fp.attention_backend}", line) if fp.attention_backend else None
+        return (
+            Verdict("attention_backend", "pass", f"auto: got {fp.attention_backend}", line)
+            if fp.attention_backend
+            else None
+        )
     if fp.attention_backend is None:
         status: Status = "fail" if require else "warn"
-        return Verdict("attention_backend", status, f"asked {asked}, but the log has no attention backend line", ())
+        return Verdict(
+            "attention_backend",
+            status,
+            f"asked {asked}, but the log has no attention backend line",
+            (),
+        )
     if asked.upper() != fp.attention_backend.upper():
-        return Verdict("attention_backend", "fail", f"asked {asked}, got {fp.attention_backend}", line)
+        return Verdict(
+            "attention_backend", "fail", f"asked {asked}, got {fp.attention_backend}", line
+        )
     return Verdict("attention_backend", "pass", f"asked {asked}, got {fp.attention_backend}", line)
 
 
@@ -112,20 +140,39 @@ def verdicts(
     # even when the cell did not ask: that is the case a cell author most needs to see.
     for m in fp.mismatches:
         if asked.get(m["what"]) is None:
-            lines = tuple(x for x in (fp.evidence.get("requested") or fp.evidence.get("requested_env"),
-                                      fp.evidence.get(m["what"])) if x)
-            out.append(Verdict(f"log:{m['what']}", "fail", f"asked {m['asked']}, got {m['got']}", lines))
+            lines = tuple(
+                x
+                for x in (
+                    fp.evidence.get("requested") or fp.evidence.get("requested_env"),
+                    fp.evidence.get(m["what"]),
+                )
+                if x
+            )
+            out.append(
+                Verdict(f"log:{m['what']}", "fail", f"asked {m['asked']}, got {m['got']}", lines)
+            )
 
     for op, count in fp.autotuner_skipped:
         line = (fp.evidence.get(f"autotuner:{op}", ""),)
         if count > max_autotuner_skips:
-            out.append(Verdict(
-                f"autotuner:{op}", "fail",
-                f"FlashInfer autotuner skipped {count} unsupported tactic(s) for {op} "
-                f"(limit {max_autotuner_skips}): kernels for this arch are missing", line,
-            ))
+            out.append(
+                Verdict(
+                    f"autotuner:{op}",
+                    "fail",
+                    f"FlashInfer autotuner skipped {count} unsupported tactic(s) for {op} "
+                    f"(limit {max_autotuner_skips}): kernels for this arch are missing",
+                    line,
+                )
+            )
         else:
-            out.append(Verdict(f"autotuner:{op}", "pass", f"{count} skipped tactic(s) for {op}, within {max_autotuner_skips}", line))
+            out.append(
+                Verdict(
+                    f"autotuner:{op}",
+                    "pass",
+                    f"{count} skipped tactic(s) for {op}, within {max_autotuner_skips}",
+                    line,
+                )
+            )
 
     by_id = {s.id: s for s in signatures()}
     allowed = set(allowed_signatures)
@@ -134,5 +181,12 @@ def verdicts(
         line = (fp.evidence.get(f"signature:{sig_id}", ""),)
         status: Status = "fail" if sig.severity == "fatal" and sig_id not in allowed else "warn"
         note = " (allowed for this cell)" if sig_id in allowed else ""
-        out.append(Verdict(f"signature:{sig_id}", status, f"{sig.meaning} [{sig.tracker}: {sig.link}]{note}", line))
+        out.append(
+            Verdict(
+                f"signature:{sig_id}",
+                status,
+                f"{sig.meaning} [{sig.tracker}: {sig.link}]{note}",
+                line,
+            )
+        )
     return out

@@ -1,0 +1,100 @@
+"""probe_image.py run for real with this machine's interpreter (no vllm / torch here), and the
+`harness fingerprint` command on a real fixture log."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE = ROOT / "harness" / "probe_image.py"
+LOGS = ROOT / "tests" / "fixtures" / "logs"
+
+
+def test_probe_runs_standalone_and_redacts():
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin"),
+        "VLLM_API_KEY": "sekrit",
+        "VLLM_NOTE": "hf_" + "a" * 34,
+        "TORCH_CUDA_ARCH_LIST": "12.0a;12.1a",
+        "FLASHINFER_CUDA_ARCH_LIST": "12.1a",
+        "HF_TOKEN": "hf_" + "b" * 34,
+    }
+    # -I: isolated, so nothing from this checkout (or the harness package) can be imported.
+    done = subprocess.run(
+        [sys.executable, "-I", str(PROBE)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd="/",
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert data["env"]["VLLM_API_KEY"] == "***"
+    assert data["env"]["VLLM_NOTE"] == "***"
+    assert data["env"]["TORCH_CUDA_ARCH_LIST"] == "12.0a;12.1a"
+    assert data["env"]["FLASHINFER_CUDA_ARCH_LIST"] == "12.1a"
+    assert "HF_TOKEN" not in data["env"] and "hf_" not in done.stdout
+    assert set(data["distributions"]) >= {
+        "vllm",
+        "torch",
+        "flashinfer-python",
+        "flashinfer-cubin",
+        "flashinfer-jit-cache",
+    }
+    for part in ("vllm", "torch"):
+        assert set(data[part]) >= {"version", "error"}
+        if data[part]["version"] is None:
+            assert data[part]["error"]
+
+
+def test_probe_is_stdlib_only_and_python38_syntax():
+    tree = ast.parse(PROBE.read_text(), feature_version=(3, 8))
+    imported = {
+        a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
+    imported |= {
+        n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+    }
+    assert not {"harness", "pydantic", "rich"} & imported
+    assert imported <= set(sys.stdlib_module_names) | {"vllm", "torch"}
+
+
+def test_cli_json(capsys):
+    rc = main(
+        [
+            "fingerprint",
+            str(LOGS / "vllm43507_marlin_moe_cutlass_linear.log"),
+            "--json",
+            "--linear",
+            "marlin",
+        ]
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert data["fingerprint"]["moe_backend"] == "MARLIN"
+    assert {
+        "check": "linear_backend",
+        "status": "fail",
+        "message": "asked marlin, got CutlassNvFp4LinearKernel",
+        "lines": ["Using CutlassNvFp4LinearKernel for NVFP4 GEMM"],
+    } in data["verdicts"]
+
+
+def test_cli_table(capsys):
+    assert main(["fingerprint", str(LOGS / "dynamo4087_log_ends_in_capture.log")]) == 0
+    text = capsys.readouterr().out
+    assert "132752" in text and "cudagraph-capture-hang" in text
+
+
+def test_cli_missing_file(capsys):
+    assert main(["fingerprint", "/nonexistent/vllm.log"]) == 2
+    assert "cannot read log" in capsys.readouterr().err

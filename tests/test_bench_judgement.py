@@ -1,0 +1,118 @@
+"""Pure parts of the benchmark, table-style: noise bands, roofline verdicts, /metrics parsing,
+4-gram diversity, percentiles."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.bench.health import diversity, is_degenerate
+from harness.bench.metrics import PrefixCounters, hit_rate, parse_prefix_counters
+from harness.bench.noise import classify
+from harness.bench.roofline import fp8_vs_nvfp4, roofline_efficiency, roofline_tok_s
+from harness.bench.stats import percentile, spread
+
+
+@pytest.mark.parametrize(
+    "baseline, candidate, kwargs, kind",
+    [
+        ([100, 101, 100.5], [101.5, 102, 101], {}, "noise"),  # +1 % under the 2 % floor
+        ([100, 100, 100], [105, 105.5, 104.5], {}, "gain"),
+        ([100, 100, 100], [95, 95, 95], {}, "loss"),
+        ([90, 100, 110], [106, 107, 108], {}, "noise"),  # +7 % but the baseline spreads 20 %
+        ([10.0, 10.0], [12.0, 12.0], {"higher_is_better": False}, "loss"),  # latency went up
+        ([10.0, 10.0], [8.0, 8.0], {"higher_is_better": False}, "gain"),
+        ([100], [103], {"floor": 0.05}, "noise"),
+    ],
+)
+def test_classify(baseline, candidate, kwargs, kind):
+    assert classify(baseline, candidate, **kwargs).kind == kind
+
+
+def test_classify_reports_delta_and_band():
+    c = classify([90, 100, 110], [106, 107, 108])
+    assert c.delta == pytest.approx(0.07) and c.band == pytest.approx(0.20)
+    with pytest.raises(ValueError):
+        classify([], [1.0])
+
+
+def test_spark_article_nvfp4_slower_than_fp8_fails_the_rule():
+    # seeds/004: 35B-A3B on GB10 (273 GB/s); NVFP4 40.9 vs FP8 51.2 tok/s single stream.
+    rows = fp8_vs_nvfp4(
+        fp8_per_stream=51.2,
+        nvfp4_per_stream=40.9,
+        active_params=3e9,
+        bandwidth_gbs=273,
+        min_ratio=1.0,
+    )
+    (row,) = rows
+    assert row.verdict == "FAIL" and not row.passed
+    assert row.ratio == pytest.approx(40.9 / 51.2)
+    assert row.fp8_efficiency == pytest.approx(51.2 / 91.0, rel=1e-3)  # ceiling 273/3 = 91 tok/s
+    assert row.nvfp4_efficiency == pytest.approx(40.9 / (273 / (3 * 0.5625)), rel=1e-3)
+    assert row.nvfp4_efficiency < row.fp8_efficiency / 2  # NVFP4 wastes its byte advantage
+
+
+def test_fp8_vs_nvfp4_pass_and_aggregate_row():
+    rows = fp8_vs_nvfp4(
+        fp8_per_stream=50,
+        nvfp4_per_stream=80,
+        fp8_aggregate=300,
+        nvfp4_aggregate=420,
+        aggregate_concurrency=8,
+        active_params=3e9,
+        bandwidth_gbs=273,
+        min_ratio=1.3,
+    )
+    assert [r.metric for r in rows] == ["decode per stream", "aggregate @8"]
+    assert [r.verdict for r in rows] == ["PASS", "PASS"]
+    assert rows[1].fp8_efficiency == pytest.approx(300 / 8 / 91.0, rel=1e-3)
+
+
+def test_roofline():
+    assert roofline_tok_s(3e9, 1.0, 273) == pytest.approx(91.0)
+    assert roofline_efficiency(45.5, 3e9, 1.0, 273) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    "fixture, queries, hits",
+    [
+        (
+            "metrics_v033_two_engines.txt",
+            4096 + 8192,
+            4080,
+        ),  # summed over engines, external_ excluded
+        ("metrics_legacy_gpu_prefix.txt", 4112, 4096),
+    ],
+)
+def test_prefix_counters_from_prometheus_text(fixtures, fixture, queries, hits):
+    c = parse_prefix_counters((fixtures / "bench" / fixture).read_text())
+    assert c == PrefixCounters(queries, hits)
+
+
+def test_prefix_counters_absent_and_hit_rate():
+    assert parse_prefix_counters("# nothing\nvllm:num_requests_running 0.0\n") is None
+    assert hit_rate(PrefixCounters(100, 10), PrefixCounters(300, 160)) == 0.75
+    assert hit_rate(PrefixCounters(100, 10), PrefixCounters(100, 10)) is None
+    assert hit_rate(None, PrefixCounters(1, 1)) is None
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("too short to judge", 1.0),
+        (" ".join(f"w{i}" for i in range(100)), 1.0),
+        (" ".join(["the cache is warm"] * 25), 4 / 97),
+    ],
+)
+def test_diversity(text, expected):
+    assert diversity(text) == pytest.approx(expected)
+    assert is_degenerate(diversity(text)) == (expected < 0.6)
+
+
+def test_percentile_matches_numpy_linear_and_spread():
+    xs = [1.0, 2.0, 3.0, 4.0, 10.0]
+    assert percentile(xs, 50) == 3.0
+    assert percentile(xs, 99) == pytest.approx(9.76)  # numpy.percentile(xs, 99)
+    assert percentile([], 50) is None
+    assert spread([98.0, 100.0, 102.0]) == pytest.approx(0.04)
+    assert spread([5.0]) == 0.0

@@ -1,4 +1,4 @@
-"""cuobjdump and nvdisasm: where they are, and the only place the audit runs a subprocess.
+"""cuobjdump and nvdisasm: where they are, and how the audit runs them (through harness.proc).
 
 They come from the CUDA toolkit or from the pip packages `nvidia-cuda-cuobjdump` /
 `nvidia-cuda-nvdisasm` (the `audit` extra), which install them under
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import sysconfig
 from functools import cache
 from pathlib import Path
 
+from harness import proc
 from harness.errors import EnvironmentProblem
 
 _INSTALL_HINT = "pip install -e '.[audit]' (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm) or put a CUDA toolkit's bin/ on PATH"
@@ -50,18 +50,17 @@ def require(tool: str) -> Path:
 
 def run(tool: str, *args: str | os.PathLike[str], timeout: float = 300) -> str:
     """Run a CUDA binary tool and return its stdout; a failure names the command."""
-    cmd = [str(require(tool)), *map(str, args)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired as exc:
+    result = proc.run([str(require(tool)), *map(str, args)], timeout=timeout)
+    cmd = " ".join(result.argv)
+    if result.returncode == 124:
         raise EnvironmentProblem(
-            f"{tool} took over {timeout:.0f} s: {' '.join(cmd)}",
+            f"{tool} took over {timeout:.0f} s: {cmd}",
             hint="audit fewer files, or pass --no-sass to skip disassembly",
-        ) from exc
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        )
+    if not result.ok:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
         raise EnvironmentProblem(
-            f"{tool} failed (exit {proc.returncode}): {' '.join(cmd)}: {' | '.join(tail)}",
+            f"{tool} failed (exit {result.returncode}): {cmd}: {' | '.join(tail)}",
             hint="check that the file is a CUDA binary and that the tool is CUDA 12.8 or newer",
         )
-    return proc.stdout
+    return result.stdout

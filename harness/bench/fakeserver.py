@@ -174,6 +174,7 @@ class State:
         self.tokens_sent = 0
         self.first_recv: float | None = None
         self.last_send: float | None = None
+        self.sent_log = []  # [recv, first chunk sent, last chunk sent, tokens, chunks]
         self.healthy = False
 
 
@@ -293,11 +294,13 @@ class Server:
                 "span_s": span,
                 "tokens_per_s": self.a.tokens_per_s,
                 "tokens_per_chunk": self.a.tokens_per_chunk,
+                "log": s.sent_log[-100000:],
             }
             return await self.send(writer, 200, json.dumps(d).encode())
         if method == "POST" and path == "/fake/reset":
             self.st.tokens_sent = 0
             self.st.first_recv = self.st.last_send = None
+            self.st.sent_log = []
             return await self.send(writer, 200, b"{}")
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             try:
@@ -412,6 +415,7 @@ class Server:
         st.running += 1
         try:
             chunks = [words[i : i + k] for i in range(0, n_out, k)]
+            t_sent0 = now = t_recv
             for ci, piece in enumerate(chunks):
                 if stall and ci == len(chunks) // 2:
                     await writer.drain()
@@ -449,7 +453,11 @@ class Server:
                 }
                 write_event(writer, json.dumps(ev))
                 await writer.drain()
-                self.account(len(piece), loop.time())
+                now = loop.time()
+                self.account(len(piece), now)
+                if ci == 0:
+                    t_sent0 = now
+            st.sent_log.append([t_recv, t_sent0, now, n_out, len(chunks)])
             if with_usage:
                 ev = {
                     "id": rid,

@@ -19,6 +19,7 @@ COMMANDS: tuple[str, ...] = (
     "harness.matrix.cli",  # plan
     "harness.doctor",  # doctor
     "harness.hostenv",  # env
+    "harness.run_cli",  # run
     "harness.audit.cli",  # audit
     "harness.fingerprint.cli",  # fingerprint
     "harness.bench.cli",  # bench

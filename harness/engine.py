@@ -198,8 +198,13 @@ class Engine:
     # --- containers -----------------------------------------------------------------------
 
     @contextmanager
-    def container(self, spec: ContainerSpec, *, keep: bool = False) -> Iterator[RunningContainer]:
-        """Start a container and remove it on every way out, unless `keep` is set."""
+    def container(self, spec: ContainerSpec, *,
+                  keep: bool | Callable[[], bool] = False) -> Iterator[RunningContainer]:
+        """Start a container and remove it on every way out.
+
+        `keep` (or what it returns when called at exit) keeps a container whose block raised, or
+        that the caller marked failed, for debugging with `docker logs`.
+        """
         created = None
         failed = True
         try:
@@ -217,7 +222,8 @@ class Engine:
             yield running
             failed = False
         finally:
-            if created is not None and not (keep and failed):
+            keep_it = keep() if callable(keep) else (keep and failed)
+            if created is not None and not keep_it:
                 try:
                     created.remove(force=True, v=True)
                 except docker.errors.NotFound:

@@ -47,6 +47,8 @@ def image_ref(matrix: Matrix, stack_name: str, dockerfile_text: str | None = Non
     stack = matrix.spec.stacks[stack_name]
     if stack.runner == "local":
         return f"local:{stack.local.python}"
+    if stack.image:
+        return stack.image
     if dockerfile_text is None:
         template = DOCKER_DIR / "Dockerfile.vllm.in"
         dockerfile_text = template.read_text() if template.is_file() else ""

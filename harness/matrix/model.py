@@ -149,6 +149,10 @@ class Stack(Strict):
     runner: Literal["docker", "local"] = Field(
         "docker", description="'docker': build an image and serve in a container; 'local': an existing install."
     )
+    image: str | None = Field(
+        None, description="An existing image to serve from instead of building one (docker runner): "
+        "a community image, or one built elsewhere. Its labels are recorded; nothing is built."
+    )
     base_image: BaseImage | None = Field(None, description="CUDA devel base image (docker runner).")
     python: str = Field("3.12", description="Python version inside the image.")
     torch: Torch | None = Field(None, description="torch pin (docker runner).")
@@ -175,7 +179,7 @@ class Stack(Strict):
 
     @model_validator(mode="after")
     def _runner_fields(self) -> Stack:
-        if self.runner == "docker":
+        if self.runner == "docker" and self.image is None:
             missing = [k for k in ("base_image", "torch", "vllm", "torch_cuda_arch_list")
                        if getattr(self, k) is None]
             if missing:

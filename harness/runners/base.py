@@ -1,0 +1,97 @@
+"""What every runner gives the pipeline: a started server with a live log and a state.
+
+A runner is a context manager factory (`Runner.serve(spec)`); leaving the context stops and
+removes what it started, on every path out. `LogBuffer` keeps every line (and writes it to the
+cell's log file as it arrives) and the time of the last one, which is what hang detection reads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    cell_id: str
+    argv: tuple[str, ...]  # the full command: interpreter / program first
+    env: dict[str, str]
+    port: int  # port inside the container (docker) or on the host (local)
+    log_path: Path
+    labels: dict[str, str] = field(default_factory=dict)
+    image: str | None = None  # docker only
+    gpus: str | None = "all"  # docker only: None = no GPU request
+    mounts: tuple[tuple[str, str, str], ...] = ()  # docker only: (host, container, mode)
+    shm_size: str = "16g"
+    ipc_host: bool = True
+    keep_failed: bool = False
+    header: tuple[str, ...] = ()  # lines written at the top of the log (command, env)
+
+
+class LogBuffer:
+    """Thread-safe list of log lines, mirrored to a file, with the arrival time of the last."""
+
+    def __init__(self, path: Path, header: tuple[str, ...] = ()) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = path.open("w", encoding="utf-8")
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        self.last_line_at = time.monotonic()
+        for line in header:
+            self._f.write(line + "\n")
+        self._f.flush()
+
+    def add(self, line: str) -> None:
+        line = line.rstrip("\r\n")
+        with self._lock:
+            self._lines.append(line)
+            self.last_line_at = time.monotonic()
+            self._f.write(line + "\n")
+            self._f.flush()
+
+    def text(self) -> str:
+        with self._lock:
+            return "\n".join(self._lines)
+
+    def tail(self, n: int = 40) -> list[str]:
+        with self._lock:
+            return self._lines[-n:]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._lines)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._f.closed:
+                self._f.close()
+
+
+@dataclass(frozen=True)
+class ProcessState:
+    running: bool
+    exit_code: int | None
+    detail: str = ""  # e.g. "OOMKilled" for a container
+
+
+class Server(Protocol):
+    base_url: str
+    log: LogBuffer
+
+    def state(self) -> ProcessState: ...
+
+
+class Runner(Protocol):
+    name: str
+
+    def serve(self, spec: ServeSpec) -> AbstractContextManager[Server]: ...
+
+
+def lines_of(stream) -> Iterator[str]:
+    for raw in iter(stream.readline, b""):
+        yield raw.decode("utf-8", "replace")

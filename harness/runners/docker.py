@@ -1,0 +1,73 @@
+"""DockerRunner: the stack's image, the GPU attached, the model cache mounted read-only.
+
+Works with any engine docker-py reaches (local socket, DOCKER_HOST=ssh://...). The container
+carries run-id labels and is removed on every way out unless `keep_failed` is set and the cell
+failed. The server's port is published on 127.0.0.1 at a free host port.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from harness.engine import ContainerSpec, Engine, RunningContainer
+from harness.runners.base import LogBuffer, ProcessState, ServeSpec
+
+
+class DockerServer:
+    def __init__(self, container: RunningContainer, port: int, log: LogBuffer) -> None:
+        self.container = container
+        self.log = log
+        self.base_url = f"http://127.0.0.1:{container.host_port(port)}"
+        self.failed = False
+
+    def mark_failed(self) -> None:
+        """The cell failed: with keep_failed, the container stays for `docker logs`."""
+        self.failed = True
+
+    def state(self) -> ProcessState:
+        st = self.container.state()
+        running = st.get("Status") in ("created", "running", "restarting")
+        detail = "OOMKilled" if st.get("OOMKilled") else (st.get("Error") or "")
+        return ProcessState(running, None if running else st.get("ExitCode"), detail)
+
+
+class DockerRunner:
+    name = "docker"
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @contextmanager
+    def serve(self, spec: ServeSpec) -> Iterator[DockerServer]:
+        if spec.image is None:
+            raise ValueError("DockerRunner needs spec.image")
+        cspec = ContainerSpec(
+            image=spec.image,
+            entrypoint=(spec.argv[0],),
+            command=tuple(spec.argv[1:]),
+            env=tuple(spec.env.items()),
+            labels=tuple(spec.labels.items()),
+            ports={spec.port: None},
+            volumes=spec.mounts,
+            gpus=spec.gpus,
+            ipc_host=spec.ipc_host,
+            shm_size=spec.shm_size,
+        )
+        log = LogBuffer(spec.log_path, spec.header)
+        stop = threading.Event()
+        state = {"failed": True}
+        try:
+            with self.engine.container(cspec, keep=lambda: spec.keep_failed and state["failed"]) as container:
+                pump = container.follow_logs(log.add, stop)
+                server = DockerServer(container, spec.port, log)
+                try:
+                    yield server
+                    state["failed"] = server.failed
+                finally:
+                    stop.set()
+                    container.stop(timeout=10)
+                    pump.join(timeout=5)
+        finally:
+            log.close()

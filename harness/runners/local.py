@@ -1,0 +1,71 @@
+"""LocalRunner: `vllm serve` from an existing Python environment on this host.
+
+For machines without Docker and for validating the tool on a GPU host with vLLM installed.
+The server runs in its own process session, so stopping it stops its engine-core children too.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from harness import proc
+from harness.runners.base import LogBuffer, ProcessState, ServeSpec, lines_of
+
+
+class LocalServer:
+    def __init__(self, popen: subprocess.Popen, port: int, log: LogBuffer) -> None:
+        self.popen = popen
+        self.base_url = f"http://127.0.0.1:{port}"
+        self.log = log
+
+    def mark_failed(self) -> None:  # nothing to keep: the log file is the record
+        pass
+
+    def state(self) -> ProcessState:
+        code = self.popen.poll()
+        return ProcessState(code is None, code)
+
+
+class LocalRunner:
+    name = "local"
+
+    def __init__(self, stop_timeout_s: float = 30) -> None:
+        self.stop_timeout_s = stop_timeout_s
+
+    @contextmanager
+    def serve(self, spec: ServeSpec) -> Iterator[LocalServer]:
+        env = {**os.environ, **spec.env}
+        log = LogBuffer(spec.log_path, spec.header)
+        popen = proc.spawn(spec.argv, env=env, stdout=subprocess.PIPE)
+        pump = threading.Thread(target=lambda: [log.add(x) for x in lines_of(popen.stdout)],
+                                daemon=True, name=f"log-{spec.cell_id}")
+        pump.start()
+        try:
+            yield LocalServer(popen, spec.port, log)
+        finally:
+            _stop_group(popen, self.stop_timeout_s)
+            pump.join(timeout=5)
+            log.close()
+
+
+def _stop_group(popen: subprocess.Popen, timeout_s: float) -> None:
+    """SIGTERM the whole process group, SIGKILL what is left after `timeout_s`."""
+    if popen.poll() is None:
+        try:
+            os.killpg(popen.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(popen.pid, signal.SIGKILL)  # children (engine core) may outlive the parent
+    except (ProcessLookupError, PermissionError):
+        pass
+    popen.wait(timeout=10)

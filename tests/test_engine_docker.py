@@ -1,0 +1,99 @@
+"""The Docker module against a real engine: build from a generated context, run, read logs, clean."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import uuid
+
+import pytest
+
+from harness.engine import ContainerSpec, connect
+from harness.errors import BuildFailed
+
+pytestmark = pytest.mark.docker
+
+BUSYBOX = "harness-test/busybox:latest"
+
+
+def context(dockerfile: str, files: dict[str, bytes] | None = None) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in {"Dockerfile": dockerfile.encode(), **(files or {})}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@pytest.fixture
+def engine():
+    return connect()
+
+
+@pytest.fixture
+def run_id():
+    return f"test-{uuid.uuid4().hex[:8]}"
+
+
+def test_build_run_logs_and_cleanup(engine, run_id):
+    tag = f"harness-test/tiny:{run_id}"
+    lines: list[str] = []
+    labels = {"harness.run-id": run_id, "harness.role": "test"}
+    image_id = engine.build(
+        context(f"FROM {BUSYBOX}\nCOPY hello.txt /hello.txt\nCMD [\"cat\", \"/hello.txt\"]\n",
+                {"hello.txt": b"hello from the harness\n"}),
+        tag, labels=labels, on_line=lines.append)
+    try:
+        assert image_id.startswith("sha256:")
+        assert engine.image_labels(tag) == labels
+        assert any("Step 2/3" in line or "COPY hello.txt" in line for line in lines), lines
+        spec = ContainerSpec(image=tag, labels=tuple(labels.items()))
+        with engine.container(spec) as c:
+            for _ in range(50):
+                if c.state().get("Status") == "exited":
+                    break
+                import time
+
+                time.sleep(0.1)
+            assert c.state()["ExitCode"] == 0
+            assert "hello from the harness" in c.logs()
+            assert engine.containers({"harness.run-id": run_id})
+        assert engine.containers({"harness.run-id": run_id}) == []
+    finally:
+        engine.remove_image(tag)
+    assert engine.image_labels(tag) is None
+
+
+def test_failed_step_reports_tail_and_leaves_no_container(engine, run_id):
+    tag = f"harness-test/broken:{run_id}"
+    with pytest.raises(BuildFailed) as info:
+        engine.build(context(f"FROM {BUSYBOX}\nRUN echo about-to-fail && exit 7\n"), tag,
+                     labels={"harness.run-id": run_id})
+    assert "returned a non-zero code: 7" in info.value.message
+    assert any("about-to-fail" in line for line in info.value.log_tail)
+    # forcerm: the failed step's container is gone too
+    leftovers = engine.client.containers.list(all=True, filters={"ancestor": BUSYBOX})
+    assert [c for c in leftovers if "exit 7" in " ".join(c.attrs["Config"].get("Cmd") or [])] == []
+
+
+def test_container_removed_when_block_raises(engine, run_id):
+    spec = ContainerSpec(image=BUSYBOX, command=("sleep", "30"), labels=(("harness.run-id", run_id),))
+    with pytest.raises(RuntimeError):
+        with engine.container(spec):
+            assert engine.containers({"harness.run-id": run_id})
+            raise RuntimeError("cell failed")
+    assert engine.containers({"harness.run-id": run_id}) == []
+
+
+def test_gpu_request_without_nvidia_runtime_fails_clearly_and_cleans_up(engine, run_id):
+    if engine.info().gpu_capable:
+        pytest.skip("this engine has a GPU runtime")
+    from harness.errors import EngineError
+
+    spec = ContainerSpec(image=BUSYBOX, command=("true",), gpus="all", labels=(("harness.run-id", run_id),))
+    with pytest.raises(EngineError) as info:
+        with engine.container(spec):
+            pass
+    assert "NVIDIA Container Toolkit" in (info.value.hint or "")
+    assert engine.containers({"harness.run-id": run_id}) == []

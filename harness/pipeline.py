@@ -67,6 +67,8 @@ def _spec(cell: Cell, matrix: Matrix, run_id: str, log_path: Path, image: str | 
     if stack.runner == "local":
         cmd = serve_cmd.build(cell, serve, matrix_dir=matrix.path.parent, port=serve.host_port or serve.port)
         argv = (stack.local.python, *serve_cmd.VLLM_MODULE, *cmd.args)
+        cmd = serve_cmd.ServeCommand(cmd.args, {**stack.local.env, **cmd.env}, cmd.model_path,
+                                     cmd.served_name, cmd.port)
         mounts: tuple = ()
     else:
         src = serve_cmd.model_path(cell, matrix.path.parent)

@@ -1,0 +1,178 @@
+"""`harness run` end to end with the LocalRunner and a stand-in vLLM (tests/fixtures/fakevllm).
+
+The stand-in serves real HTTP (harness/bench/fakeserver.py) and prints a vLLM-0.33-style log that
+always "selects" Marlin for NVFP4, like Hopper. So these runs exercise every stage for real:
+serve, readiness, fingerprint of the live log, benchmark over HTTP, verdicts, the FP8-vs-NVFP4
+rule, the results store and resume. No GPU, no vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.matrix.load import load_matrix
+from harness.pipeline import RunOptions, run_matrix
+from harness.results.store import RunStore
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKEVLLM = ROOT / "tests" / "fixtures" / "fakevllm"
+FAKESERVER = ROOT / "harness" / "bench" / "fakeserver.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def matrix_text(port: int, extra: str = "") -> str:
+    return f"""
+[matrix]
+name = "fake-local"
+hardware = "h200"
+
+[hardware.h200]
+cc = "9.0"
+bandwidth_gbs = 4800
+memory_gib = 141
+
+[stacks.fake]
+runner = "local"
+[stacks.fake.local]
+python = "{sys.executable}"
+env = {{ PYTHONPATH = "{FAKEVLLM}", HARNESS_FAKESERVER = "{FAKESERVER}" }}
+
+[models.qwen-fp8]
+checkpoint = "fake/qwen3moe-fp8"
+quantization = "fp8"
+load_format = "dummy"
+active_params_b = 3.3
+bytes_per_param = 1.0
+
+[models.qwen-nvfp4]
+checkpoint = "fake/qwen3moe-nvfp4"
+quantization = "nvfp4"
+load_format = "dummy"
+active_params_b = 3.3
+bytes_per_param = 0.5625
+
+[configs.auto]
+attention_backend = "TRITON_ATTN"
+
+[configs."moe=flashinfer_cutlass"]
+moe_backend = "flashinfer_cutlass"
+attention_backend = "TRITON_ATTN"
+
+[cells]
+exclude = [{{ model = "qwen-fp8", config = "moe=*" }}]
+
+[expect]
+nvfp4_over_fp8_min_ratio = 1.0
+
+[[expect.select]]
+cells = "nvfp4"
+moe_backend = "MARLIN"
+linear_kernel = "MarlinNvFp4LinearKernel"
+
+[serve]
+port = {port}
+startup_timeout_s = 30
+quiet_period_s = 8
+
+[bench]
+concurrency = [1, 2]
+max_tokens = 24
+repeats = 2
+prompt_tokens = 32
+long_prompt_tokens = 300
+{extra}
+"""
+
+
+@pytest.fixture
+def matrix_file(tmp_path) -> Path:
+    path = tmp_path / "fake.toml"
+    path.write_text(matrix_text(free_port()))
+    return path
+
+
+def test_run_serves_fingerprints_benchmarks_and_judges(matrix_file, tmp_path):
+    store = run_matrix(load_matrix(matrix_file), k=None,
+                       opts=RunOptions(results_root=tmp_path / "results"))
+    cells = {c["id"]: c for c in store.cells()}
+    assert list(cells) == ["fake/qwen-fp8/auto", "fake/qwen-nvfp4/auto",
+                           "fake/qwen-nvfp4/moe=flashinfer_cutlass"]
+    fp8, nv_auto, nv_fi = (cells[i] for i in cells)
+
+    # every stage ran for real: the log was read, the server benchmarked over HTTP
+    assert fp8["status"] == "pass", fp8["reasons"]
+    assert fp8["fingerprint"]["moe_backend"] == "TRITON"
+    assert fp8["fingerprint"]["attention_backend"] == "TRITON_ATTN"
+    lv1 = fp8["bench"]["levels"][0]
+    assert lv1["concurrency"] == 1 and 300 < lv1["per_stream_tok_s"] < 440
+    assert fp8["bench"]["prefill_prompt_tokens"] and fp8["bench"]["prefix_cache_hit_rate"] is not None
+    assert fp8["serve"]["state"] == "ready" and fp8["serve"]["startup_s"] < 30
+    assert (store.dir / fp8["serve"]["log"]).read_text().count("Using AttentionBackendEnum.TRITON_ATTN") == 1
+
+    # NVFP4 auto: Marlin as expected, but slower than FP8 -> the expect rule fails it
+    assert nv_auto["fingerprint"]["moe_backend"] == "MARLIN"
+    assert nv_auto["fingerprint"]["linear_kernels"] == ["MarlinNvFp4LinearKernel"]
+    assert nv_auto["status"] == "fail"
+    assert any("NVFP4" in r and "< 1 required" in r for r in nv_auto["reasons"]), nv_auto["reasons"]
+
+    # asking is not getting: flashinfer_cutlass requested, Marlin ran
+    assert nv_fi["status"] == "fail"
+    assert any("asked flashinfer_cutlass, got MARLIN" in r for r in nv_fi["reasons"]), nv_fi["reasons"]
+    assert store.run["status"] == "finished"
+
+
+def test_crash_and_hang_are_results_not_crashes(tmp_path):
+    path = tmp_path / "fake.toml"
+    path.write_text(matrix_text(free_port(), extra="") + """
+[configs.crash]
+env = { FAKE_VLLM_MODE = "crash" }
+[configs.hang]
+env = { FAKE_VLLM_MODE = "hang" }
+""")
+    store = run_matrix(load_matrix(path), k="qwen-fp8 and (crash or hang)",
+                       opts=RunOptions(results_root=tmp_path / "results"))
+    cells = {c["config"]: c for c in store.cells()}
+    crash, hang = cells["crash"], cells["hang"]
+    assert crash["status"] == "crashed"
+    assert crash["serve"]["exit_code"] == 3
+    assert any("illegal memory access" in line for line in crash["serve"]["log_tail"])
+    assert "cuda_illegal_memory_access" in " ".join(crash["fingerprint"]["signatures"]) or \
+        any("illegal" in s for s in crash["fingerprint"]["signatures"]), crash["fingerprint"]["signatures"]
+    assert hang["status"] == "hung"
+    assert "no new log line" in hang["reasons"][0]
+    assert hang["serve"]["log_tail"][-1].endswith("Capturing CUDA graphs (decode, FULL): 100%")
+    assert any("capture" in s for s in hang["fingerprint"]["signatures"]), hang["fingerprint"]["signatures"]
+
+
+def test_resume_redoes_only_unfinished_cells(matrix_file, tmp_path, capsys):
+    store = run_matrix(load_matrix(matrix_file), k="auto",
+                       opts=RunOptions(results_root=tmp_path / "results", bench=False))
+    first = {c["id"]: c for c in store.cells()}
+    # simulate an interruption during the second cell: its JSON was never written
+    store.cell_path("fake/qwen-nvfp4/auto").unlink()
+    run = json.loads((store.dir / "run.json").read_text())
+    run["status"] = "interrupted"
+    (store.dir / "run.json").write_text(json.dumps(run))
+    reopened = RunStore.open(store.dir)
+    assert reopened.finished_ids() == {"fake/qwen-fp8/auto"}
+
+    code = main(["run", "--resume", str(store.dir), "--no-bench", "--no-report"])
+    assert code == 0
+    again = {c["id"]: c for c in RunStore.open(store.dir).cells()}
+    assert list(again) == list(first)
+    assert again["fake/qwen-fp8/auto"]["started_at"] == first["fake/qwen-fp8/auto"]["started_at"]
+    assert again["fake/qwen-nvfp4/auto"]["status"] == first["fake/qwen-nvfp4/auto"]["status"]
+    assert again["fake/qwen-nvfp4/auto"]["fingerprint"]["moe_backend"] == "MARLIN"
+    assert RunStore.open(store.dir).run["status"] == "finished"
+    assert "resuming" in capsys.readouterr().err

@@ -37,7 +37,11 @@ FAMILY_RULES: tuple[FamilyRule, ...] = (
         # Pointer-setup helpers of grouped GEMMs and quantizers mention both but run no MMA.
         re.compile(r"get_group_gemm_starts|cvt_|quant", re.I),
     ),
-    FamilyRule("fp4_quant", "FP4 quantize", re.compile(rf"{_FP4_TYPES}", re.I)),
+    FamilyRule(
+        "fp4_quant",
+        "FP4 quantize",
+        re.compile(rf"^(?=.*{_FP4_TYPES})(?=.*(?:cvt|quant|cache))", re.I | re.S),
+    ),
     FamilyRule(
         "moe",
         "MoE",

@@ -17,6 +17,7 @@ from harness.audit.sass import checkable
 from harness.audit.scan import NVFP4, FileAudit, arch_sort_key
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+_HOW = {"": "same-major SASS", "a": "arch-specific SASS", "f": "family SASS"}
 _RANK = {SKIP: 0, PASS: 1, WARN: 2, FAIL: 3}
 # Families whose absence on a chip breaks a serving path; "other" holds helpers.
 CHECKED_FAMILIES = ("nvfp4_gemm", "fp4_quant", "moe", "scaled_mm", "marlin", "attention")
@@ -117,14 +118,15 @@ def _nvfp4_check(files: Sequence[FileAudit], target: Target, sass_checked: bool)
             WARN,
             f"{target.name}: {title} reach {cc} only by PTX JIT from {ptx} (slow first start; SASS unknown until JIT)",
         )
-    loadable = ", ".join(sorted({o.arch.name for o in native}, key=arch_sort_key))
-    only = "only as " if len(archs) == 1 or loadable == where else "as "
+    loadable = sorted({o.arch for o in native})
+    exists = f"{title} exist only as {where}" if len(archs) == 1 else f"{title} exist as {where}"
+    loads = f"{cc} loads " + ", ".join(f"{a.name} ({_HOW[a.suffix]})" for a in loadable)
     kernels = sum(len(o.fp4_kernels) for o in native)
     if not sass_checked or any(o.native_fp4 is None for o in native):
         return Check(
             NVFP4,
             PASS,
-            f"{target.name}: {title} load {only}{loadable} ({kernels} kernels); SASS not checked for block-scaled MMA",
+            f"{target.name}: {exists} — {loads}; SASS not checked for the block-scaled FP4 MMA",
         )
     hits = Counter(op for o in native for op in (o.native_fp4 or {}).values() if op)
     n_native = sum(hits.values())
@@ -132,13 +134,13 @@ def _nvfp4_check(files: Sequence[FileAudit], target: Target, sass_checked: bool)
         return Check(
             NVFP4,
             WARN,
-            f"{target.name}: {title} load {only}{loadable} but none of {kernels} uses a block-scaled FP4 MMA in SASS: FP4 runs in software, slower than FP8",
+            f"{target.name}: {exists} — {loads}, but none of {kernels} uses a block-scaled FP4 MMA in SASS: FP4 runs in software, slower than FP8",
         )
     op = hits.most_common(1)[0][0]
     return Check(
         NVFP4,
         PASS,
-        f"{target.name}: {title} exist {only}{loadable} and load on {cc}; {n_native} of {kernels} use native block-scaled FP4 MMA ({op})",
+        f"{target.name}: {exists} — {loads}; {n_native} of {kernels} kernels use the native block-scaled FP4 MMA ({op})",
     )
 
 

@@ -23,6 +23,7 @@ COMMANDS: tuple[str, ...] = (
     "harness.audit.cli",  # audit
     "harness.fingerprint.cli",  # fingerprint
     "harness.bench.cli",  # bench
+    "harness.report.cli",  # report
 )
 
 

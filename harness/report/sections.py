@@ -1,0 +1,296 @@
+"""The report as a list of sections of plain table text, shared by the Markdown and HTML writers.
+
+Each table cell carries a tone (bad, warn, good or none) that each writer shows its own way:
+Markdown marks it with a sign and bold, HTML with a colour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.report.data import Cell, Report, Stat
+
+BAD, WARN, GOOD, PLAIN = "bad", "warn", "good", ""
+_STATUS_TONE = {"pass": GOOD, "skipped": PLAIN, "not run": WARN}
+_KERNEL_TONE = {"mismatch": BAD, "unconfirmed": WARN, "ok": GOOD, "auto": PLAIN}
+
+
+@dataclass(frozen=True)
+class Td:
+    text: str
+    tone: str = PLAIN
+
+
+@dataclass(frozen=True)
+class Section:
+    key: str
+    title: str
+    notes: tuple[str, ...] = ()
+    headers: tuple[str, ...] = ()
+    rows: tuple[tuple[Td, ...], ...] = ()
+    figure: str | None = None  # a key of the figures dict, drawn in HTML only
+    items: tuple[Td, ...] = field(default=())  # a list under the table
+
+
+def num(v: float | int | None, digits: int = 1) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return f"{v:,.{digits}f}"
+
+
+def pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f}%"
+
+
+def stat(s: Stat | None) -> str:
+    if s is None:
+        return "n/a"
+    if s.repeats < 2:
+        return f"{s.value:.1f}"
+    return f"{s.value:.1f} ({s.lo:.1f}-{s.hi:.1f}, n={s.repeats})"
+
+
+def _status_tone(status: str) -> str:
+    return _STATUS_TONE.get(status, BAD)
+
+
+def _overview(r: Report) -> Section:
+    counts = ", ".join(f"{s}: {n}" for s, n in r.status_counts().items()) or "no cells"
+    rows = tuple(
+        (
+            Td(c.id),
+            Td(c.status, _status_tone(c.status)),
+            Td("; ".join(c.reasons) or "-"),
+            Td(", ".join(c.signatures) or "-", WARN if c.signatures else PLAIN),
+            Td(num(c.total_s)),
+        )
+        for c in r.cells
+    )
+    return Section(
+        "status",
+        "Status overview",
+        (f"{len(r.cells)} cells: {counts}.",),
+        ("cell", "status", "reasons", "log signatures", "total s"),
+        rows,
+    )
+
+
+def _kernels(r: Report) -> Section:
+    cols = ("moe", "linear", "attention", "cudagraph")
+    rows, items = [], []
+    for c in r.cells:
+        row = [Td(c.id)]
+        for col in cols:
+            k = c.kernels[col]
+            text = k.text if k.state in ("mismatch", "unconfirmed") else (k.got or "n/a")
+            row.append(Td(text, _KERNEL_TONE[k.state]))
+            if k.state == "mismatch":
+                items.append(Td(f"{c.id}: {col}: {k.text}", BAD))
+        skipped = c.autotuner not in ("none", "n/a")
+        row += [Td(num(c.kv_cache_tokens)), Td(c.autotuner, WARN if skipped else PLAIN)]
+        rows.append(tuple(row))
+    return Section(
+        "kernels",
+        "Kernel selection (requested vs what the log shows)",
+        (
+            "Asking is not getting: a column shows what the server log proves was selected; a "
+            "request the log contradicts reads 'asked X, got Y'.",
+        ),
+        (
+            "cell",
+            "MoE backend",
+            "linear kernels",
+            "attention",
+            "CUDA graphs",
+            "KV cache tokens",
+            "autotuner skips",
+        ),
+        tuple(rows),
+        items=tuple(items),
+    )
+
+
+def _decode(r: Report) -> Section:
+    rows = tuple(
+        (
+            Td(c.id),
+            Td(stat(c.per_stream_c1)),
+            Td(f"c={c.top_concurrency}" if c.top_concurrency else "n/a"),
+            Td(stat(c.aggregate)),
+        )
+        for c in r.cells
+        if c.per_stream_c1 or c.aggregate
+    )
+    return Section(
+        "decode",
+        "Decode",
+        ("tok/s; median over repeats, (min-max, n) where repeats exist.",)
+        if rows
+        else ("No cell has decode measurements.",),
+        ("cell", "per stream at c=1", "highest concurrency", "aggregate"),
+        rows,
+        figure="decode",
+    )
+
+
+def _pairs(r: Report) -> Section:
+    rule = f"NVFP4 per-stream decode >= {r.min_ratio:g} x FP8" if r.min_ratio else "none set"
+    rows = tuple(
+        (
+            Td(p.stack),
+            Td(p.config),
+            Td(p.family),
+            Td(stat(p.fp8.per_stream_c1)),
+            Td(stat(p.nvfp4.per_stream_c1)),
+            Td("n/a" if p.ratio is None else f"{p.ratio:.2f}x"),
+            Td("n/a" if p.aggregate_ratio is None else f"{p.aggregate_ratio:.2f}x"),
+            Td(p.verdict, {"PASS": GOOD, "FAIL": BAD}.get(p.verdict, WARN)),
+        )
+        for p in r.pairs
+    )
+    notes = (f"Rule (run.json matrix.expect.nvfp4_over_fp8_min_ratio): {rule}.",)
+    if not rows:
+        notes += ("No stack/config has both an FP8 and an NVFP4 cell.",)
+    return Section(
+        "fp8-nvfp4",
+        "FP8 vs NVFP4",
+        notes,
+        (
+            "stack",
+            "config",
+            "model",
+            "FP8 tok/s c=1",
+            "NVFP4 tok/s c=1",
+            "ratio",
+            "aggregate ratio",
+            "verdict",
+        ),
+        rows,
+        figure="fp8_vs_nvfp4",
+    )
+
+
+def _roofline(r: Report) -> Section:
+    bw = (
+        f"{r.bandwidth_gbs:g} GB/s" if r.bandwidth_gbs else "n/a (no matrix.hardware.bandwidth_gbs)"
+    )
+    rows = tuple(
+        (
+            Td(c.id),
+            Td(pct(c.efficiency_c1)),
+            Td(
+                f"{pct(c.efficiency_top)} at c={c.top_concurrency}"
+                if c.efficiency_top is not None
+                else "n/a"
+            ),
+            Td(c.roofline_note, WARN if c.roofline_note.startswith("n/a") else PLAIN),
+        )
+        for c in r.cells
+        if c.per_stream_c1 or c.aggregate
+    )
+    return Section(
+        "roofline",
+        "Roofline efficiency",
+        (
+            f"(active params x bytes/param x tok/s) / bandwidth, {r.hardware} at {bw}. Weight "
+            "reads only, so an upper bound; at concurrency c one weight read serves c streams.",
+        ),
+        ("cell", "c=1", "highest concurrency", "basis"),
+        rows,
+        figure="roofline",
+    )
+
+
+def _prefill(r: Report) -> Section:
+    measured = [c for c in r.cells if c.prefill_tok_s is not None or c.prefix_hit_rate is not None]
+    rows = tuple(
+        (
+            Td(c.id),
+            Td(num(c.prefill_tok_s)),
+            Td(num(c.prefill_prompt_tokens)),
+            Td(num(c.cold_ttft_ms)),
+            Td(pct(c.prefix_hit_rate)),
+            Td(num(c.warm_ttft_ms)),
+        )
+        for c in measured
+    )
+    return Section(
+        "prefill",
+        "Prefill and prefix cache",
+        () if rows else ("No cell measured prefill.",),
+        (
+            "cell",
+            "prefill tok/s",
+            "prompt tokens",
+            "cold TTFT ms",
+            "prefix-cache hit rate",
+            "warm TTFT ms",
+        ),
+        rows,
+    )
+
+
+def _memory(r: Report) -> Section:
+    def leak(c: Cell) -> Td:
+        if c.leak is None:
+            return Td("n/a")
+        return Td("LEAK", BAD) if c.leak else Td("no", GOOD)
+
+    rows = tuple((Td(c.id), leak(c), Td(c.memory_note)) for c in r.cells if c.leak is not None)
+    return Section(
+        "memory",
+        "Memory watch",
+        () if rows else ("No cell was memory-watched.",),
+        ("cell", "leak", "slopes / reason"),
+        rows,
+    )
+
+
+def _builds(r: Report) -> Section:
+    rows = tuple(
+        (
+            Td(b.stack),
+            Td(b.status, GOOD if b.status in ("built", "pass", "ok", "cached") else BAD),
+            Td(b.image),
+            Td(
+                b.audit_status, {"pass": GOOD, "fail": BAD, "warn": WARN}.get(b.audit_status, PLAIN)
+            ),
+            Td("; ".join(b.audit_lines) or "-"),
+        )
+        for b in r.builds
+    )
+    return Section(
+        "builds",
+        "Builds and binary audit",
+        () if rows else ("No builds/*.json in this run.",),
+        ("stack", "build", "image", "audit", "audit verdicts per target"),
+        rows,
+    )
+
+
+def sections(r: Report) -> list[Section]:
+    return [
+        _overview(r),
+        _kernels(r),
+        _decode(r),
+        _pairs(r),
+        _roofline(r),
+        _prefill(r),
+        _memory(r),
+        _builds(r),
+    ]
+
+
+def header(r: Report) -> list[tuple[str, str]]:
+    bw = f" ({r.bandwidth_gbs:g} GB/s)" if r.bandwidth_gbs else ""
+    return [
+        ("run", r.run_id),
+        ("matrix", r.matrix_name),
+        ("hardware", r.hardware + bw),
+        ("status", r.run_status),
+        ("started", r.started_at),
+        ("finished", r.finished_at),
+        ("harness", r.tool_version),
+    ]

@@ -5,11 +5,13 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -195,3 +197,34 @@ def test_error_every_and_metrics_counters():
     # Two served requests of 4 prompt tokens each, the second a repeat: 8 queried, 4 hit.
     assert 'vllm:prefix_cache_queries_total{engine="0",model_name="fake-model"} 8.0' in text
     assert 'vllm:prefix_cache_hits_total{engine="0",model_name="fake-model"} 4.0' in text
+
+
+def _old_python() -> str | None:
+    # The fake server is copied into small images whose python may be old: prove 3.8 works.
+    for cand in ("python3.8", str(Path.home() / ".pyenv/versions/3.8.18/bin/python3.8")):
+        found = shutil.which(cand) or (cand if Path(cand).exists() else None)
+        if found:
+            return found
+    return None
+
+
+@pytest.mark.skipif(_old_python() is None, reason="no python3.8 on this host")
+def test_runs_on_python_3_8():
+    with fake_server(
+        "--tokens-per-s", "2000", "--tokens-per-chunk", "2", python=_old_python()
+    ) as url:
+        _, raw = post(
+            url,
+            "/v1/chat/completions",
+            {
+                "messages": [{"role": "user", "content": "a b"}],
+                "max_tokens": 5,
+                "ignore_eos": True,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+        )
+        ev = events(raw)
+        assert ev[-1] == "[DONE]" and ev[-2]["usage"]["completion_tokens"] == 5
+        with urllib.request.urlopen(url + "/metrics") as r:
+            assert b"vllm:prefix_cache_queries_total" in r.read()

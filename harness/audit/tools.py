@@ -48,9 +48,15 @@ def require(tool: str) -> Path:
     return path
 
 
-def run(tool: str, *args: str | os.PathLike[str], timeout: float = 300) -> str:
-    """Run a CUDA binary tool and return its stdout; a failure names the command."""
+def run(tool: str, *args: str | os.PathLike[str], timeout: float = 300, ok_if: str = "") -> str:
+    """Run a CUDA binary tool and return its stdout; a failure names the command.
+
+    `ok_if`: text in stderr that makes a non-zero exit an empty answer (cuobjdump exits 255
+    with "does not contain device code" on a host-only library).
+    """
     result = proc.run([str(require(tool)), *map(str, args)], timeout=timeout)
+    if not result.ok and ok_if and ok_if in result.stderr + result.stdout:
+        return ""
     cmd = " ".join(result.argv)
     if result.returncode == 124:
         raise EnvironmentProblem(

@@ -1,0 +1,67 @@
+"""Our reader and verdicts against NVIDIA's own tools: cuobjdump on every fixture, and fresh
+nvcc builds of the block-scaled FP4 MMA for each 12.x target (marker `nvcc`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness import proc
+from harness.audit import audit_path, crosscheck, tools
+from harness.audit.sass import scan_cubin
+
+CUBINS = Path(__file__).parent / "fixtures" / "cubins"
+KERNELS = CUBINS / "kernels.cu"
+MMA_KERNEL = "_Z21nvfp4_gemm_mma_kernelPKjPf"
+
+
+def need(tool: str) -> None:
+    if tools.find(tool) is None:
+        if os.environ.get("HARNESS_REQUIRE_NVCC") == "1":
+            pytest.fail(f"HARNESS_REQUIRE_NVCC=1 but {tool} is missing", pytrace=False)
+        pytest.skip(f"{tool} not found (pip install -e '.[audit]')")
+
+
+def test_every_fixture_matches_cuobjdump() -> None:
+    need("cuobjdump")
+    report = audit_path(CUBINS, sass_check=False)
+    checks = crosscheck.check_all(report.files, CUBINS)
+    assert len(checks) == 7  # every fatbin host; the two bare cubins have no fatbin header
+    for c in checks:
+        assert c.agrees, (c.path, c.ours, c.cuobjdump)
+
+
+def test_parse_cuobjdump_headers() -> None:
+    text = "Fatbin elf code:\n================\narch = sm_120f\ncode version = [1,8]\n\nFatbin ptx code:\n================\narch = sm_80\n"
+    assert crosscheck.parse_cuobjdump(text) == ["sm_120f", "compute_80"]
+
+
+def _nvcc(tmp: Path, arch: str) -> proc.Result:
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    # -DFORCE_MMA: the probe below takes the MMA path on every target, so plain sm_120 must fail.
+    src = tmp / "probe.cu"
+    src.write_text(KERNELS.read_text().replace("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200", "#if 1 //", 1))
+    return proc.run([nvcc, "-cubin", f"-arch=sm_{arch}", "-o", str(tmp / f"p_{arch}.cubin"), str(src)], timeout=120)
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize(
+    ("arch", "compiles"),
+    [("120a", True), ("121a", True), ("120f", True), ("120", False), ("121", False)],
+)
+def test_block_scaled_fp4_mma_per_target(tmp_path: Path, arch: str, compiles: bool) -> None:
+    """ptxas emits OMMA.SF for a- and f-targets of 12.x and refuses plain sm_120/sm_121."""
+    result = _nvcc(tmp_path, arch)
+    if not compiles:
+        assert not result.ok
+        assert "not supported on .target 'sm_12" in result.stderr
+        return
+    assert result.ok, result.stderr
+    cubin = (tmp_path / f"p_{arch}.cubin").read_bytes()
+    report = audit_path(tmp_path / f"p_{arch}.cubin", sass_check=False)
+    assert dict(report.files[0].cubins) == {f"sm_{arch}": 1}
+    need("nvdisasm")
+    assert scan_cubin(cubin, 12).native_fp4[MMA_KERNEL].startswith("OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X")

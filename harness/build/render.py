@@ -1,0 +1,230 @@
+"""Render the Dockerfile of one stack: a pure function from (matrix, stack, template) to text,
+build args, labels and the build-context files, plus the content hash that names the image.
+
+The template keeps pins out of its text: every pin is a build ARG (so the same template serves
+every stack) and also an image label (so `docker inspect` answers "what is in this image"
+without the matrix file). Only structure is rendered into the text: one COPY + `git apply` per
+patch, in series order, and the ccache mount, which only BuildKit understands.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import ConfigError
+from harness.matrix.load import Matrix
+from harness.matrix.model import Stack
+
+IMAGE_REPO = "vllm-bw"
+DOCKER_DIR = Path(__file__).resolve().parent.parent.parent / "docker"
+DEFAULT_TEMPLATE = DOCKER_DIR / "Dockerfile.vllm.in"
+LABEL = "harness"
+
+PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
+ARG_LINE = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
+COPY_LINE = re.compile(r"^\s*COPY\s+(?:--\S+\s+)*(\S+)\s+\S+\s*$", re.MULTILINE)
+
+# BuildKit keeps ccache between builds in a cache mount; the legacy builder (what the engine API
+# drives) has no `RUN --mount`, so it gets a per-RUN directory instead.
+CCACHE_BUILDKIT = ("--mount=type=cache,target=/root/.ccache ", "/root/.ccache")
+CCACHE_LEGACY = ("", "/tmp/ccache")
+
+
+@dataclass(frozen=True)
+class PatchFile:
+    series: str  # "vllm" or "flashinfer"
+    rel: str  # path under patches/ as the matrix names it
+    context_path: str  # where it sits in the build context, order-prefixed
+    sha256: str
+    data: bytes = field(repr=False)
+    pr_number: int | None = None
+    head_sha: str | None = None
+
+
+@dataclass(frozen=True)
+class Rendered:
+    stack_name: str
+    dockerfile: str
+    buildargs: dict[str, str]
+    labels: dict[str, str]
+    files: tuple[tuple[str, bytes], ...]  # (context path, bytes), Dockerfile excluded
+    patches: tuple[PatchFile, ...]
+    content_hash: str
+
+    @property
+    def image_ref(self) -> str:
+        return f"{IMAGE_REPO}:{self.stack_name}-{self.content_hash[:12]}"
+
+
+def patch_files(matrix: Matrix, stack: Stack) -> list[PatchFile]:
+    """The stack's two patch series, in apply order, with their bytes."""
+    out: list[PatchFile] = []
+    if stack.vllm:
+        for i, rel in enumerate(stack.vllm.patches):
+            data = matrix.patch_path(rel).read_bytes()
+            out.append(PatchFile("vllm", rel, f"patches/vllm/{i:02d}-{Path(rel).name}",
+                                 hashlib.sha256(data).hexdigest(), data))
+    if stack.flashinfer:
+        for i, pr in enumerate(stack.flashinfer.prs):
+            data = matrix.patch_path(pr.patch).read_bytes()
+            out.append(PatchFile("flashinfer", pr.patch, f"patches/flashinfer/{i:02d}-{Path(pr.patch).name}",
+                                 hashlib.sha256(data).hexdigest(), data, pr.number, pr.head_sha))
+    return out
+
+
+def _apply_lines(series: str, patches: list[PatchFile], src_dir: str) -> str:
+    mine = [p for p in patches if p.series == series]
+    if not mine:
+        return f"# no {series} patches in this stack"
+    lines = [f"COPY {p.context_path} /opt/build/{p.context_path}" for p in mine]
+    applies = " \\\n && ".join(f"git apply --verbose /opt/build/{p.context_path}" for p in mine)
+    lines.append(f"RUN cd {src_dir} \\\n && {applies}")
+    return "\n".join(lines)
+
+
+def vllm_source(stack: Stack) -> tuple[str, str]:
+    """(fetch_source.py arguments, label value) for the vLLM pin."""
+    v = stack.vllm
+    if v.pypi:
+        return f"pypi vllm {v.pypi}", f"pypi:vllm=={v.pypi} sdist_sha256:{v.sdist_sha256 or 'unchecked'}"
+    return f"git {v.git} {v.commit}", f"git:{v.git}@{v.commit}"
+
+
+def flashinfer_source(stack: Stack) -> tuple[str, str]:
+    f = stack.flashinfer
+    if f.version:
+        return (f"pypi flashinfer-python {f.version}",
+                f"pypi:flashinfer-python=={f.version} sdist_sha256:{f.sdist_sha256 or 'unchecked'}")
+    return f"git {f.git} {f.commit}", f"git:{f.git}@{f.commit}"
+
+
+def buildargs_for(stack: Stack) -> dict[str, str]:
+    fi_args, _ = flashinfer_source(stack)
+    vllm_args, _ = vllm_source(stack)
+    fi = stack.flashinfer
+    return {
+        "BASE_IMAGE": stack.base_image.reference,
+        "PYTHON_VERSION": stack.python,
+        "TORCH_VERSION": stack.torch.version,
+        "TORCH_INDEX_URL": stack.torch.index_url,
+        "FLASHINFER_SOURCE": fi_args,
+        "FLASHINFER_SDIST_SHA256": fi.sdist_sha256 or "",
+        "FLASHINFER_CUDA_ARCH_LIST": " ".join((stack.flashinfer_cuda_arch_list or stack.torch_cuda_arch_list)
+                                              .replace(";", " ").split()),
+        "FLASHINFER_CUBIN_SPEC": f"flashinfer-cubin=={fi.version}" if fi.cubin and fi.version else "",
+        "VLLM_SOURCE": vllm_args,
+        "VLLM_SDIST_SHA256": stack.vllm.sdist_sha256 or "",
+        "TORCH_CUDA_ARCH_LIST": stack.torch_cuda_arch_list,
+        "MAX_JOBS": str(stack.max_jobs),
+        "NVCC_THREADS": str(stack.nvcc_threads),
+    }
+
+
+def labels_for(stack_name: str, stack: Stack, patches: list[PatchFile], content_hash: str) -> dict[str, str]:
+    _, vllm_label = vllm_source(stack)
+    _, fi_label = flashinfer_source(stack)
+    labels = {
+        f"{LABEL}.role": "image",
+        f"{LABEL}.stack": stack_name,
+        f"{LABEL}.content-hash": content_hash,
+        f"{LABEL}.base-image": stack.base_image.reference,
+        f"{LABEL}.cuda": stack.base_image.tag,
+        f"{LABEL}.python": stack.python,
+        f"{LABEL}.torch": f"{stack.torch.version} {stack.torch.index_url}",
+        f"{LABEL}.torch-cuda-arch-list": stack.torch_cuda_arch_list,
+        f"{LABEL}.flashinfer-cuda-arch-list": stack.flashinfer_cuda_arch_list or stack.torch_cuda_arch_list,
+        f"{LABEL}.max-jobs": str(stack.max_jobs),
+        f"{LABEL}.nvcc-threads": str(stack.nvcc_threads),
+        f"{LABEL}.vllm.source": vllm_label,
+        f"{LABEL}.vllm.patches": ",".join(Path(p.rel).name for p in patches if p.series == "vllm"),
+        f"{LABEL}.flashinfer.source": fi_label,
+        f"{LABEL}.flashinfer.version": stack.flashinfer.version or "",
+        f"{LABEL}.flashinfer.commit": stack.flashinfer.commit or "",
+        f"{LABEL}.flashinfer.prs": ",".join(f"#{p.pr_number}@{p.head_sha}" for p in patches
+                                            if p.series == "flashinfer"),
+    }
+    for p in patches:
+        labels[f"{LABEL}.{p.series}.patch.{Path(p.rel).name}.sha256"] = p.sha256
+    return labels
+
+
+def _context_support_files(template_dir: Path, text: str) -> list[tuple[str, bytes]]:
+    """Files the template COPYs from its own folder (not patches, not other stages)."""
+    out = []
+    for src in COPY_LINE.findall(text):
+        if src.startswith("patches/") or src.startswith("--"):
+            continue
+        path = template_dir / src
+        if path.is_file():
+            out.append((src, path.read_bytes()))
+    return sorted(set(out))
+
+
+def fill(template_text: str, values: dict[str, str], where: str) -> str:
+    unknown = sorted(set(PLACEHOLDER.findall(template_text)) - set(values))
+    if unknown:
+        raise ConfigError(f"{where}: unknown placeholder(s) {', '.join('@' + u + '@' for u in unknown)}",
+                          hint=f"use only {', '.join('@' + k + '@' for k in sorted(values))}")
+    return PLACEHOLDER.sub(lambda m: values[m.group(1)], template_text)
+
+
+def render(matrix: Matrix, stack_name: str, *, template: Path | None = None,
+           template_text: str | None = None, buildkit: bool = False) -> Rendered:
+    """The Dockerfile, build args, labels and context of one docker stack; touches no engine."""
+    stack = matrix.spec.stacks[stack_name]
+    if stack.runner != "docker":
+        raise ConfigError(f"stacks.{stack_name}: a '{stack.runner}' stack has no image to build",
+                          hint="leave it out of `harness build` (-k), it runs an existing install")
+    if stack.flashinfer is None:
+        raise ConfigError(f"stacks.{stack_name}: the vLLM template needs a [stacks.{stack_name}.flashinfer] pin",
+                          hint="add version = \"...\" (the release vLLM's requirements/cuda.txt pins)")
+    template = template or DEFAULT_TEMPLATE
+    text = template_text if template_text is not None else template.read_text()
+    patches = patch_files(matrix, stack)
+    mount, ccache_dir = CCACHE_BUILDKIT if buildkit else CCACHE_LEGACY
+    dockerfile = fill(text, {
+        "SYNTAX": "# syntax=docker/dockerfile:1.7" if buildkit else "# legacy builder: no RUN --mount",
+        "VLLM_PATCHES": _apply_lines("vllm", patches, "/opt/build/src/vllm"),
+        "FLASHINFER_PATCHES": _apply_lines("flashinfer", patches, "/opt/build/src/flashinfer"),
+        "CCACHE_MOUNT": mount,
+        "CCACHE_DIR": ccache_dir,
+    }, str(template))
+    buildargs = buildargs_for(stack)
+    files = tuple(_context_support_files(template.parent, dockerfile)
+                  + [(p.context_path, p.data) for p in patches])
+    digest = content_hash(dockerfile, buildargs, files, stack)
+    return Rendered(stack_name, dockerfile, buildargs, labels_for(stack_name, stack, patches, digest),
+                    files, tuple(patches), digest)
+
+
+def content_hash(dockerfile: str, buildargs: dict[str, str], files: tuple[tuple[str, bytes], ...],
+                 stack: Stack) -> str:
+    """sha256 of everything that decides the image; descriptions and serve-time env are left out."""
+    h = hashlib.sha256()
+    h.update(dockerfile.encode())
+    h.update(json.dumps(buildargs, sort_keys=True).encode())
+    for path, data in sorted(files):
+        h.update(f"\0{path}\0{hashlib.sha256(data).hexdigest()}".encode())
+    pins = stack.model_dump(mode="json", exclude={"description", "env", "local", "kernel_selection"})
+    h.update(json.dumps(pins, sort_keys=True, separators=(",", ":")).encode())
+    return h.hexdigest()
+
+
+def context_tar(rendered: Rendered) -> bytes:
+    """The build context as an uncompressed tar: Dockerfile first, then the files, fixed mtimes."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in [("Dockerfile", rendered.dockerfile.encode()), *rendered.files]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            info.mtime = 0
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()

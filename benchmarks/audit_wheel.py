@@ -30,7 +30,16 @@ def download(version: str, dest: Path) -> Path:
     if found:
         return found[0]
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", f"vllm=={version}", "-d", str(dest)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        f"vllm=={version}",
+        "-d",
+        str(dest),
+    ]
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
     return sorted(dest.glob(f"vllm-{version}-*.whl"))[0]
@@ -49,7 +58,9 @@ def cross_check(wheel_or_dir: Path, report) -> tuple[int, int, list[str]]:
                         zf.extract(name, root)
         ours = {f.path.rsplit("!", 1)[-1]: f for f in report.files}
         agree, entries, problems = 0, 0, []
-        for path in sorted(p for p in root.rglob("*") if p.is_file() and _CANDIDATE_RE.search(p.name)):
+        for path in sorted(
+            p for p in root.rglob("*") if p.is_file() and _CANDIDATE_RE.search(p.name)
+        ):
             rel = path.relative_to(root).as_posix()
             theirs = crosscheck.cuobjdump_entries(path)
             mine = [o.arch.name for o in ours[rel].objects] if rel in ours else []
@@ -63,7 +74,9 @@ def cross_check(wheel_or_dir: Path, report) -> tuple[int, int, list[str]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("path", nargs="?", help="a vLLM wheel or an unpacked directory (default: download)")
+    ap.add_argument(
+        "path", nargs="?", help="a vLLM wheel or an unpacked directory (default: download)"
+    )
     ap.add_argument("--version", default="0.25.1")
     ap.add_argument("--download-dir", default="/tmp/vllm-wheel")
     ap.add_argument("--no-sass", action="store_true")
@@ -74,8 +87,10 @@ def main() -> int:
     t0 = time.monotonic()
     report = audit_path(target, sass_check=not args.no_sass)
     elapsed = time.monotonic() - t0
-    print(f"audited {target} in {elapsed:.1f} s ({report.stats.bytes_read / 2**20:.0f} MiB of "
-          f"{report.stats.files_seen} candidate files, {report.stats.sass_cubins} cubins disassembled)")
+    print(
+        f"audited {target} in {elapsed:.1f} s ({report.stats.bytes_read / 2**20:.0f} MiB of "
+        f"{report.stats.files_seen} candidate files, {report.stats.sass_cubins} cubins disassembled)"
+    )
     for f in report.files:
         print(f"  {f.path.rsplit('!', 1)[-1]}: {dict(sorted(f.cubins.items()))} ptx={f.ptx}")
     print(json.dumps(report.summary(), indent=1))
@@ -84,8 +99,10 @@ def main() -> int:
 
     t1 = time.monotonic()
     agree, entries, problems = cross_check(target, report)
-    print(f"cuobjdump cross-check: {agree} .so files agree entry by entry ({entries} entries), "
-          f"{len(problems)} disagree, {time.monotonic() - t1:.1f} s")
+    print(
+        f"cuobjdump cross-check: {agree} .so files agree entry by entry ({entries} entries), "
+        f"{len(problems)} disagree, {time.monotonic() - t1:.1f} s"
+    )
     for p in problems:
         print("  MISMATCH", p)
     return 1 if problems or elapsed > 30 else 0

@@ -43,8 +43,15 @@ def _nvcc(tmp: Path, arch: str) -> proc.Result:
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     # -DFORCE_MMA: the probe below takes the MMA path on every target, so plain sm_120 must fail.
     src = tmp / "probe.cu"
-    src.write_text(KERNELS.read_text().replace("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200", "#if 1 //", 1))
-    return proc.run([nvcc, "-cubin", f"-arch=sm_{arch}", "-o", str(tmp / f"p_{arch}.cubin"), str(src)], timeout=120)
+    src.write_text(
+        KERNELS.read_text().replace(
+            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200", "#if 1 //", 1
+        )
+    )
+    return proc.run(
+        [nvcc, "-cubin", f"-arch=sm_{arch}", "-o", str(tmp / f"p_{arch}.cubin"), str(src)],
+        timeout=120,
+    )
 
 
 @pytest.mark.nvcc
@@ -64,4 +71,8 @@ def test_block_scaled_fp4_mma_per_target(tmp_path: Path, arch: str, compiles: bo
     report = audit_path(tmp_path / f"p_{arch}.cubin", sass_check=False)
     assert dict(report.files[0].cubins) == {f"sm_{arch}": 1}
     need("nvdisasm")
-    assert scan_cubin(cubin, 12).native_fp4[MMA_KERNEL].startswith("OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X")
+    assert (
+        scan_cubin(cubin, 12)
+        .native_fp4[MMA_KERNEL]
+        .startswith("OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X")
+    )

@@ -41,7 +41,9 @@ def parse_cuobjdump(text: str) -> list[str]:
 
 
 def cuobjdump_entries(path: Path) -> list[str]:
-    return parse_cuobjdump(tools.run("cuobjdump", "-ptx", path, ok_if="does not contain device code"))
+    return parse_cuobjdump(
+        tools.run("cuobjdump", "-ptx", path, ok_if="does not contain device code")
+    )
 
 
 def check_file(audit: FileAudit, path: Path) -> CrossCheck:

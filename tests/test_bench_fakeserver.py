@@ -201,10 +201,19 @@ def test_error_every_and_metrics_counters():
 
 def _old_python() -> str | None:
     # The fake server is copied into small images whose python may be old: prove 3.8 works.
-    for cand in ("python3.8", str(Path.home() / ".pyenv/versions/3.8.18/bin/python3.8")):
-        found = shutil.which(cand) or (cand if Path(cand).exists() else None)
-        if found:
-            return found
+    # (A pyenv shim named python3.8 may exist and still fail, so ask each one its version.)
+    for cand in (
+        str(Path.home() / ".pyenv/versions/3.8.18/bin/python3.8"),
+        shutil.which("python3.8"),
+    ):
+        if cand and Path(cand).exists():
+            p = subprocess.run(
+                [cand, "-c", "import sys; print(sys.version_info[:2])"],
+                capture_output=True,
+                text=True,
+            )
+            if p.returncode == 0 and p.stdout.strip() == "(3, 8)":
+                return cand
     return None
 
 

@@ -122,7 +122,9 @@ def render(report: AuditReport, top: int = 10) -> None:
     for v in report.verdicts:
         vt.add_row(f"{v.target.name} ({v.target.cc})", _status(v.status), v.message)
         for c in v.checks:
-            if c.status != "pass" or c.family == "nvfp4_gemm":
+            if (c.status != "pass" or c.family == "nvfp4_gemm") and not v.message.startswith(
+                c.message
+            ):
                 vt.add_row("", _status(c.status), f"[dim]{c.family}:[/dim] {c.message}")
     out.print(vt)
     sass = "SASS checked" if report.sass_checked else "SASS not checked"

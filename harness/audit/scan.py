@@ -90,7 +90,7 @@ def audit_tree(path: Path, want_sass: SassPolicy, stats: ScanStats) -> list[File
     if not path.exists():
         raise ConfigError(
             f"{path}: no such file or directory",
-            hint="pass a directory, a .whl, or a .so/.cubin/.fatbin/.o file",
+            hint="pass a directory (e.g. a site-packages exported from an image), a .whl, or a .so/.cubin/.fatbin/.o file",
         )
     results = []
     for display, opener in _iter_files(path):

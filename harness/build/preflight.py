@@ -1,0 +1,126 @@
+"""Patch preflight: apply each series in order to a scratch copy of the pinned source.
+
+`git apply --check` then a real apply, patch by patch, so patch N+1 is checked on top of N. A
+stale patch is rejected by name, with the file and hunk git could not place, before an image
+build spends an hour getting to the same place.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import proc
+
+# git apply's messages for a hunk/file that does not fit, e.g.
+#   error: patch failed: CMakeLists.txt:228
+#   error: CMakeLists.txt: patch does not apply
+#   error: csrc/foo.cu: No such file or directory
+HUNK_FAILED = re.compile(r"^error: patch failed: (?P<file>.+):(?P<line>\d+)$", re.MULTILINE)
+FILE_FAILED = re.compile(r"^error: (?P<file>[^:\n]+): (?P<why>patch does not apply|No such file or directory|"
+                         r"already exists in working directory)$", re.MULTILINE)
+CHECKING = re.compile(r"^Checking patch (?P<file>.+)\.\.\.$", re.MULTILINE)
+# Inside an enclosing git repo, paths outside the cwd are skipped without an error: a patch
+# that touches nothing must not pass, so preflight works in its own repo and still checks this.
+SKIPPED = re.compile(r"^Skipped patch '(?P<file>.+)'\.$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    name: str
+    ok: bool
+    files: tuple[str, ...] = ()
+    failed_file: str | None = None
+    failed_hunk_line: int | None = None
+    detail: str = ""
+
+    def describe(self) -> str:
+        if self.ok:
+            return f"{self.name}: applies ({len(self.files)} file(s))"
+        where = self.failed_file or "?"
+        if self.failed_hunk_line is not None:
+            where += f" (hunk at line {self.failed_hunk_line})"
+        return f"{self.name}: does NOT apply: {where}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class SeriesResult:
+    project: str
+    source: str
+    patches: tuple[PatchResult, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(p.ok for p in self.patches)
+
+    def problems(self) -> list[str]:
+        return [f"{self.project}: {p.describe()}" for p in self.patches if not p.ok]
+
+
+def parse_failure(stderr: str) -> tuple[str | None, int | None, str]:
+    """(file, hunk line, why) from `git apply` stderr."""
+    hunk = HUNK_FAILED.search(stderr)
+    whole = FILE_FAILED.search(stderr)
+    file = hunk.group("file") if hunk else (whole.group("file") if whole else None)
+    line = int(hunk.group("line")) if hunk else None
+    why = whole.group("why") if whole else (stderr.strip().splitlines() or ["git apply failed"])[-1]
+    return file, line, why
+
+
+def apply_series(tree: Path, patches: list[tuple[str, Path]], *, project: str = "", source: str = "",
+                 in_place: bool = False) -> SeriesResult:
+    """Check then apply `patches` ((name, path), in order) on a scratch copy of `tree`.
+
+    Stops at the first patch that does not apply: later ones would be checked on the wrong base.
+    """
+    results: list[PatchResult] = []
+    scratch_parent = None if in_place else Path(tempfile.mkdtemp(prefix="harness-preflight-"))
+    try:
+        work = tree if in_place else scratch_parent / "src"
+        if not in_place and patches:
+            shutil.copytree(tree, work, symlinks=True)
+            proc.run(["git", "init", "-q", str(work)], timeout=60)
+        for name, path in patches:
+            # --unsafe-paths is not needed: patches are relative; -v lists the files it touches.
+            # `cwd` is outside any enclosing repo (scratch), so git applies to this tree only.
+            check = proc.run(["git", "apply", "--check", "-v", str(path)], cwd=str(work), timeout=120)
+            files = tuple(CHECKING.findall(check.stderr))
+            if check.ok and (skipped := SKIPPED.findall(check.stderr)):
+                results.append(PatchResult(name, False, files, skipped[0], None,
+                                           "skipped: the path is outside the source tree"))
+                break
+            if not check.ok:
+                f, line, why = parse_failure(check.stderr)
+                results.append(PatchResult(name, False, files, f, line, why))
+                break
+            done = proc.run(["git", "apply", str(path)], cwd=str(work), timeout=120)
+            if not done.ok:
+                f, line, why = parse_failure(done.stderr)
+                results.append(PatchResult(name, False, files, f, line, why))
+                break
+            results.append(PatchResult(name, True, files))
+    finally:
+        if scratch_parent is not None:
+            shutil.rmtree(scratch_parent, ignore_errors=True)
+    return SeriesResult(project, source, tuple(results))
+
+
+def preflight_stack(matrix, stack_name: str) -> list[SeriesResult]:
+    """Both series of a docker stack against their real pinned sources (fetched once, cached)."""
+    from harness.build import sources
+
+    stack = matrix.spec.stacks[stack_name]
+    out = []
+    series = [("vllm", sources.vllm_source(stack), [(Path(p).name, matrix.patch_path(p)) for p in stack.vllm.patches])]
+    if stack.flashinfer:
+        series.append(("flashinfer", sources.flashinfer_source(stack),
+                       [(Path(pr.patch).name, matrix.patch_path(pr.patch)) for pr in stack.flashinfer.prs]))
+    for project, src, patches in series:
+        if not patches:
+            out.append(SeriesResult(project, f"{src.name} {src.pin}", ()))
+            continue
+        out.append(apply_series(sources.tree(src), patches, project=project, source=f"{src.name} {src.pin}"))
+    return out

@@ -87,7 +87,7 @@ def _spec(cell: Cell, matrix: Matrix, run_id: str, log_path: Path, image: str | 
               "# command: " + " ".join(redact_args(list(argv))),
               *(f"{k}={v}" for k, v in sorted(redact_env(cmd.env).items())))
     spec = ServeSpec(cell_id=cell.id, argv=argv, env=cmd.env, port=cmd.port, log_path=log_path,
-                     labels=labels, image=image, gpus=serve.gpus, mounts=mounts,
+                     labels=labels, image=image, gpus=None if serve.gpus == "none" else serve.gpus, mounts=mounts,
                      shm_size=serve.shm_size, keep_failed=opts.keep_failed, header=header)
     return spec, cmd
 

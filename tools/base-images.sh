@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Local base images for the Docker tests: no registry can be reached, so make them here.
 #   harness-test/busybox:latest        busybox rootfs, < 1 s, 2 MB
-#   harness-test/debian-python:bookworm  debootstrap minbase + python3-minimal, ~1-2 min
+#   harness-test/debian-python:bookworm  debootstrap minbase + python3, ~1-2 min
 # Idempotent: an image that exists is kept.
 set -euo pipefail
 have() { docker image inspect "$1" >/dev/null 2>&1; }
@@ -21,7 +21,7 @@ fi
 if ! have harness-test/debian-python:bookworm; then
   command -v debootstrap >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
   root=$(mktemp -d)
-  debootstrap --variant=minbase --include=python3-minimal bookworm "$root" >/tmp/debootstrap.log 2>&1 \
+  debootstrap --variant=minbase --include=python3 bookworm "$root" >/tmp/debootstrap.log 2>&1 \
     || { tail -20 /tmp/debootstrap.log >&2; exit 1; }
   rm -rf "$root/var/cache/apt/archives/"*.deb "$root/var/lib/apt/lists/"*
   tar -C "$root" -c . | docker import \

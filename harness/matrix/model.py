@@ -179,11 +179,11 @@ class Stack(Strict):
 
     @model_validator(mode="after")
     def _runner_fields(self) -> Stack:
-        if self.runner == "docker" and self.image is None:
+        if self.runner == "docker":
             missing = [k for k in ("base_image", "torch", "vllm", "torch_cuda_arch_list")
                        if getattr(self, k) is None]
-            if missing:
-                raise ValueError(f"a docker stack needs {', '.join(missing)}")
+            if missing and self.image is None:
+                raise ValueError(f"a docker stack needs {', '.join(missing)} (or `image`, a prebuilt one)")
         elif self.local is None:
             raise ValueError("a local stack needs a [local] table with `python`")
         return self
@@ -252,7 +252,7 @@ class Serve(Strict):
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="--gpu-memory-utilization.")
     shm_size: str = Field("16g", description="Container /dev/shm size (ipc=host is used when possible).")
     model_cache: str | None = Field(None, description="Host directory mounted read-only as the model cache.")
-    gpus: str = Field("all", description="GPUs to attach: 'all' or a comma list of indices.")
+    gpus: str = Field("all", description="GPUs to attach: 'all', 'none', or a comma list of indices.")
 
 
 class Bench(Strict):

@@ -1,0 +1,163 @@
+"""`harness run` with the DockerRunner on a real engine: a stand-in vLLM image, no GPU.
+
+The image holds Debian's python3, harness/bench/fakeserver.py and the fake `vllm` package, so
+the container plays a vLLM server: ready, crashed or hung on request. Checks: results, exit
+codes and log tails, hang detection, and that no labelled container outlives a run, including
+one interrupted with SIGINT.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.engine import connect
+from harness.matrix.load import load_matrix
+from harness.pipeline import RunOptions, run_matrix
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKEVLLM = ROOT / "tests" / "fixtures" / "fakevllm"
+BASE = "harness-test/debian-python:bookworm"
+
+
+def _context() -> bytes:
+    buf = io.BytesIO()
+    dockerfile = (f"FROM {BASE}\nCOPY fakeserver.py /opt/fake/fakeserver.py\nCOPY vllm /opt/fake/vllm\n"
+                  "ENV PYTHONPATH=/opt/fake HARNESS_FAKESERVER=/opt/fake/fakeserver.py\n"
+                  "LABEL harness.test=fakevllm\n")
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        def add(name: str, data: bytes) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        add("Dockerfile", dockerfile.encode())
+        add("fakeserver.py", (ROOT / "harness" / "bench" / "fakeserver.py").read_bytes())
+        for path in sorted((FAKEVLLM / "vllm").rglob("*.py")):
+            add(str(path.relative_to(FAKEVLLM)), path.read_bytes())
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def fake_image():
+    engine = connect()
+    tag = "harness-test/fakevllm:latest"
+    engine.build(_context(), tag, labels={"harness.role": "test-image"})
+    return tag
+
+
+def _matrix(tmp_path: Path, image: str, extra: str = "", quiet: int = 6) -> Path:
+    path = tmp_path / "docker.toml"
+    path.write_text(f"""
+[matrix]
+name = "fake-docker"
+hardware = "gpu"
+
+[hardware.gpu]
+cc = "12.1"
+bandwidth_gbs = 273
+memory_gib = 128
+
+[stacks.img]
+image = "{image}"
+
+[models.qwen-fp8]
+checkpoint = "fake/qwen3moe-fp8"
+quantization = "fp8"
+load_format = "dummy"
+active_params_b = 3.3
+bytes_per_param = 1.0
+
+[models.qwen-nvfp4]
+checkpoint = "fake/qwen3moe-nvfp4"
+quantization = "nvfp4"
+load_format = "dummy"
+active_params_b = 3.3
+bytes_per_param = 0.5625
+
+[configs.auto]
+
+[configs."moe=flashinfer_cutlass"]
+moe_backend = "flashinfer_cutlass"
+
+[configs.crash]
+env = {{ FAKE_VLLM_MODE = "crash" }}
+
+[configs.hang]
+env = {{ FAKE_VLLM_MODE = "hang" }}
+
+[serve]
+gpus = "none"
+startup_timeout_s = 60
+quiet_period_s = {quiet}
+
+[bench]
+concurrency = [1, 2]
+max_tokens = 16
+repeats = 1
+prompt_tokens = 32
+long_prompt_tokens = 200
+{extra}
+""")
+    return path
+
+
+def _labelled(run_id: str) -> list[str]:
+    return connect().containers({"harness.run-id": run_id})
+
+
+def test_docker_cells_pass_fail_crash_hang_and_clean_up(fake_image, tmp_path):
+    matrix = load_matrix(_matrix(tmp_path, fake_image))
+    store = run_matrix(matrix, k="(qwen-fp8 and (auto or crash or hang)) or (nvfp4 and flashinfer)",
+                       opts=RunOptions(results_root=tmp_path / "results"))
+    cells = {c["id"]: c for c in store.cells()}
+    ok = cells["img/qwen-fp8/auto"]
+    assert ok["status"] == "pass", ok["reasons"]
+    assert ok["image"]["ref"] == fake_image and ok["image"]["labels"]["harness.test"] == "fakevllm"
+    assert ok["image_fingerprint"]["vllm"]["version"] == "0.0.0+fake"
+    assert ok["bench"]["levels"][0]["per_stream_tok_s"] > 300
+    mismatch = cells["img/qwen-nvfp4/moe=flashinfer_cutlass"]
+    assert mismatch["status"] == "fail"
+    assert any("asked flashinfer_cutlass, got MARLIN" in r for r in mismatch["reasons"])
+    crash = cells["img/qwen-fp8/crash"]
+    assert crash["status"] == "crashed" and crash["serve"]["exit_code"] == 3
+    assert any("illegal memory access" in line for line in crash["serve"]["log_tail"])
+    hang = cells["img/qwen-fp8/hang"]
+    assert hang["status"] == "hung"
+    assert _labelled(store.run["run_id"]) == []
+    assert json.loads((store.dir / "builds" / "img.json").read_text())["status"] == "reused"
+
+
+def test_sigint_leaves_no_container_and_an_interrupted_run(fake_image, tmp_path):
+    path = _matrix(tmp_path, fake_image, quiet=600)
+    results = tmp_path / "results"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-m", str(path), "-k", "qwen-fp8/hang",
+                             "--results", str(results), "--no-report"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    engine = connect()
+    deadline = time.monotonic() + 60
+    names: list[str] = []
+    while time.monotonic() < deadline and not names:
+        names = engine.containers({"harness.cell": "img/qwen-fp8/hang"})
+        time.sleep(0.3)
+    assert names, "the run never started its container"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=60)[0].decode()
+    assert proc.returncode == 130, output
+    assert engine.containers({"harness.cell": "img/qwen-fp8/hang"}) == []
+    run_dir = next(results.iterdir())
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
+    assert not list((run_dir / "cells").glob("*.json")) if (run_dir / "cells").exists() else True
+

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from statistics import median
 
 import numpy as np
 import pytest
@@ -25,12 +26,10 @@ LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
 
 
 def _level(c: int, per_stream: list[float], aggregate: list[float]) -> dict:
-    mid = sorted(per_stream)[len(per_stream) // 2]
-    agg = sorted(aggregate)[len(aggregate) // 2]
     return {
         "concurrency": c,
-        "per_stream_tok_s": mid,
-        "aggregate_tok_s": agg,
+        "per_stream_tok_s": median(per_stream),
+        "aggregate_tok_s": median(aggregate),
         "spread": {},
         "samples": {"per_stream_tok_s": per_stream, "aggregate_tok_s": aggregate},
     }
@@ -230,6 +229,7 @@ def test_markdown_has_every_section_and_the_mismatches(run_dir: Path) -> None:
     assert "0.80x" in md and "**✗ FAIL**" in md
     assert "**✗ LEAK**" in md
     assert "gemm2: 10" in md
+    assert "**✗ asked flashinfer_trtllm, but the log has no MoE backend selection line**" in md
     assert "vllm-bw:h200-0251-3fd1f3ecb15f" in md and "no NVFP4 GEMM cubin loads" in md
     assert "not run" in md
     assert FAKE_TOKEN not in md and "HF_TOKEN=***" in md

@@ -12,7 +12,8 @@ from harness.report.data import Cell, Report, Stat
 
 BAD, WARN, GOOD, PLAIN = "bad", "warn", "good", ""
 _STATUS_TONE = {"pass": GOOD, "skipped": PLAIN, "not run": WARN}
-_KERNEL_TONE = {"mismatch": BAD, "unconfirmed": WARN, "ok": GOOD, "auto": PLAIN}
+# A request the log does not confirm fails like a contradicted one ("asking is not getting").
+_KERNEL_TONE = {"mismatch": BAD, "unconfirmed": BAD, "ok": GOOD, "auto": PLAIN}
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def _kernels(r: Report) -> Section:
             k = c.kernels[col]
             text = k.text if k.state in ("mismatch", "unconfirmed") else (k.got or "n/a")
             row.append(Td(text, _KERNEL_TONE[k.state]))
-            if k.state == "mismatch":
+            if k.state in ("mismatch", "unconfirmed"):
                 items.append(Td(f"{c.id}: {col}: {k.text}", BAD))
         skipped = c.autotuner not in ("none", "n/a")
         row += [Td(num(c.kv_cache_tokens)), Td(c.autotuner, WARN if skipped else PLAIN)]

@@ -1,0 +1,142 @@
+"""Build the images the selected stacks need, each once, content-addressed.
+
+A stack whose image (same content hash, so same tag) exists is reused without calling the
+engine's build. A failed build is a result (status 'failed', log tail), and the other stacks go
+on. After a build the image's site-packages is audited (harness.audit.audit_path) and the arch
+lines of the vLLM build log are checked against the stack's TORCH_CUDA_ARCH_LIST.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from harness.build.buildlog import check_build_log
+from harness.build.render import Rendered, context_tar, render
+from harness.errors import BuildFailed, ConfigError, EngineError
+from harness.matrix.load import Matrix
+
+SITE_PACKAGES = "/opt/venv/lib"
+VLLM_BUILD_LOG = "/opt/build/vllm-build.log"
+
+
+@dataclass(frozen=True)
+class BuildEvent:
+    stack: str
+    kind: Literal["start", "step", "line", "done"]
+    text: str
+    elapsed_s: float
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    stack: str
+    image_ref: str
+    image_id: str | None
+    status: Literal["built", "reused", "failed"]
+    log_path: Path | None
+    log_tail: tuple[str, ...]
+    duration_s: float
+    labels: dict[str, str] = field(default_factory=dict)
+    audit_summary: dict | None = None
+    arch_problems: tuple[str, ...] = ()
+    reason: str = ""
+
+
+def unpinned(matrix: Matrix, stack_names: list[str]) -> list[str]:
+    return [f"stacks.{n}.base_image: {matrix.spec.stacks[n].base_image.reference} has no digest"
+            + (f" ({r})" if (r := matrix.spec.stacks[n].base_image.unpinned_reason) else "")
+            for n in stack_names if matrix.spec.stacks[n].base_image.digest is None]
+
+
+def _step_of(line: str) -> str | None:
+    return line.strip() if line.startswith("Step ") else None
+
+
+def audit_image(engine, ref: str, labels: dict[str, str]) -> dict | None:
+    """Audit hook: the compiled archs of the image's Python packages (None if audit is absent)."""
+    try:
+        from harness.audit import audit_path
+    except ImportError:  # audit not installed in this checkout: the outcome says so
+        return None
+    with tempfile.TemporaryDirectory(prefix="harness-audit-") as tmp:
+        try:
+            dest = engine.export_path(ref, SITE_PACKAGES, Path(tmp), labels=labels)
+        except EngineError as exc:
+            return {"status": "not-audited", "reason": str(exc)}
+        report = audit_path(dest)
+        return {"status": report.status, "verdicts": [str(v) for v in report.verdicts],
+                "cubins": dict(report.totals())}
+
+
+def build_log_problems(engine, ref: str, torch_cuda_arch_list: str, labels: dict[str, str]) -> tuple[str, ...]:
+    with tempfile.TemporaryDirectory(prefix="harness-buildlog-") as tmp:
+        try:
+            dest = engine.export_path(ref, VLLM_BUILD_LOG, Path(tmp), labels=labels)
+        except EngineError:
+            return ()  # an image without the vLLM build log (a test image): nothing to check
+        text = (dest / Path(VLLM_BUILD_LOG).name).read_text(errors="replace")
+    return tuple(str(p) for p in check_build_log(text, torch_cuda_arch_list))
+
+
+def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
+              on_event: Callable[[BuildEvent], None] | None = None, audit: bool = True,
+              torch_cuda_arch_list: str | None = None) -> BuildOutcome:
+    emit = on_event or (lambda _e: None)
+    name, ref = rendered.stack_name, rendered.image_ref
+    start = time.monotonic()
+    existing = engine.image_labels(ref)
+    if existing is not None and not force:
+        emit(BuildEvent(name, "done", "reused", 0.0))
+        return BuildOutcome(name, ref, engine.image_id(ref), "reused", None, (), 0.0, existing)
+    if existing is not None:
+        engine.remove_image(ref)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"build-{name}.log"
+    tail: list[str] = []
+    emit(BuildEvent(name, "start", ref, 0.0))
+    with log_path.open("w") as log:
+        def on_line(line: str) -> None:
+            log.write(line + "\n")
+            log.flush()
+            tail.append(line)
+            del tail[:-40]
+            step = _step_of(line)
+            emit(BuildEvent(name, "step" if step else "line", step or line, time.monotonic() - start))
+
+        try:
+            image_id = engine.build(context_tar(rendered), ref, labels=rendered.labels,
+                                    buildargs=rendered.buildargs, on_line=on_line)
+        except BuildFailed as exc:
+            took = time.monotonic() - start
+            emit(BuildEvent(name, "done", "failed", took))
+            return BuildOutcome(name, ref, None, "failed", log_path, tuple(exc.log_tail[-40:] or tail), took,
+                                rendered.labels, reason=exc.message)
+    took = time.monotonic() - start
+    labels = engine.image_labels(ref) or rendered.labels
+    summary = audit_image(engine, ref, {"harness.role": "audit"}) if audit else None
+    problems = (build_log_problems(engine, ref, torch_cuda_arch_list, {"harness.role": "audit"})
+                if torch_cuda_arch_list else ())
+    emit(BuildEvent(name, "done", "built", took))
+    return BuildOutcome(name, ref, image_id, "built", log_path, tuple(tail), took, labels, summary, problems)
+
+
+def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Path, force: bool = False,
+                 allow_unpinned: bool = False, on_event: Callable[[BuildEvent], None] | None = None,
+                 template: Path | None = None, audit: bool = True) -> dict[str, BuildOutcome]:
+    """Each named docker stack once; 'local' stacks are skipped (they have no image)."""
+    names = [n for n in dict.fromkeys(stack_names) if matrix.spec.stacks[n].runner == "docker"]
+    if not allow_unpinned and (problems := unpinned(matrix, names)):
+        raise ConfigError("unpinned base image(s):\n  - " + "\n  - ".join(problems),
+                          hint="record base_image.digest (`docker buildx imagetools inspect <ref>`), "
+                          "or pass --allow-unpinned for a build you will not compare against")
+    out: dict[str, BuildOutcome] = {}
+    for name in names:
+        rendered = render(matrix, name, template=template)
+        out[name] = build_one(rendered, engine=engine, log_dir=log_dir, force=force, on_event=on_event,
+                              audit=audit, torch_cuda_arch_list=matrix.spec.stacks[name].torch_cuda_arch_list)
+    return out

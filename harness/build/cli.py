@@ -1,0 +1,132 @@
+"""`harness build`: build (or reuse) the image of every stack the selected cells need.
+
+`--dry-run` touches no image: it renders each stack, shows its content-addressed tag, whether
+the engine already has it, and the patch preflight against the real pinned sources.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from rich.live import Live
+from rich.table import Table
+
+from harness.build.builder import BuildEvent, build_stacks, unpinned
+from harness.build.preflight import preflight_stack
+from harness.build.render import render
+from harness.console import err, out
+from harness.errors import CellsFailed, ConfigError, HarnessError, PatchError
+from harness.matrix.cli import add_matrix_args
+from harness.matrix.load import load_matrix
+from harness.matrix.plan import expand, group_by_stack
+
+
+def register(sub) -> None:
+    p = sub.add_parser("build", help="build the images the selected cells need (each stack once)")
+    add_matrix_args(p)
+    p.add_argument("--dry-run", action="store_true", help="show images, hashes, existence and patch preflight")
+    p.add_argument("--force", action="store_true", help="rebuild even when the image exists")
+    p.add_argument("--allow-unpinned", action="store_true", help="accept a base image without a digest")
+    p.add_argument("--log-dir", default="runs/build-logs", help="where build-<stack>.log files go")
+    p.add_argument("--no-preflight", action="store_true", help="skip the patch preflight before building")
+    p.set_defaults(func=run)
+
+
+def _stacks(matrix, k) -> list[str]:
+    stacks = list(group_by_stack(expand(matrix, k)))
+    return [s for s in stacks if matrix.spec.stacks[s].runner == "docker"]
+
+
+def _engine_or_none():
+    from harness.engine import connect
+
+    try:
+        return connect(timeout=10)
+    except HarnessError as exc:
+        err.print(f"[yellow]no engine[/yellow]: {exc.message}", markup=True)
+        return None
+
+
+def dry_run(matrix, stacks: list[str]) -> int:
+    engine = _engine_or_none()
+    table = Table(title=f"{matrix.spec.matrix.name}: {len(stacks)} image(s)")
+    for col in ("stack", "image", "content hash", "exists", "base pinned", "patch preflight"):
+        table.add_column(col, overflow="fold")
+    bad = 0
+    for name in stacks:
+        r = render(matrix, name)
+        exists = "?" if engine is None else ("yes" if engine.image_labels(r.image_ref) is not None else "no")
+        pinned = "yes" if matrix.spec.stacks[name].base_image.digest else "NO (needs --allow-unpinned)"
+        lines = []
+        for series in preflight_stack(matrix, name):
+            if not series.patches:
+                lines.append(f"{series.project} ({series.source}): no patches")
+            for p in series.patches:
+                lines.append(f"{series.project} ({series.source}): {p.describe()}")
+            bad += not series.ok
+        table.add_row(name, r.image_ref, r.content_hash[:16], exists, pinned, "\n".join(lines))
+    out.print(table)
+    if bad:
+        raise PatchError(f"{bad} patch series do not apply to their pinned sources",
+                         hint="refresh the stale patch (`harness patches add-pr`, or rebase it) and run again")
+    return 0
+
+
+def _check_patches(matrix, stacks: list[str]) -> None:
+    problems = [p for s in stacks for series in preflight_stack(matrix, s) for p in series.problems()]
+    if problems:
+        raise PatchError("patch preflight failed:\n  - " + "\n  - ".join(problems),
+                         hint="fix or refresh the named patch; `harness build --dry-run` shows every series")
+
+
+def run(args: argparse.Namespace) -> int:
+    matrix = load_matrix(args.matrix)
+    stacks = _stacks(matrix, args.k)
+    if not stacks:
+        raise ConfigError("no docker stack in the selected cells", hint="check -k and `harness plan`")
+    if args.dry_run:
+        return dry_run(matrix, stacks)
+    if not args.allow_unpinned and (problems := unpinned(matrix, stacks)):
+        raise ConfigError("unpinned base image(s):\n  - " + "\n  - ".join(problems),
+                          hint="record base_image.digest, or pass --allow-unpinned")
+    if not args.no_preflight:
+        _check_patches(matrix, stacks)
+    from harness.engine import connect
+
+    engine = connect()
+    state: dict[str, tuple[str, float]] = {}
+
+    def view() -> Table:
+        t = Table(show_header=True)
+        for col in ("stack", "step", "elapsed"):
+            t.add_column(col, overflow="fold")
+        for s, (step, el) in state.items():
+            t.add_row(s, step, f"{el:.0f} s")
+        return t
+
+    with Live(view(), console=err, refresh_per_second=4, transient=False) as live:
+        started = time.monotonic()
+
+        def on_event(e: BuildEvent) -> None:
+            if e.kind == "line":
+                return
+            state[e.stack] = (e.text, time.monotonic() - started)
+            live.update(view())
+
+        outcomes = build_stacks(matrix, stacks, engine=engine, log_dir=Path(args.log_dir), force=args.force,
+                                allow_unpinned=args.allow_unpinned, on_event=on_event)
+    failed = 0
+    for o in outcomes.values():
+        out.print(f"{o.stack}: {o.status} {o.image_ref} ({o.duration_s:.0f} s)"
+                  + (f" log {o.log_path}" if o.log_path else ""), markup=False)
+        for p in o.arch_problems:
+            out.print(f"  arch: {p}", markup=False)
+        if o.status == "failed":
+            failed += 1
+            for line in o.log_tail[-15:]:
+                out.print(f"  | {line}", markup=False)
+    if failed:
+        raise CellsFailed(f"{failed} of {len(outcomes)} image build(s) failed", hint="read the build logs above")
+    return 0

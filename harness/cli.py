@@ -23,6 +23,8 @@ COMMANDS: tuple[str, ...] = (
     "harness.audit.cli",  # audit
     "harness.fingerprint.cli",  # fingerprint
     "harness.bench.cli",  # bench
+    "harness.build.cli",  # build
+    "harness.build.addpr",  # patches add-pr
     "harness.results.compare_cli",  # compare
     "harness.results.bug_cli",  # bug
     "harness.report.cli",  # report

@@ -104,6 +104,7 @@ class Report:
     finished_at: str
     tool_version: str
     min_ratio: float | None
+    ratio_recorded: bool  # False: run.json predates the rule or dropped it
     cells: tuple[Cell, ...]
     pairs: tuple[Pair, ...]
     builds: tuple[Build, ...]
@@ -372,7 +373,8 @@ def load(run_dir: str | Path) -> Report:
     seen = {c.get("id"): c for c in raw_cells}
     order = list(run.get("cells") or ()) + [i for i in seen if i not in (run.get("cells") or ())]
     cells = tuple(_cell(seen[i], run) if i in seen else _missing(i) for i in order)
-    min_ratio = (matrix.get("expect") or {}).get("nvfp4_over_fp8_min_ratio")
+    expect = matrix.get("expect") or {}
+    min_ratio = expect.get("nvfp4_over_fp8_min_ratio")
     return Report(
         run_id=str(run.get("run_id", run_dir.name)),
         matrix_name=str(matrix.get("name", "?")),
@@ -383,6 +385,7 @@ def load(run_dir: str | Path) -> Report:
         finished_at=str(run.get("finished_at") or "-"),
         tool_version=str(run.get("tool_version", "?")),
         min_ratio=min_ratio,
+        ratio_recorded="nvfp4_over_fp8_min_ratio" in expect,
         cells=cells,
         pairs=_pairs(cells, min_ratio),
         builds=tuple(_build(b) for b in raw_builds),

@@ -137,7 +137,10 @@ def _decode(r: Report) -> Section:
 
 
 def _pairs(r: Report) -> Section:
-    rule = f"NVFP4 per-stream decode >= {r.min_ratio:g} x FP8" if r.min_ratio else "none set"
+    if r.min_ratio:
+        rule = f"NVFP4 per-stream decode >= {r.min_ratio:g} x FP8"
+    else:
+        rule = "none set" if r.ratio_recorded else "not recorded in this run.json"
     rows = tuple(
         (
             Td(p.stack),

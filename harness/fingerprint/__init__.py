@@ -4,6 +4,15 @@
 """
 
 from harness.fingerprint.parse import Fingerprint, fingerprint
+from harness.fingerprint.tables import Signature, kernel_names, load_signatures
 from harness.fingerprint.verdicts import Verdict, verdicts
 
-__all__ = ["Fingerprint", "Verdict", "fingerprint", "verdicts"]
+__all__ = [
+    "Fingerprint",
+    "Signature",
+    "Verdict",
+    "fingerprint",
+    "kernel_names",
+    "load_signatures",
+    "verdicts",
+]

@@ -25,6 +25,9 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # `docker logs -t` and compose prefixes, before anything vLLM wrote.
 _DOCKER_TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z\s+")
 _COMPOSE = re.compile(r"^[\w.-]+\s+\|\s")
+# Log viewers that export "2026-05-01 18:52:10.981 | line" (seen in a GB10 report); the pipe is
+# required so FlashInfer's own "2026-05-03 18:41:37,368 - INFO - ..." lines keep their timestamp.
+_VIEWER_TS = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\s+\|\s?")
 _PROCESS = re.compile(r"^\((?P<proc>[^()]*?)\s*pid=(?P<pid>\d+)\)\s?")
 _VLLM = re.compile(
     r"^(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
@@ -66,15 +69,16 @@ def _from_json(line: str) -> tuple[str, str | None, str | None] | None:
 
 
 def parse_line(number: int, raw: str) -> LogLine:
-    line = _COMPOSE.sub("", _DOCKER_TS.sub("", strip_ansi(raw).strip()))
-    as_json = _from_json(line)
-    if as_json is not None:
-        message, level, process = as_json
-        return LogLine(number, message.strip(), raw, level, process)
+    line = _COMPOSE.sub("", _VIEWER_TS.sub("", _DOCKER_TS.sub("", strip_ansi(raw).strip())))
     process = None
     if m := _PROCESS.match(line):
         process = m.group("proc") or None
         line = line[m.end() :]
+    # JSON records may still carry the multiprocess wrapper's "(EngineCore pid=N) " prefix.
+    as_json = _from_json(line)
+    if as_json is not None:
+        message, level, json_process = as_json
+        return LogLine(number, message.strip(), raw, level, json_process or process)
     if m := _VLLM.match(line):
         return LogLine(number, m.group("msg").strip(), raw, m.group("level"), process)
     if m := _FLASHINFER.match(line):

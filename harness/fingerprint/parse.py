@@ -65,7 +65,10 @@ _AUTOTUNER = re.compile(
 )
 _VERSION = (
     re.compile(r"Initializing a V1 LLM engine \(v(?P<v>[^)\s]+)\)"),
-    re.compile(r"vLLM API server version (?P<v>\S+)"),
+    # 0.11.0 entrypoints/openai/api_server.py; 0.33.0 entrypoints/common/startup.py (no logo)
+    re.compile(r"vLLM (?:API )?server version (?P<v>[^\s,]+)"),
+    # the logo form of the same message (0.20+): "... ▀▄▀ █  version 0.20.0"
+    re.compile(r"█\s+version\s+(?P<v>\d+\.\d+\S*)"),
 )
 _NON_DEFAULT = re.compile(r"non-default args: (?P<dict>\{.*\})\s*$")
 _KERNEL_CONFIG_FIELD = re.compile(
@@ -176,8 +179,9 @@ def _requested_from_args(args: dict[str, Any]) -> dict[str, str]:
 
 def _requested_from_env(env: dict[str, str], names: KernelNames) -> dict[str, str]:
     out: dict[str, str] = {}
-    use_fp4 = env.get("VLLM_USE_FLASHINFER_MOE_FP4") or env.get("VLLM_USE_FLASHINFER_MOE_FP8")
-    if use_fp4 == "1":
+    # vLLM reads these as bool(int(value)): "0" is an explicit no, not a request.
+    flags = (env.get("VLLM_USE_FLASHINFER_MOE_FP4"), env.get("VLLM_USE_FLASHINFER_MOE_FP8"))
+    if any(v is not None and v.isdigit() and int(v) != 0 for v in flags):
         backend = env.get("VLLM_FLASHINFER_MOE_BACKEND")
         out["moe_backend"] = names.moe_env_backend.get(backend or "", "flashinfer")
     if gemm := env.get("VLLM_NVFP4_GEMM_BACKEND"):

@@ -163,6 +163,11 @@ def signatures() -> tuple[Signature, ...]:
     )
 
 
+def load_signatures() -> dict[str, Signature]:
+    """The signature table by id, in file order (bug reports look up tracker, link, meaning)."""
+    return {s.id: s for s in signatures()}
+
+
 @cache
 def kernel_names() -> KernelNames:
     try:

@@ -66,6 +66,10 @@ WRAPPED = [
     # docker logs -t, compose
     f"2026-07-08T22:40:03.166647879Z (EngineCore pid=542) INFO 07-08 22:40:03 [nvfp4.py:270] {MSG}",
     f"vllm  | (EngineCore pid=81) INFO 06-29 11:56:38 [nvfp4.py:270] {MSG}",
+    # a log viewer's export (fixture gb10_fp4_gemm_tma_descriptor)
+    f"2026-05-01 18:52:10.981 | (EngineCore pid=256) INFO 05-01 16:52:10 [nvfp4.py:270] {MSG}",
+    # JSON record behind the 0.11-era multiprocess prefix
+    "(EngineCore_DP0 pid=9) " + json.dumps({"levelname": "INFO", "message": MSG}),
 ]
 
 
@@ -262,3 +266,63 @@ SIGNATURES = [
 @pytest.mark.parametrize(("text", "ids"), SIGNATURES)
 def test_signatures(text: str, ids: list[str]):
     assert list(fingerprint(text).signatures) == ids
+
+
+# Where the version comes from, newest first (vLLM sdists named in each row).
+VERSIONS = [
+    # 0.33.0 v1/engine/core.py "Initializing a V1 LLM engine (v%s) with config: %s"
+    (
+        "(EngineCore pid=1) INFO 11-30 08:00:00 [core.py:140] Initializing a V1 LLM engine (v0.33.0) with config: model='m'",
+        "0.33.0",
+    ),
+    # 0.33.0 entrypoints/common/startup.py, logo disabled
+    (
+        "(APIServer pid=1) INFO 11-30 08:00:00 [startup.py:24] vLLM server version 0.33.0, serving model m",
+        "0.33.0",
+    ),
+    # the logo form, verbatim from the GB10 fixture (0.20.0)
+    (
+        "(APIServer pid=1) INFO 05-03 18:36:06 [utils.py:299]  ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.20.0",
+        "0.20.0",
+    ),
+    # 0.11.0 entrypoints/openai/api_server.py
+    (
+        "INFO 09-03 16:28:10 [api_server.py:1882] vLLM API server version 0.10.2.dev378+g4d7fe40fc.d20250829",
+        "0.10.2.dev378+g4d7fe40fc.d20250829",
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "version"), VERSIONS)
+def test_version_sources(line: str, version: str):
+    assert fingerprint(line).vllm_version == version
+
+
+def test_env_flag_zero_is_not_a_request():
+    # envs.py (0.16.0) reads VLLM_USE_FLASHINFER_MOE_FP4 as bool(int(value)).
+    off = fingerprint("VLLM_USE_FLASHINFER_MOE_FP4=0\nVLLM_USE_FLASHINFER_MOE_FP8=1\n")
+    assert off.requested["moe_backend"] == "flashinfer"
+    none = fingerprint("VLLM_USE_FLASHINFER_MOE_FP4=0\n")
+    assert none.requested["moe_backend"] is None and none.requested_source is None
+
+
+def test_kernel_table_check_reports_a_new_flag(tmp_path):
+    # A minimal tree with the shape of vLLM 0.33.0's oracle and linear modules (not their code).
+    from harness.fingerprint.kernel_table import _FP8, _LINEAR, _NVFP4, main, missing
+
+    for rel, body in (
+        (
+            _NVFP4,
+            'def map_nvfp4_backend(b):\n    mapping = {"marlin": E.MARLIN, "newflag": E.NEW}\n',
+        ),
+        (_FP8, 'def map_fp8_backend(b):\n    mapping = {"triton": E.TRITON}\n'),
+        (
+            _LINEAR,
+            '_LINEAR_BACKEND_KERNEL_MAP: dict = {"marlin": {MarlinNvFp4LinearKernel, NewMarlinKernel}}\n',
+        ),
+    ):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(body)
+    assert missing(tmp_path) == ["moe.nvfp4 newflag: NEW", "linear.kernels marlin: NewMarlinKernel"]
+    assert main([str(tmp_path)]) == 1
+    assert main([str(tmp_path / "nope")]) == 2

@@ -257,3 +257,42 @@ def test_data_files_are_valid_and_ids_unique():
     assert {s.severity for s in signatures()} == {"fatal", "warn"}
     raw = tomllib.loads((ROOT / "harness" / "data" / "signatures.toml").read_text())
     assert len(raw["signature"]) == len(ids)
+
+
+def test_real_gb10_log_judged_end_to_end():
+    # Verbatim GB10 log, vLLM 0.20.0 (fixtures/logs/README.md): the MoE request is honoured,
+    # the article's gemm2 fingerprint (10 skipped tactics) fails, a linear request would fail.
+    fp = fp_of("gb10_v020_fi_cutlass_autotuner")
+    vs = by_check(
+        verdicts(
+            fp,
+            requested_moe="flashinfer_cutlass",
+            requested_linear="marlin",
+            requested_attention="FLASHINFER",
+            max_autotuner_skips=4,
+        )
+    )
+    assert vs["moe_backend"].status == "pass"
+    assert vs["attention_backend"].status == "pass"
+    lin = vs["linear_backend"]
+    assert (lin.status, lin.message) == (
+        "fail",
+        "asked marlin, got FlashInferCutlassNvFp4LinearKernel",
+    )
+    assert lin.lines == ("Using FlashInferCutlassNvFp4LinearKernel for NVFP4 GEMM",)
+    assert vs["autotuner:trtllm::fused_moe::gemm1"].status == "pass"
+    gemm2 = vs["autotuner:trtllm::fused_moe::gemm2"]
+    assert gemm2.status == "fail"
+    assert gemm2.lines[0].startswith(
+        "[Autotuner]: Skipped 10 unsupported tactic(s) for trtllm::fused_moe::gemm2"
+    )
+
+
+def test_load_signatures_by_id():
+    from harness.fingerprint import load_signatures
+
+    table = load_signatures()
+    assert list(table) == [s.id for s in signatures()]
+    sig = table["cutensormap-illegal-access"]
+    assert (sig.tracker, sig.severity) == ("driver", "fatal")
+    assert sig.link.endswith("triton-lang/triton/issues/10442")

@@ -25,6 +25,7 @@ FILE_FAILED = re.compile(r"^error: (?P<file>[^:\n]+): (?P<why>patch does not app
 CHECKING = re.compile(r"^Checking patch (?P<file>.+)\.\.\.$", re.MULTILINE)
 # Inside an enclosing git repo, paths outside the cwd are skipped without an error: a patch
 # that touches nothing must not pass, so preflight works in its own repo and still checks this.
+DIFF_PATHS = re.compile(r"^diff --git a/(?P<a>\S+) b/(?P<b>\S+)$", re.MULTILINE)
 SKIPPED = re.compile(r"^Skipped patch '(?P<file>.+)'\.$", re.MULTILINE)
 
 
@@ -67,7 +68,22 @@ def parse_failure(stderr: str) -> tuple[str | None, int | None, str]:
     file = hunk.group("file") if hunk else (whole.group("file") if whole else None)
     line = int(hunk.group("line")) if hunk else None
     why = whole.group("why") if whole else (stderr.strip().splitlines() or ["git apply failed"])[-1]
+    more = [f"{m['file']}:{m['line']}" for m in HUNK_FAILED.finditer(stderr)][1:]
+    if more:
+        why += f" (also failed: {', '.join(more)})"
     return file, line, why
+
+
+def _copy_touched(tree: Path, work: Path, patches: list[Path]) -> None:
+    """Copy only the files the series touches: a vLLM tree is ~10k files, a series a handful."""
+    work.mkdir(parents=True)
+    for patch in patches:
+        for m in DIFF_PATHS.finditer(patch.read_text(errors="replace")):
+            for rel in (m["a"], m["b"]):
+                src, dst = tree / rel, work / rel
+                if src.is_file() and not dst.exists():
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, dst)
 
 
 def apply_series(tree: Path, patches: list[tuple[str, Path]], *, project: str = "", source: str = "",
@@ -81,7 +97,7 @@ def apply_series(tree: Path, patches: list[tuple[str, Path]], *, project: str = 
     try:
         work = tree if in_place else scratch_parent / "src"
         if not in_place and patches:
-            shutil.copytree(tree, work, symlinks=True)
+            _copy_touched(tree, work, [path for _n, path in patches])
             proc.run(["git", "init", "-q", str(work)], timeout=60)
         for name, path in patches:
             # --unsafe-paths is not needed: patches are relative; -v lists the files it touches.

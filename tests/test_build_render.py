@@ -1,0 +1,104 @@
+"""The renderer on every docker stack of every shipped matrix: ARGs, patches, labels, hashes."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.build.identity import image_ref
+from harness.build.render import ARG_LINE, DEFAULT_TEMPLATE, PLACEHOLDER, context_tar, fill, render
+from harness.errors import ConfigError
+from harness.matrix.load import load_matrix
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKER_STACKS = [
+    (path.name, name)
+    for path in sorted((ROOT / "matrix").glob("*.toml"))
+    for name, stack in load_matrix(path).spec.stacks.items()
+    if stack.runner == "docker"
+]
+REQUIRED_LABELS = (
+    "harness.stack", "harness.content-hash", "harness.base-image", "harness.cuda", "harness.python",
+    "harness.torch", "harness.torch-cuda-arch-list", "harness.flashinfer-cuda-arch-list",
+    "harness.vllm.source", "harness.vllm.patches", "harness.flashinfer.source", "harness.flashinfer.version",
+    "harness.flashinfer.commit", "harness.flashinfer.prs", "harness.max-jobs", "harness.nvcc-threads",
+)
+
+
+def test_every_shipped_matrix_has_a_docker_stack():
+    assert {m for m, _ in DOCKER_STACKS} >= {"spark.toml", "rtx-pro-6000.toml"}
+
+
+@pytest.mark.parametrize(("matrix_file", "stack"), DOCKER_STACKS)
+def test_rendered_stack_is_complete(matrix_file, stack):
+    matrix = load_matrix(ROOT / "matrix" / matrix_file)
+    r = render(matrix, stack)
+    text = r.dockerfile
+    assert not PLACEHOLDER.search(text)
+    args = ARG_LINE.findall(text)
+    assert set(args) == set(r.buildargs), "every ARG gets a build arg and every build arg has an ARG"
+    for arg in args:
+        uses = re.findall(rf"\$\{{{arg}\}}|\${arg}\b", text)
+        assert uses, f"ARG {arg} is declared but never used"
+    spec = matrix.spec.stacks[stack]
+    expected = list(spec.vllm.patches) + [pr.patch for pr in spec.flashinfer.prs]
+    assert [p.rel for p in r.patches] == expected
+    context = dict(r.files)
+    positions = []
+    for p in r.patches:
+        assert f"COPY {p.context_path} " in text, f"{p.rel} is not COPY'd"
+        assert context[p.context_path] == matrix.patch_path(p.rel).read_bytes()
+        positions.append(text.index(f"git apply --verbose /opt/build/{p.context_path}"))
+        assert r.labels[f"harness.{p.series}.patch.{Path(p.rel).name}.sha256"] == p.sha256
+    assert positions == sorted(positions), "patches are applied in series order"
+    for key in REQUIRED_LABELS:
+        assert key in r.labels, key
+    assert r.labels["harness.content-hash"] == r.content_hash
+    assert r.labels["harness.torch-cuda-arch-list"] == spec.torch_cuda_arch_list
+    assert "fetch_source.py" in context
+    assert r.image_ref == image_ref(matrix, stack)
+    assert not re.search(r"^RUN\s+--mount", text, re.MULTILINE)  # the legacy builder would reject it
+    assert re.search(r"^RUN\s+--mount=type=cache", render(matrix, stack, buildkit=True).dockerfile, re.MULTILINE)
+
+
+def test_spark_121a_carries_the_cmake_patch_and_differs_from_stock():
+    matrix = load_matrix(ROOT / "matrix" / "spark.toml")
+    stock, patched = render(matrix, "spark-stock"), render(matrix, "spark-121a")
+    assert patched.labels["harness.vllm.patches"] == "0001-cmake-sm121a-on-cuda13.patch"
+    assert stock.content_hash != patched.content_hash
+
+
+def test_hash_follows_patch_bytes_and_ignores_descriptions(tmp_path):
+    shutil.copytree(ROOT / "matrix", tmp_path / "matrix")
+    shutil.copytree(ROOT / "patches", tmp_path / "patches")
+    path = tmp_path / "matrix" / "spark.toml"
+    before = render(load_matrix(path), "spark-121a").content_hash
+    path.write_text(path.read_text().replace("vLLM 0.33.0 with the local CMake patch", "Reworded"))
+    assert render(load_matrix(path), "spark-121a").content_hash == before
+    patch = tmp_path / "patches" / "vllm" / "0001-cmake-sm121a-on-cuda13.patch"
+    patch.write_bytes(patch.read_bytes() + b"\n")
+    assert render(load_matrix(path), "spark-121a").content_hash != before
+
+
+def test_context_tar_is_reproducible():
+    matrix = load_matrix(ROOT / "matrix" / "spark.toml")
+    assert context_tar(render(matrix, "spark-121a")) == context_tar(render(matrix, "spark-121a"))
+
+
+def test_unknown_placeholder_is_named():
+    with pytest.raises(ConfigError, match="@TYPO@"):
+        fill("FROM x\n@TYPO@\n", {"SYNTAX": ""}, "t")
+
+
+def test_local_stack_has_no_image():
+    matrix = load_matrix(ROOT / "matrix" / "h200-local.toml")
+    name = next(iter(matrix.spec.stacks))
+    with pytest.raises(ConfigError, match="no image"):
+        render(matrix, name)
+
+
+def test_template_is_the_shipped_one():
+    assert DEFAULT_TEMPLATE.is_file()

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 
 from harness import __version__
 from harness.console import err
@@ -44,9 +46,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _term_as_interrupt(signum, frame) -> None:
+    # `timeout`, a CI runner or `docker stop` send SIGTERM: clean up as for Ctrl-C.
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _term_as_interrupt)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

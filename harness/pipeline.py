@@ -44,6 +44,7 @@ class RunOptions:
     bench: bool = True
     force_build: bool = False
     allow_unpinned: bool = False
+    audit_local: bool = True
     argv: tuple[str, ...] = ()
     # How a runner is made for a stack; tests and `--runner` swap it.
     runner_for: Callable[[Cell], Runner] | None = None
@@ -351,11 +352,14 @@ def run_matrix(matrix: Matrix, *, k: str | None, opts: RunOptions, resume_dir: P
             if cell.id in done:
                 continue
             outcome = images.get(cell.stack_name)
+            local_audit = store.builds().get(cell.stack_name) if cell.stack.runner == "local" else None
             if outcome is not None and outcome.get("status") == "failed":
                 result = _build_failed_cell(cell, outcome)
             else:
                 image = outcome.get("image_ref") if outcome else None
                 result = serve_cell(cell, matrix, store, run_id, runner_for(cell), image, opts)
+                if local_audit:
+                    result["audit"] = local_audit.get("audit_summary")
                 if outcome:
                     result["image"] = {"ref": outcome.get("image_ref"), "id": outcome.get("image_id"),
                                        "labels": outcome.get("labels", {})}
@@ -398,8 +402,45 @@ def _build_failed_cell(cell: Cell, outcome: dict) -> dict:
     }
 
 
+def audit_local_stack(matrix: Matrix, stack_name: str) -> dict:
+    """What a local install really holds: run the arch audit on its vllm package directory."""
+    import os
+
+    from harness import proc
+
+    stack = matrix.spec.stacks[stack_name]
+    env = {**os.environ, **stack.local.env}
+    r = proc.run([stack.local.python, "-c", "import os, vllm; print(os.path.dirname(vllm.__file__))"],
+                 timeout=300, env=env)
+    outcome = {"stack": stack_name, "image_ref": f"local:{stack.local.python}", "image_id": None,
+               "status": "local", "labels": {}, "log_path": None, "log_tail": [], "duration_s": 0.0,
+               "audit": None}
+    if not r.ok:
+        outcome["log_tail"] = (r.stderr or r.stdout).strip().splitlines()[-5:]
+        return outcome
+    vllm_dir = r.stdout.strip().splitlines()[-1]
+    outcome["labels"] = {"harness.local.vllm_dir": vllm_dir}
+    try:
+        from harness.audit import Target, audit_path
+    except ImportError:
+        return outcome
+    hw = matrix.spec.hardware[matrix.spec.matrix.hardware]
+    t0 = time.monotonic()
+    report = audit_path(Path(vllm_dir), [Target.from_cc(hw.cc)])
+    outcome["audit"] = report.to_json()
+    outcome["audit"].pop("files", None)  # per-file detail stays out of every cell; totals remain
+    outcome["audit_summary"] = report.summary()
+    outcome["duration_s"] = round(time.monotonic() - t0, 1)
+    return outcome
+
+
 def _build_stage(matrix: Matrix, cells: list[Cell], store, opts: RunOptions, engine_box: dict) -> dict:
-    """Build (or reuse) the image of every docker stack the cells need; outcomes by stack."""
+    """Build (or reuse) the image of every docker stack the cells need; outcomes by stack.
+
+    Local stacks are audited instead (the arch audit of their installed vllm package)."""
+    for s in group_by_stack(cells):
+        if matrix.spec.stacks[s].runner == "local" and s not in store.builds() and opts.audit_local:
+            store.write_build(s, audit_local_stack(matrix, s))
     stacks = [s for s in group_by_stack(cells) if matrix.spec.stacks[s].runner == "docker"]
     if not stacks:
         return {}

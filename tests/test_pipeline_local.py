@@ -176,3 +176,46 @@ def test_resume_redoes_only_unfinished_cells(matrix_file, tmp_path, capsys):
     assert again["fake/qwen-nvfp4/auto"]["fingerprint"]["moe_backend"] == "MARLIN"
     assert RunStore.open(store.dir).run["status"] == "finished"
     assert "resuming" in capsys.readouterr().err
+
+
+def test_sigterm_stops_the_server_and_marks_the_run_interrupted(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+    import uuid
+
+    tag = uuid.uuid4().hex[:10]
+    path = tmp_path / "fake.toml"
+    # the served name reaches the server's command line (the checkpoint path does not)
+    text = matrix_text(free_port()).replace('checkpoint = "fake/qwen3moe-fp8"',
+                                            f'checkpoint = "fake/qwen3moe-fp8"\nserved_name = "fp8-{tag}"')
+    path.write_text(text.replace("quiet_period_s = 8", "quiet_period_s = 600") + """
+[configs.hang]
+env = { FAKE_VLLM_MODE = "hang" }
+""")
+    results = tmp_path / "results"
+    p = subprocess.Popen([sys.executable, "-m", "harness", "run", "-m", str(path), "-k", "qwen-fp8/hang",
+                          "--results", str(results), "--no-report"], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def server_pids() -> list[str]:
+        r = subprocess.run(["pgrep", "-f", "--", f"--model fp8-{tag}"], capture_output=True, text=True)
+        return [x for x in r.stdout.split() if x != str(p.pid)]
+
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not server_pids():
+            time.sleep(0.2)
+        assert server_pids(), "the server never started"
+        time.sleep(1.0)
+        p.send_signal(signal.SIGTERM)
+        out = p.communicate(timeout=60)[0].decode()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, out
+    assert server_pids() == []
+    run_dir = next(results.iterdir())
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
+    assert os.path.exists(run_dir / "logs")

@@ -45,6 +45,9 @@ class RunOptions:
     force_build: bool = False
     allow_unpinned: bool = False
     audit_local: bool = True
+    # A shell command run against each ready server after the benchmark (another client, to
+    # hold our figures against): it sees HARNESS_URL, HARNESS_MODEL and HARNESS_OUT (a JSON path).
+    cross_check: str | None = None
     argv: tuple[str, ...] = ()
     # How a runner is made for a stack; tests and `--runner` swap it.
     runner_for: Callable[[Cell], Runner] | None = None
@@ -166,6 +169,9 @@ def serve_cell(cell: Cell, matrix: Matrix, store, run_id: str, runner: Runner, i
                         long_prompt_tokens=bench_cfg.long_prompt_tokens,
                     ).to_dict()
                     result["durations"]["bench_s"] = round(time.monotonic() - tb, 1)
+                if opts.cross_check:
+                    result["cross_check"] = _cross_check(opts.cross_check, server.base_url,
+                                                         cmd.served_name, store.dir / "logs", cell)
                 if opts.soak_s > 0:
                     _soak(server.base_url, cmd.served_name, opts.soak_s)
             else:
@@ -181,6 +187,26 @@ def serve_cell(cell: Cell, matrix: Matrix, store, run_id: str, runner: Runner, i
     result["durations"]["total_s"] = round(time.monotonic() - t0, 1)
     result["finished_at"] = now_iso()
     return result
+
+
+def _cross_check(command: str, url: str, model: str, log_dir: Path, cell: Cell) -> dict:
+    import os
+
+    from harness import proc
+    from harness.results.store import cell_key
+
+    out_json = log_dir / f"{cell_key(cell.id)}.cross-check.json"
+    t0 = time.monotonic()
+    r = proc.run(["bash", "-c", command], timeout=1800,
+                 env={**os.environ, "HARNESS_URL": url, "HARNESS_MODEL": model, "HARNESS_OUT": str(out_json)})
+    data = None
+    if out_json.is_file():
+        try:
+            data = json.loads(out_json.read_text())
+        except json.JSONDecodeError:
+            data = None
+    return {"command": command, "exit_code": r.returncode, "duration_s": round(time.monotonic() - t0, 1),
+            "output_tail": (r.stdout + r.stderr).strip().splitlines()[-20:], "result": data}
 
 
 def _soak(url: str, model: str, seconds: float) -> None:

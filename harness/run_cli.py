@@ -29,6 +29,9 @@ def register(sub) -> None:
     p.add_argument("--no-bench", action="store_true", help="serve and fingerprint only")
     p.add_argument("--force-build", action="store_true", help="rebuild images even if they exist")
     p.add_argument("--allow-unpinned", action="store_true", help="build from a base image with no digest")
+    p.add_argument("--cross-check", metavar="CMD",
+                   help="shell command run against each ready server after the benchmark "
+                        "(env: HARNESS_URL, HARNESS_MODEL, HARNESS_OUT)")
     p.add_argument("--no-report", action="store_true", help="do not write report.md/html at the end")
     p.set_defaults(func=run)
 
@@ -64,7 +67,7 @@ def run(args) -> int:
 
     opts = RunOptions(results_root=Path(args.results), keep_failed=args.keep_failed, soak_s=args.soak,
                       bench=not args.no_bench, force_build=args.force_build,
-                      allow_unpinned=args.allow_unpinned, argv=tuple(sys.argv), on_cell=on_cell)
+                      allow_unpinned=args.allow_unpinned, cross_check=args.cross_check, argv=tuple(sys.argv), on_cell=on_cell)
     err.print(f"[bold]harness run[/bold] {matrix.path.name}: {total} cells")
     store = run_matrix(matrix, k=k, opts=opts, resume_dir=resume)
     cells = [c for c in store.cells() if c]

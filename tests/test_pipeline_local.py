@@ -219,3 +219,18 @@ env = { FAKE_VLLM_MODE = "hang" }
     run_dir = next(results.iterdir())
     assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
     assert os.path.exists(run_dir / "logs")
+
+
+def test_cross_check_command_runs_against_the_ready_server(matrix_file, tmp_path):
+    # another client measured on the same server, in the same run: its JSON lands in the cell
+    cmd = (f"{sys.executable} -c \"import json, os, urllib.request; "
+           "body = urllib.request.urlopen(os.environ['HARNESS_URL'] + '/v1/models').read(); "
+           "json.dump({'model': os.environ['HARNESS_MODEL'], 'models': json.loads(body)}, "
+           "open(os.environ['HARNESS_OUT'], 'w'))\"")
+    store = run_matrix(load_matrix(matrix_file), k="qwen-fp8/auto",
+                       opts=RunOptions(results_root=tmp_path / "results", bench=False, cross_check=cmd))
+    cell = store.cells()[0]
+    cc = cell["cross_check"]
+    assert cc["exit_code"] == 0, cc["output_tail"]
+    assert cc["result"]["model"] == "qwen-fp8"
+    assert cc["result"]["models"]["data"][0]["id"] == "qwen-fp8"

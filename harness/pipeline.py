@@ -350,6 +350,10 @@ def run_matrix(matrix: Matrix, *, k: str | None, opts: RunOptions, resume_dir: P
     if resume_dir is not None:
         store = RunStore.open(resume_dir)
         done = store.finished_ids()
+        planned = list(store.run.get("cells", []))
+        added = [c.id for c in cells if c.id not in planned]
+        if added:  # `--resume DIR -k EXPR` widens a run with more cells of the same matrix
+            store.update_run(cells=planned + added)
         err.print(f"resuming {store.dir}: {len(done)} of {len(cells)} cells already finished")
     else:
         from harness.hostenv import host_fingerprint

@@ -49,7 +49,8 @@ def run(args) -> int:
                               hint="pass the results/<run-id> directory of the run to resume")
         meta = json.loads(run_json.read_text())
         matrix_path = meta["matrix"]["path"]
-        k = meta.get("k")
+        if k is None:  # an explicit -k widens the run; without one, finish what it planned
+            k = meta.get("k")
     matrix = load_matrix(matrix_path)
     total = len(expand(matrix, k))
     seen = {"n": 0}

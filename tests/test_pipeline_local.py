@@ -177,6 +177,13 @@ def test_resume_redoes_only_unfinished_cells(matrix_file, tmp_path, capsys):
     assert RunStore.open(store.dir).run["status"] == "finished"
     assert "resuming" in capsys.readouterr().err
 
+    # an explicit -k on resume widens the run with more cells of the same matrix
+    assert main(["run", "--resume", str(store.dir), "-k", "flashinfer", "--no-bench", "--no-report"]) == 1
+    widened = RunStore.open(store.dir)
+    assert widened.run["cells"] == [*first, "fake/qwen-nvfp4/moe=flashinfer_cutlass"]
+    assert widened.read_cell("fake/qwen-nvfp4/moe=flashinfer_cutlass")["status"] == "fail"
+    assert widened.read_cell("fake/qwen-fp8/auto")["started_at"] == first["fake/qwen-fp8/auto"]["started_at"]
+
 
 def test_sigterm_stops_the_server_and_marks_the_run_interrupted(tmp_path):
     import os

@@ -54,7 +54,7 @@ def github():
 
 def test_add_pr_writes_patch_with_provenance(github, tmp_path):
     base, seen = github
-    when = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
+    when = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
     added = add_pr("vllm", 4242, base_url=base, patches_dir=tmp_path, now=when)
     assert added.head_sha == HEAD
     assert added.path == tmp_path / "vllm" / "pr4242-build-sm121a-kernels-on-cuda-13.patch"

@@ -61,7 +61,7 @@ def add_pr(project: str, number: int, *, base_url: str = "https://api.github.com
     body = _get(patch_url, "text/x-patch")
     if b"diff --git" not in body:
         raise ConfigError(f"{patch_url}: no 'diff --git' in the answer", hint="the PR may be empty or closed")
-    when = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    when = (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     header = (f"Provenance: {repo} PR #{number}: {title}\n"
               f"Head-SHA: {head_sha}\n"
               f"Taken-from: {patch_url}\n"

@@ -127,7 +127,8 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
 
 def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Path, force: bool = False,
                  allow_unpinned: bool = False, on_event: Callable[[BuildEvent], None] | None = None,
-                 template: Path | None = None, audit: bool = True) -> dict[str, BuildOutcome]:
+                 template: Path | None = None, template_values: dict[str, str] | None = None,
+                 audit: bool = True) -> dict[str, BuildOutcome]:
     """Each named docker stack once; 'local' stacks are skipped (they have no image)."""
     names = [n for n in dict.fromkeys(stack_names) if matrix.spec.stacks[n].runner == "docker"]
     if not allow_unpinned and (problems := unpinned(matrix, names)):
@@ -136,7 +137,7 @@ def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Pat
                           "or pass --allow-unpinned for a build you will not compare against")
     out: dict[str, BuildOutcome] = {}
     for name in names:
-        rendered = render(matrix, name, template=template)
+        rendered = render(matrix, name, template=template, extra=template_values)
         out[name] = build_one(rendered, engine=engine, log_dir=log_dir, force=force, on_event=on_event,
                               audit=audit, torch_cuda_arch_list=matrix.spec.stacks[name].torch_cuda_arch_list)
     return out

@@ -173,7 +173,8 @@ def fill(template_text: str, values: dict[str, str], where: str) -> str:
 
 
 def render(matrix: Matrix, stack_name: str, *, template: Path | None = None,
-           template_text: str | None = None, buildkit: bool = False) -> Rendered:
+           template_text: str | None = None, buildkit: bool = False,
+           extra: dict[str, str] | None = None) -> Rendered:
     """The Dockerfile, build args, labels and context of one docker stack; touches no engine."""
     stack = matrix.spec.stacks[stack_name]
     if stack.runner != "docker":
@@ -192,6 +193,7 @@ def render(matrix: Matrix, stack_name: str, *, template: Path | None = None,
         "FLASHINFER_PATCHES": _apply_lines("flashinfer", patches, "/opt/build/src/flashinfer"),
         "CCACHE_MOUNT": mount,
         "CCACHE_DIR": ccache_dir,
+        **(extra or {}),
     }, str(template))
     buildargs = buildargs_for(stack)
     files = tuple(_context_support_files(template.parent, dockerfile)

@@ -72,7 +72,7 @@ def find_sdist_url(name: str, version: str, index: str = SIMPLE_INDEX) -> tuple[
             page = resp.read().decode()
     except (urllib.error.URLError, TimeoutError) as exc:
         raise EnvironmentProblem(f"cannot read {url}: {exc}",
-                                 hint=f"put {sdist_filename(name, version)} in {SDIST_CACHE} to work offline")
+                                 hint=f"put {sdist_filename(name, version)} in {SDIST_CACHE} to work offline") from None
     want = sdist_filename(name, version)
     for href, sha in HREF.findall(page):
         if href.rsplit("/", 1)[-1].lower() == want:

@@ -1,0 +1,116 @@
+"""The real build path on a real engine, with a tiny busybox template (seconds, no CUDA).
+
+Needs harness-test/busybox:latest (tools/base-images.sh). Checks: context and labels reach the
+image, the second build is 'reused' without calling the engine's build, progress lines stream,
+a failing step is a result with its log tail, and no intermediate container is left behind.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harness.build.builder import build_stacks
+from harness.errors import ConfigError
+from harness.matrix.load import load_matrix
+
+pytestmark = pytest.mark.docker
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "build"
+TEMPLATE = FIX / "Dockerfile.tiny.in"
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from harness.engine import connect
+
+    eng = connect(timeout=10)
+    if eng.image_id("harness-test/busybox:latest") is None:
+        pytest.fail("harness-test/busybox:latest is missing: run tools/base-images.sh")
+    return eng
+
+
+@pytest.fixture(scope="module")
+def built(engine, tmp_path_factory):
+    run_id = uuid.uuid4().hex[:12]
+    matrix = load_matrix(FIX / "tiny.toml")
+    logs = tmp_path_factory.mktemp("logs")
+    events = []
+    outcomes = build_stacks(matrix, ["tiny-ok", "tiny-fails"], engine=engine, log_dir=logs, allow_unpinned=True,
+                            on_event=events.append, template=TEMPLATE, template_values={"RUN_ID": run_id})
+    yield matrix, outcomes, events, run_id, logs
+    for o in outcomes.values():
+        engine.remove_image(o.image_ref)
+
+
+def test_unpinned_base_is_refused(engine, tmp_path):
+    with pytest.raises(ConfigError, match="no digest"):
+        build_stacks(load_matrix(FIX / "tiny.toml"), ["tiny-ok"], engine=engine, log_dir=tmp_path,
+                     template=TEMPLATE, template_values={"RUN_ID": "x"})
+
+
+def test_built_image_carries_the_labels(built, engine):
+    _m, outcomes, _e, run_id, _l = built
+    ok = outcomes["tiny-ok"]
+    assert ok.status == "built", ok.log_tail
+    labels = engine.image_labels(ok.image_ref)
+    assert labels["harness.stack"] == "tiny-ok"
+    assert labels["harness.torch-cuda-arch-list"] == "12.1a"
+    assert labels["harness.content-hash"].startswith(ok.image_ref.rsplit("-", 1)[1])
+    assert labels["harness.test-run"] == run_id
+    assert ok.image_id == engine.image_id(ok.image_ref)
+
+
+def test_progress_lines_and_log_file(built):
+    _m, outcomes, events, _r, _l = built
+    ok = outcomes["tiny-ok"]
+    steps = [e.text for e in events if e.stack == "tiny-ok" and e.kind == "step"]
+    assert steps and steps[0].startswith("Step 1/")
+    assert any("step one for 12.1a" in e.text for e in events if e.kind == "line")
+    assert "step one for 12.1a" in ok.log_path.read_text()
+
+
+def test_build_log_arch_check_runs_on_the_image(built):
+    _m, outcomes, _e, _r, _l = built
+    # the tiny image's log says 12.0f while the stack asked 12.1a: the collapse is reported
+    assert any(p.startswith("arch-collapsed: asked 12.1a") for p in outcomes["tiny-ok"].arch_problems)
+    assert outcomes["tiny-ok"].audit_summary is not None  # the audit hook ran (no site-packages here)
+
+
+def test_failing_step_is_a_result(built):
+    _m, outcomes, _e, _r, _l = built
+    bad = outcomes["tiny-fails"]
+    assert bad.status == "failed" and bad.image_id is None
+    assert any("boom: failing on purpose" in line for line in bad.log_tail)
+    assert "returned a non-zero code: 3" in bad.reason
+    assert bad.log_path.is_file()
+
+
+def test_second_build_is_reused_without_engine_build(built, engine, tmp_path):
+    matrix, outcomes, _e, run_id, _l = built
+
+    class NoBuild:
+        def __getattr__(self, name):
+            return getattr(engine, name)
+
+        def build(self, *a, **k):
+            raise AssertionError("the engine's build was called for an existing image")
+
+    again = build_stacks(matrix, ["tiny-ok"], engine=NoBuild(), log_dir=tmp_path, allow_unpinned=True,
+                         template=TEMPLATE, template_values={"RUN_ID": run_id})
+    assert again["tiny-ok"].status == "reused"
+    assert again["tiny-ok"].image_ref == outcomes["tiny-ok"].image_ref
+
+
+def test_force_rebuilds(built, engine, tmp_path):
+    matrix, _o, _e, run_id, _l = built
+    forced = build_stacks(matrix, ["tiny-ok"], engine=engine, log_dir=tmp_path, allow_unpinned=True, force=True,
+                          template=TEMPLATE, template_values={"RUN_ID": run_id}, audit=False)
+    assert forced["tiny-ok"].status == "built"
+
+
+def test_no_intermediate_containers_left(built, engine):
+    assert engine.containers({"harness.test": "build-tiny"}) == []
+    assert engine.containers({"harness.role": "audit"}) == []

@@ -157,6 +157,8 @@ def serve_cell(cell: Cell, matrix: Matrix, store, run_id: str, runner: Runner, i
                                    state=ready.state, log_tail=list(ready.tail))
             result["durations"]["startup_s"] = round(ready.startup_s, 1)
             if ready.ready:
+                if watch is not None:
+                    watch.mark_steady()
                 result["image_fingerprint"] = _image_fingerprint(cell, server, spec)
                 if opts.bench:
                     from harness.bench import bench as run_bench_sync

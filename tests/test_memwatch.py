@@ -109,3 +109,27 @@ def test_gpu_reader_is_used_when_given():
     with MemWatch(interval_s=0.02, gpu_reader=lambda: 12.5) as watch:
         time.sleep(0.06)
     assert all(s[2] == 12.5 for s in watch.samples)
+
+
+def test_only_samples_after_the_steady_mark_are_judged(tmp_path):
+    # start-up takes memory by design (weights, KV cache): it must not read as a leak
+    import time
+
+    from harness.results.memwatch import MemWatch
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 100000000 kB\nMemAvailable: 90000000 kB\n")
+    w = MemWatch(interval_s=0.02, meminfo=meminfo, gpu_reader=lambda: None)
+    w.start()
+    time.sleep(0.15)
+    meminfo.write_text("MemTotal: 100000000 kB\nMemAvailable: 40000000 kB\n")  # the server loaded
+    time.sleep(0.1)
+    w.mark_steady()
+    time.sleep(0.15)
+    w.stop()
+    r = w.result()
+    assert r["steady_from_s"] > 0.2
+    steady = [s for s in r["samples"] if s[0] >= r["steady_from_s"]]
+    assert steady and all(abs(s[1] - 40000000 / 2**20) < 1e-3 for s in steady)
+    assert r["duration_s"] < r["samples"][-1][0]  # the judged window starts at the mark
+    assert r["leak"] is False

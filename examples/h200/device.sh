@@ -7,7 +7,7 @@
 # Usage, one command each, back to back (the machine keeps /tmp only while warm):
 #   bash examples/h200/device.sh stage            # sends part_00
 #   bash examples/h200/device.sh run [K] [BUDGET]  # sends part_01, installs, runs the matrix
-#   bash examples/h200/device.sh more K [BUDGET]   # widens the same run with more cells
+#   bash examples/h200/device.sh more K [BUDGET] [SOAK_S]  # widens the same run with more cells
 set -u
 PY=/opt/torch/.venv/bin/python3
 KIT=.gpukit/kit
@@ -48,7 +48,7 @@ run)
 more)
   run_dir=$(ls -d /tmp/results/*/ | head -1)
   [ -n "$run_dir" ] || { echo "no run to widen: the machine went cold"; exit 6; }
-  timed_harness "${3:-540}" run --resume "$run_dir" -k "$2" --cross-check "$CROSS"
+  timed_harness "${3:-540}" run --resume "$run_dir" -k "$2" --cross-check "$CROSS" --soak "${4:-0}"
   echo "harness run exit: $?"
   tar czf "$OUT/results.tgz" -C /tmp results
   ;;

@@ -76,8 +76,8 @@ def analyse(samples: Sequence[Sequence[float | None]], interval_s: float | None 
         lost = host[0][1] - host[-1][1]
         reason = (
             f"MemAvailable falls steadily at {-host_slope:.2f} GiB/h (r²={host_fit[1]:.2f}, "
-            f"{lost:.2f} GiB lost over {window / 60:.1f} min): memory is leaking outside the "
-            "process; on unified-memory GPUs (GB10) suspect the driver (590.48.01 did this)"
+            f"{lost:.2f} GiB lost over {window / 60:.1f} min) while the server was up: memory is "
+            "leaking; on unified-memory GPUs (GB10) suspect the driver (590.48.01 did this)"
         )
     else:
         r2 = f", r²={host_fit[1]:.2f}" if host_fit else ""
@@ -160,6 +160,15 @@ class MemWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
+        self._steady_from: float | None = None
+
+    def mark_steady(self) -> None:
+        """From now on the server is up: loading weights and allocating the KV cache are over.
+
+        Only samples after this mark are judged, since start-up takes memory by design (seen on
+        the H200 test machine: MemAvailable fell 3.2 GiB during a 156 s vLLM start-up).
+        """
+        self._steady_from = time.monotonic() - self._t0
 
     def sample(self) -> Sample:
         t = time.monotonic() - self._t0
@@ -211,4 +220,10 @@ class MemWatch:
         return list(self._samples)
 
     def result(self) -> dict:
-        return analyse(self._samples, self.interval_s)
+        if self._steady_from is None:
+            return analyse(self._samples, self.interval_s)
+        steady = [row for row in self._samples if row[0] >= self._steady_from]
+        out = analyse(steady, self.interval_s)
+        out["samples"] = analyse(self._samples, self.interval_s)["samples"]  # keep start-up for plots
+        out["steady_from_s"] = round(self._steady_from, 1)
+        return out

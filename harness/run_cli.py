@@ -35,6 +35,25 @@ def register(sub) -> None:
     p.add_argument("--no-report", action="store_true", help="do not write report.md/html at the end")
     p.set_defaults(func=run)
 
+    r = sub.add_parser("rejudge", help="re-apply the cross-cell FP8-vs-NVFP4 rule to a stored run")
+    r.add_argument("run_dir", help="a results/<run-id> directory")
+    r.set_defaults(func=rejudge)
+
+
+def rejudge(args) -> int:
+    from harness.pipeline import apply_format_rule
+    from harness.results.store import RunStore
+
+    store = RunStore.open(Path(args.run_dir))
+    applied = apply_format_rule(store)
+    for v in applied:
+        style = "green" if v["status"] == "pass" else "red"
+        out.print(f"[{style}]{v['status']:>4}[/{style}] {v['cell']}: ", end="")
+        out.print(v["message"], markup=False)
+    if not applied:
+        out.print("no stack+config has both an FP8 and an NVFP4 cell with decode figures")
+    return 0
+
 
 def run(args) -> int:
     from harness.pipeline import RunOptions, exit_code, run_matrix

@@ -36,12 +36,14 @@ def flashinfer_tree(spark):
     return sources.tree(sources.flashinfer_source(spark.spec.stacks["spark-121a"]))
 
 
+@pytest.mark.network
 def test_cmake_patch_applies_to_vllm_0330(vllm_tree):
     result = apply_series(vllm_tree, [(CMAKE_PATCH.name, CMAKE_PATCH)], project="vllm")
     assert result.ok, result.problems()
     assert result.patches[0].files == ("CMakeLists.txt",)
 
 
+@pytest.mark.network
 def test_patch_n_plus_1_is_checked_on_top_of_n(vllm_tree, tmp_path):
     # The same change twice: each applies alone, the second is stale on top of the first.
     again = tmp_path / "0002-same-change-again.patch"
@@ -56,6 +58,7 @@ def test_patch_n_plus_1_is_checked_on_top_of_n(vllm_tree, tmp_path):
     assert "CMakeLists.txt (hunk at line" in result.problems()[0]
 
 
+@pytest.mark.network
 def test_merged_flashinfer_pr_is_rejected_as_stale(flashinfer_tree):
     # PR #2520 is in 0.7.2.post1 already: its diff no longer applies, and the hunk is named.
     stale = FIXTURE_PATCHES / "flashinfer-pr2520-xqa-slice.patch"
@@ -68,12 +71,14 @@ def test_merged_flashinfer_pr_is_rejected_as_stale(flashinfer_tree):
                             "(hunk at line 54): patch does not apply (also failed: flashinfer/xqa.py:74)")
 
 
+@pytest.mark.network
 def test_pristine_tree_is_not_modified(vllm_tree):
     before = (vllm_tree / "CMakeLists.txt").read_bytes()
     apply_series(vllm_tree, [(CMAKE_PATCH.name, CMAKE_PATCH)])
     assert (vllm_tree / "CMakeLists.txt").read_bytes() == before
 
 
+@pytest.mark.network
 def test_shipped_spark_series_pass(spark):
     for name in spark.spec.stacks:
         for series in preflight_stack(spark, name):

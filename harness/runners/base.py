@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from harness.redact import redact_text
+
 
 @dataclass(frozen=True)
 class ServeSpec:
@@ -47,7 +49,8 @@ class LogBuffer:
         self._f.flush()
 
     def add(self, line: str) -> None:
-        line = line.rstrip("\r\n")
+        # vLLM echoes its arguments (`non-default args: {... 'api_key': ...}`): mask on the way in
+        line = redact_text(line.rstrip("\r\n"))
         with self._lock:
             self._lines.append(line)
             self.last_line_at = time.monotonic()

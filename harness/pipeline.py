@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harness import __version__
+from harness import __version__, serve_cmd
 from harness.console import err
 from harness.errors import ConfigError
 from harness.fingerprint import fingerprint, verdicts
@@ -26,7 +26,6 @@ from harness.matrix.plan import Cell, expand, group_by_stack
 from harness.redact import redact_args, redact_env
 from harness.runners.base import Runner, ServeSpec
 from harness.runners.readiness import wait_ready
-from harness import serve_cmd
 
 PROBE = Path(__file__).resolve().parent / "probe_image.py"
 CONTAINER_MODEL_DIR = "/models"

@@ -67,6 +67,8 @@ class Cell:
     leak: bool | None = None
     memory_note: str = "not watched"
     total_s: float | None = None
+    # the run's own FP8-vs-NVFP4 verdict on this (NVFP4) cell, noise band included
+    format_verdict: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -285,6 +287,8 @@ def _cell(cell: dict, run: dict) -> Cell:
         leak=mem.get("leak") if mem else None,
         memory_note=mem_note,
         total_s=(cell.get("durations") or {}).get("total_s"),
+        format_verdict=next((v for v in cell.get("verdicts") or () if v.get("check") == "expect.nvfp4_over_fp8"),
+                            None),
     )
 
 
@@ -333,6 +337,10 @@ def _pairs(cells: tuple[Cell, ...], min_ratio: float | None) -> tuple[Pair, ...]
             verdict = f"n/a (no decode at c=1 for {', '.join(missing)})"
         elif min_ratio is None:
             verdict = "no rule"
+        elif nv.format_verdict is not None:  # the run judged it, with its noise band: show that
+            verdict = nv.format_verdict["status"].upper()
+            if "within noise" in nv.format_verdict.get("message", ""):
+                verdict += " (within noise)"
         else:
             verdict = "PASS" if ratio >= min_ratio else "FAIL"
         out.append(Pair(stack, config, fam, fp8, nv, ratio, agg, min_ratio, verdict))

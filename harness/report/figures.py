@@ -105,7 +105,7 @@ def fp8_vs_nvfp4(pairs: tuple[Pair, ...]) -> str | None:
             mark,
             ha="center",
             fontsize=9,
-            color="#b00020" if p.verdict == "FAIL" else "#1b5e20",
+            color="#b00020" if p.verdict.startswith("FAIL") else "#1b5e20",
         )
     ax.set_xticks(
         range(len(drawn)), [redact_text(f"{p.stack}\n{p.config}") for p in drawn], fontsize=8

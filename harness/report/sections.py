@@ -150,7 +150,7 @@ def _pairs(r: Report) -> Section:
             Td(stat(p.nvfp4.per_stream_c1)),
             Td("n/a" if p.ratio is None else f"{p.ratio:.2f}x"),
             Td("n/a" if p.aggregate_ratio is None else f"{p.aggregate_ratio:.2f}x"),
-            Td(p.verdict, {"PASS": GOOD, "FAIL": BAD}.get(p.verdict, WARN)),
+            Td(p.verdict, {"PASS": GOOD, "FAIL": BAD}.get(p.verdict.split(" ")[0], WARN)),
         )
         for p in r.pairs
     )

@@ -5,6 +5,7 @@ PY      := $(VENV)/bin/python
 HARNESS := $(VENV)/bin/harness
 MATRIX  ?= matrix/spark.toml
 K       ?=
+ARGS    ?=
 PYTEST_ARGS ?=
 
 .PHONY: install matrix plan doctor test test-fast lint docker-up clean
@@ -20,7 +21,7 @@ install: $(VENV)/.installed
 # The main job: rebuild and verify the stacks of the default matrix, then report.
 matrix: install
 	$(HARNESS) doctor -m $(MATRIX)
-	$(HARNESS) run -m $(MATRIX) $(if $(K),-k '$(K)')
+	$(HARNESS) run -m $(MATRIX) $(if $(K),-k '$(K)') $(ARGS)
 
 plan: install
 	$(HARNESS) plan -m $(MATRIX) $(if $(K),-k '$(K)')

@@ -438,7 +438,7 @@ def run_matrix(matrix: Matrix, *, k: str | None, opts: RunOptions, resume_dir: P
             opts.on_cell(result)
         apply_format_rule(store)
         store.finish("finished")
-    except KeyboardInterrupt:
+    except BaseException:  # Ctrl-C, SIGTERM, or a refusal before any cell: say the run stopped
         store.finish("interrupted")
         raise
     return store

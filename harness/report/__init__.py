@@ -6,28 +6,14 @@ Pipeline: data.load (run dir -> frozen rows) -> figures (inline SVG) -> sections
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from harness.report import figures, html, markdown
 from harness.report.data import Report, load
 from harness.report.sections import header, sections
+from harness.results.store import atomic_write_text
 
 __all__ = ["Report", "load", "write_report"]
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:
@@ -42,6 +28,6 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> tupl
         "roofline": figures.roofline(report.cells),
     }
     md_path, html_path = out / "report.md", out / "report.html"
-    _write_atomic(md_path, markdown.render(head, secs))
-    _write_atomic(html_path, html.render(head, secs, figs))
+    atomic_write_text(md_path, markdown.render(head, secs))
+    atomic_write_text(html_path, html.render(head, secs, figs))
     return md_path, html_path

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
+from pathlib import Path
 
 from rich.table import Table
 
@@ -30,8 +31,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "path",
         metavar="TARGET",
-        help="directory (e.g. an exported site-packages), wheel, or binary",
+        help="directory (e.g. an exported site-packages), wheel, binary, or a Docker image "
+        "(its Python packages are copied out; the container is not started)",
     )
+    p.add_argument("--image", action="store_true", help="TARGET is an image even if a path of that name exists")
+    p.add_argument("--image-path", metavar="DIR", help="the image's site-packages (default: try "
+                   + ", ".join(IMAGE_PATHS) + ")")
     p.add_argument("--json", action="store_true", help="print the full report as JSON on stdout")
     p.add_argument(
         "--target-cc",
@@ -68,8 +73,39 @@ def _targets(ccs: list[str] | None) -> list[Target]:
         ) from exc
 
 
+# Where images keep their Python packages: our own Dockerfile's venv first, then the usual prefixes.
+IMAGE_PATHS = ("/opt/venv/lib", "/usr/local/lib", "/usr/lib/python3/dist-packages")
+
+
+def audit_image(ref: str, targets: list[Target], *, sass_check: bool, paths=IMAGE_PATHS) -> AuditReport:
+    """Copy an image's Python packages out (the container is never started) and audit them."""
+    import tempfile
+
+    from harness.engine import connect
+    from harness.errors import EngineError
+
+    engine = connect()
+    if engine.image_id(ref) is None:
+        raise EngineError(f"no image {ref} on this engine", hint="build it (`harness build`) or pull/load it")
+    labels = {"harness.role": "audit-export"}
+    with tempfile.TemporaryDirectory(prefix="harness-audit-image-") as tmp:
+        for path in paths:
+            try:
+                dest = engine.export_path(ref, path, Path(tmp) / path.strip("/").replace("/", "_"), labels)
+            except EngineError:
+                continue
+            return audit_path(dest, targets, sass_check=sass_check)
+    raise EngineError(f"{ref}: none of {', '.join(paths)} exists in the image",
+                      hint="pass --image-path with the image's site-packages directory")
+
+
 def run(args: argparse.Namespace) -> int:
-    report = audit_path(args.path, _targets(args.target_cc), sass_check=args.sass)
+    targets = _targets(args.target_cc)
+    if args.image or not Path(args.path).exists():
+        paths = (args.image_path,) if args.image_path else IMAGE_PATHS
+        report = audit_image(args.path, targets, sass_check=args.sass, paths=paths)
+    else:
+        report = audit_path(args.path, targets, sass_check=args.sass)
     if args.json:
         out.print_json(json.dumps(report.to_json()))
     else:

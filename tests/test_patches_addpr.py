@@ -65,18 +65,19 @@ def test_add_pr_writes_patch_with_provenance(github, tmp_path):
     assert seen == ["/repos/vllm-project/vllm/pulls/4242", "/vllm-project/vllm/pull/4242.patch"]
 
 
+@pytest.mark.network
 def test_added_patch_still_applies(github, tmp_path):
-    # the provenance header must not break `git apply`
+    # the provenance header must not break `git apply`, on the real vLLM 0.33.0 sdist
     base, _ = github
     added = add_pr("vllm", 4242, base_url=base, patches_dir=tmp_path)
     tree = tmp_path / "tree"
     tree.mkdir()
     from harness.build import sources
+    from harness.matrix.load import load_matrix
 
-    sdist = sources.SDIST_CACHE / "vllm-0.33.0" / "CMakeLists.txt"
-    if not sdist.is_file():
-        pytest.skip("needs the unpacked vLLM 0.33.0 sdist in .cache/sdist/")
-    (tree / "CMakeLists.txt").write_bytes(sdist.read_bytes())
+    spark = load_matrix(Path(__file__).resolve().parent.parent / "matrix" / "spark.toml")
+    pristine = sources.tree(sources.vllm_source(spark.spec.stacks["spark-121a"]))
+    (tree / "CMakeLists.txt").write_bytes((pristine / "CMakeLists.txt").read_bytes())
     assert apply_series(tree, [(added.path.name, added.path)]).ok
 
 

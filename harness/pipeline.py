@@ -8,6 +8,7 @@ removes its container, marks the run interrupted and leaves every finished cell 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sys
@@ -47,6 +48,9 @@ class RunOptions:
     # A shell command run against each ready server after the benchmark (another client, to
     # hold our figures against): it sees HARNESS_URL, HARNESS_MODEL and HARNESS_OUT (a JSON path).
     cross_check: str | None = None
+    # A Dockerfile template other than docker/Dockerfile.vllm.in (tests use a small one).
+    build_template: Path | None = None
+    build_template_values: dict | None = None
     argv: tuple[str, ...] = ()
     # How a runner is made for a stack; tests and `--runner` swap it.
     runner_for: Callable[[Cell], Runner] | None = None
@@ -433,7 +437,11 @@ def run_matrix(matrix: Matrix, *, k: str | None, opts: RunOptions, resume_dir: P
                 if outcome:
                     result["image"] = {"ref": outcome.get("image_ref"), "id": outcome.get("image_id"),
                                        "labels": outcome.get("labels", {})}
-                    result["audit"] = outcome.get("audit")
+                    result["audit"] = outcome.get("audit_summary") or outcome.get("audit")
+                    for problem in outcome.get("arch_problems") or ():
+                        # the build log says the archs asked for are not the archs built: THE trap
+                        _add_verdict(result, {"check": "build.archs", "status": "fail",
+                                              "message": problem, "lines": []})
             store.write_cell(result)
             opts.on_cell(result)
         apply_format_rule(store)
@@ -442,6 +450,14 @@ def run_matrix(matrix: Matrix, *, k: str | None, opts: RunOptions, resume_dir: P
         store.finish("interrupted")
         raise
     return store
+
+
+def _add_verdict(result: dict, verdict: dict) -> None:
+    result["verdicts"].append(verdict)
+    if verdict["status"] == "fail":
+        result["reasons"].append(verdict["message"])
+        if result["status"] == "pass":
+            result["status"] = "fail"
 
 
 def _build_failed_cell(cell: Cell, outcome: dict) -> dict:
@@ -453,7 +469,7 @@ def _build_failed_cell(cell: Cell, outcome: dict) -> dict:
                        "bytes_per_param": cell.model.bytes_per_param},
         "status": "build-failed",
         "reasons": [f"image for stack {cell.stack_name} did not build: "
-                    + (outcome.get("log_tail") or ["(no log)"])[-1]],
+                    + (outcome.get("reason") or (outcome.get("log_tail") or ["(no log)"])[-1])],
         "verdicts": [], "fingerprint": None, "bench": None,
         "image": {"ref": outcome.get("image_ref"), "id": None, "labels": {}},
         "image_fingerprint": None, "audit": None, "memory": None,
@@ -533,10 +549,13 @@ def _build_stage(matrix: Matrix, cells: list[Cell], store, opts: RunOptions, eng
             from harness.engine import connect
 
             engine_box["engine"] = connect()
+        extra = {}
+        if opts.build_template is not None:
+            extra = {"template": opts.build_template, "template_values": opts.build_template_values}
         outcomes = build_stacks(matrix, todo, engine=engine_box["engine"], log_dir=store.dir / "logs",
-                                force=opts.force_build, allow_unpinned=opts.allow_unpinned)
+                                force=opts.force_build, allow_unpinned=opts.allow_unpinned, **extra)
         for name, outcome in outcomes.items():
-            data = outcome.to_json() if hasattr(outcome, "to_json") else dict(outcome.__dict__)
+            data = json.loads(json.dumps(dataclasses.asdict(outcome), default=str))
             store.write_build(name, data)
         known = store.builds()
     return {s: known.get(s) for s in stacks}

@@ -161,3 +161,31 @@ def test_sigint_leaves_no_container_and_an_interrupted_run(fake_image, tmp_path)
     assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
     assert not list((run_dir / "cells").glob("*.json")) if (run_dir / "cells").exists() else True
 
+
+
+def test_built_stack_whose_build_log_shows_the_arch_trap_fails_its_cells(fake_image, tmp_path):
+    # the whole path: build (content-addressed, from a template) -> serve -> verdicts, where the
+    # image's vLLM build log says 12.1a was asked and 12.0f was built: every cell must FAIL on it
+    path = tmp_path / "built.toml"
+    path.write_text(_matrix(tmp_path, fake_image).read_text().replace(
+        f'[stacks.img]\nimage = "{fake_image}"',
+        '[stacks.built]\ntorch_cuda_arch_list = "12.1a"\n'
+        'base_image = { repository = "harness-test/fakevllm", tag = "latest" }\n'
+        'torch = { version = "0" }\nvllm = { pypi = "0.33.0" }\nflashinfer = { version = "0.7.2.post1" }\n'))
+    run_id = f"pipe-{os.getpid()}-{time.monotonic_ns() % 100000}"
+    store = run_matrix(load_matrix(path), k="qwen-fp8/auto", opts=RunOptions(
+        results_root=tmp_path / "results", allow_unpinned=True, bench=False,
+        build_template=ROOT / "tests" / "fixtures" / "build" / "Dockerfile.fakevllm.in",
+        build_template_values={"RUN_ID": run_id}))
+    try:
+        cell = store.cells()[0]
+        build = json.loads((store.dir / "builds" / "built.json").read_text())
+        assert build["status"] == "built" and build["image_ref"].startswith("vllm-bw:built-")
+        assert cell["image"]["labels"]["harness.test-run"] == run_id
+        assert cell["fingerprint"]["moe_backend"] == "TRITON"  # it served: the log was read
+        assert cell["status"] == "fail"
+        trap = [v for v in cell["verdicts"] if v["check"] == "build.archs"]
+        assert trap and all(v["status"] == "fail" for v in trap)
+        assert any("12.0f" in v["message"] for v in trap), trap
+    finally:
+        connect().remove_image(json.loads((store.dir / "builds" / "built.json").read_text())["image_ref"])

@@ -180,7 +180,7 @@ class Stack(Strict):
     @model_validator(mode="after")
     def _runner_fields(self) -> Stack:
         if self.runner == "docker":
-            missing = [k for k in ("base_image", "torch", "vllm", "torch_cuda_arch_list")
+            missing = [k for k in ("base_image", "torch", "vllm", "flashinfer", "torch_cuda_arch_list")
                        if getattr(self, k) is None]
             if missing and self.image is None:
                 raise ValueError(f"a docker stack needs {', '.join(missing)} (or `image`, a prebuilt one)")

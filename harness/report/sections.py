@@ -256,7 +256,7 @@ def _builds(r: Report) -> Section:
     rows = tuple(
         (
             Td(b.stack),
-            Td(b.status, GOOD if b.status in ("built", "pass", "ok", "cached") else BAD),
+            Td(b.status, GOOD if b.status in ("built", "reused", "local", "pass", "ok", "cached") else BAD),
             Td(b.image),
             Td(
                 b.audit_status, {"pass": GOOD, "fail": BAD, "warn": WARN}.get(b.audit_status, PLAIN)

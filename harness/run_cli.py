@@ -41,8 +41,8 @@ def register(sub) -> None:
 
 
 def rejudge(args) -> int:
-    from harness.pipeline import apply_format_rule
     from harness.results.store import RunStore
+    from harness.verdict import apply_format_rule
 
     store = RunStore.open(Path(args.run_dir))
     applied = apply_format_rule(store)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.pipeline import compare_formats
+from harness.verdict import compare_formats
 
 
 def cell(quant: str, samples: list[float], config: str = "auto", stack: str = "s") -> dict:

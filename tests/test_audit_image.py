@@ -15,8 +15,6 @@ from harness.audit.report import DEFAULT_TARGETS
 from harness.engine import connect
 from harness.errors import EngineError
 
-pytestmark = pytest.mark.docker
-
 CUBINS = Path(__file__).resolve().parent / "fixtures" / "cubins"
 
 
@@ -33,6 +31,7 @@ def _image_with(so: Path, inside: str) -> str:
     return tag
 
 
+@pytest.mark.docker
 def test_image_audit_equals_the_file_audit():
     so = sorted(CUBINS.glob("*.so"))[0]
     tag = _image_with(so, "/usr/local/lib/python3.12/site-packages/vllm/_C.abi3.so")
@@ -47,6 +46,17 @@ def test_image_audit_equals_the_file_audit():
         engine.remove_image(tag)
 
 
+@pytest.mark.docker
 def test_missing_image_is_a_clear_error():
     with pytest.raises(EngineError, match="no image"):
         audit_image("harness-test/does-not-exist:never", list(DEFAULT_TARGETS), sass_check=False)
+
+
+@pytest.mark.parametrize(("target", "image"), [
+    ("vllm-bw:spark-121a-0123456789ab", True), ("nvidia/cuda:13.0.1-devel-ubuntu24.04", True),
+    ("/nonexistent/site-packages", False), ("./build/lib", False), ("vllm-0.25.1.whl", False),
+])
+def test_what_counts_as_an_image(target, image):
+    from harness.audit.cli import _looks_like_image
+
+    assert _looks_like_image(target) is image

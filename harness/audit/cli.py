@@ -99,9 +99,16 @@ def audit_image(ref: str, targets: list[Target], *, sass_check: bool, paths=IMAG
                       hint="pass --image-path with the image's site-packages directory")
 
 
+def _looks_like_image(target: str) -> bool:
+    """`vllm-bw:spark-121a-…` or `nvidia/cuda:13.0.1-devel`, not a path that is missing."""
+    if Path(target).exists() or target.startswith(("/", ".", "~")):
+        return False
+    return not target.endswith((".whl", ".so", ".cubin", ".fatbin", ".o"))
+
+
 def run(args: argparse.Namespace) -> int:
     targets = _targets(args.target_cc)
-    if args.image or not Path(args.path).exists():
+    if args.image or _looks_like_image(args.path):
         paths = (args.image_path,) if args.image_path else IMAGE_PATHS
         report = audit_image(args.path, targets, sass_check=args.sass, paths=paths)
     else:

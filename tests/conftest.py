@@ -68,6 +68,20 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip(f"needs a GPU: {problem}")
 
 
+def make_runs_module():
+    """tests/fixtures/runs/make_runs.py, imported once: it builds run dirs from real pieces."""
+    import importlib.util
+    import sys
+
+    name = "harness_fixture_make_runs"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, FIXTURES / "runs" / "make_runs.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
 @pytest.fixture
 def root() -> Path:
     return ROOT

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from conftest import make_runs_module
 
 from harness.cli import main as cli_main
 from harness.errors import ConfigError
 from harness.results.bug import bug_report
 
-MAKE_RUNS = Path(__file__).resolve().parent / "fixtures" / "runs" / "make_runs.py"
 SECTIONS = (
     "## Environment",
     "### Host",
@@ -26,16 +22,6 @@ SECTIONS = (
     "## Reproduce",
     "Likely tracker:",
 )
-
-
-def make_runs_module():
-    name = "harness_fixture_make_runs"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, MAKE_RUNS)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 @pytest.fixture(scope="session")

@@ -3,29 +3,15 @@ at 400 tok/s for the baseline and 300 for the candidate, real captured logs fing
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import make_runs_module
 
 from harness.cli import main as cli_main
 from harness.errors import Regression
 from harness.results.compare import compare_runs, to_markdown
 from harness.results.store import RunStore
-
-MAKE_RUNS = Path(__file__).resolve().parent / "fixtures" / "runs" / "make_runs.py"
-
-
-def make_runs_module():
-    name = "harness_fixture_make_runs"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, MAKE_RUNS)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 @pytest.fixture(scope="session")

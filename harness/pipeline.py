@@ -74,8 +74,6 @@ def _spec(cell: Cell, matrix: Matrix, run_id: str, log_path: Path, image: str | 
     if stack.runner == "local":
         cmd = serve_cmd.build(cell, serve, matrix_dir=matrix.path.parent, port=serve.host_port or serve.port)
         argv = (stack.local.python, *serve_cmd.VLLM_MODULE, *cmd.args)
-        cmd = serve_cmd.ServeCommand(cmd.args, {**stack.local.env, **cmd.env}, cmd.model_path,
-                                     cmd.served_name, cmd.port)
         mounts: tuple = ()
     else:
         src = serve_cmd.model_path(cell, matrix.path.parent)
@@ -103,7 +101,6 @@ def _image_fingerprint(cell: Cell, server, spec: ServeSpec) -> dict | None:
     """Versions and env from inside the image (or the local env), via probe_image.py."""
     from harness import proc
 
-    script = PROBE.read_text()
     try:
         if cell.stack.runner == "local":
             import os
@@ -112,7 +109,7 @@ def _image_fingerprint(cell: Cell, server, spec: ServeSpec) -> dict | None:
                          env={**os.environ, **spec.env})
             text = r.stdout if r.ok else ""
         else:
-            server.container.put_file("/tmp", "harness_probe.py", script.encode())
+            server.container.put_file("/tmp", "harness_probe.py", PROBE.read_bytes())
             code, text = server.container.exec(["python3", "/tmp/harness_probe.py"])
             text = text if code == 0 else ""
         return json.loads(text) if text.strip() else None
@@ -227,19 +224,24 @@ def _soak(url: str, model: str, seconds: float) -> None:
 # --- the run ----------------------------------------------------------------------------------
 
 
+def _engine(engine_box: dict):
+    """The Docker engine, connected on first use: a run of local stacks never needs one."""
+    if "engine" not in engine_box:
+        from harness.engine import connect
+
+        engine_box["engine"] = connect()
+    return engine_box["engine"]
+
+
 def _default_runner_for(engine_box: dict) -> Callable[[Cell], Runner]:
     from harness.runners.local import LocalRunner
 
     def make(cell: Cell) -> Runner:
         if cell.stack.runner == "local":
             return LocalRunner()
-        if "engine" not in engine_box:
-            from harness.engine import connect
-
-            engine_box["engine"] = connect()
         from harness.runners.docker import DockerRunner
 
-        return DockerRunner(engine_box["engine"])
+        return DockerRunner(_engine(engine_box))
 
     return make
 
@@ -286,18 +288,17 @@ def run_matrix(matrix: Matrix, *, k: str | None, opts: RunOptions, resume_dir: P
             if cell.id in done:
                 continue
             outcome = images.get(cell.stack_name)
-            local_audit = store.builds().get(cell.stack_name) if cell.stack.runner == "local" else None
+            docker = cell.stack.runner == "docker"
             if outcome is not None and outcome.get("status") == "failed":
                 result = _build_failed_cell(cell, outcome)
             else:
-                image = outcome.get("image_ref") if outcome else None
+                image = outcome.get("image_ref") if outcome and docker else None
                 result = serve_cell(cell, matrix, store, run_id, runner_for(cell), image, opts)
-                if local_audit:
-                    result["audit"] = local_audit.get("audit_summary")
                 if outcome:
+                    result["audit"] = outcome.get("audit_summary") or outcome.get("audit")
+                if outcome and docker:
                     result["image"] = {"ref": outcome.get("image_ref"), "id": outcome.get("image_id"),
                                        "labels": outcome.get("labels", {})}
-                    result["audit"] = outcome.get("audit_summary") or outcome.get("audit")
                     for problem in outcome.get("arch_problems") or ():
                         # the build log says the archs asked for are not the archs built: THE trap
                         add_verdict(result, {"check": "build.archs", "status": "fail",
@@ -366,22 +367,17 @@ def _build_stage(matrix: Matrix, cells: list[Cell], store, opts: RunOptions, eng
     """Build (or reuse) the image of every docker stack the cells need; outcomes by stack.
 
     Local stacks are audited instead (the arch audit of their installed vllm package)."""
-    for s in group_by_stack(cells):
+    needed = list(group_by_stack(cells))
+    for s in needed:
         if matrix.spec.stacks[s].runner == "local" and s not in store.builds() and opts.audit_local:
             store.write_build(s, audit_local_stack(matrix, s))
-    stacks = [s for s in group_by_stack(cells) if matrix.spec.stacks[s].runner == "docker"]
-    if not stacks:
-        return {}
+    stacks = [s for s in needed if matrix.spec.stacks[s].runner == "docker"]
     known = store.builds()
     for s in stacks:  # prebuilt images: record what they are, build nothing
         image = matrix.spec.stacks[s].image
         if image and s not in known:
-            if "engine" not in engine_box:
-                from harness.engine import connect
-
-                engine_box["engine"] = connect()
-            labels = engine_box["engine"].image_labels(image)
-            outcome = {"stack": s, "image_ref": image, "image_id": engine_box["engine"].image_id(image),
+            labels = _engine(engine_box).image_labels(image)
+            outcome = {"stack": s, "image_ref": image, "image_id": _engine(engine_box).image_id(image),
                        "status": "reused" if labels is not None else "failed", "labels": labels or {},
                        "log_path": None, "log_tail": [] if labels is not None else
                        [f"image {image} does not exist on this engine (build or load it first)"],
@@ -397,20 +393,16 @@ def _build_stage(matrix: Matrix, cells: list[Cell], store, opts: RunOptions, eng
 
             raise NotBuiltYet("the build stage is not available in this checkout",
                               hint="use a stack with runner = \"local\"") from exc
-        if "engine" not in engine_box:
-            from harness.engine import connect
-
-            engine_box["engine"] = connect()
         extra = {}
         if opts.build_template is not None:
             extra = {"template": opts.build_template, "template_values": opts.build_template_values}
-        outcomes = build_stacks(matrix, todo, engine=engine_box["engine"], log_dir=store.dir / "logs",
+        outcomes = build_stacks(matrix, todo, engine=_engine(engine_box), log_dir=store.dir / "logs",
                                 force=opts.force_build, allow_unpinned=opts.allow_unpinned, **extra)
         for name, outcome in outcomes.items():
             data = json.loads(json.dumps(dataclasses.asdict(outcome), default=str))
             store.write_build(name, data)
         known = store.builds()
-    return {s: known.get(s) for s in stacks}
+    return {s: known[s] for s in needed if s in known}
 
 
 def exit_code(store) -> int:

@@ -57,6 +57,7 @@ def rejudge(args) -> int:
 
 def run(args) -> int:
     from harness.pipeline import RunOptions, exit_code, run_matrix
+    from harness.verdict import per_stream
 
     resume = Path(args.resume) if args.resume else None
     k = args.k
@@ -77,9 +78,7 @@ def run(args) -> int:
     def on_cell(cell: dict) -> None:
         seen["n"] += 1
         style = STATUS_STYLE.get(cell["status"], "white")
-        bench = cell.get("bench") or {}
-        solo = next((lv.get("per_stream_tok_s") for lv in bench.get("levels", [])
-                     if lv.get("concurrency") == 1), None)
+        solo = per_stream(cell.get("bench") or {}, 1)
         extra = f" decode@1 {solo:.1f} tok/s" if solo else ""
         err.print(f"[{seen['n']}/{total}] [{style}]{cell['status']:>12}[/{style}] {cell['id']}{extra}")
         for reason in cell["reasons"][:3]:
@@ -96,8 +95,7 @@ def run(args) -> int:
         table.add_column(col, overflow="fold")
     for c in cells:
         fp = c.get("fingerprint") or {}
-        solo = next((lv.get("per_stream_tok_s") for lv in (c.get("bench") or {}).get("levels", [])
-                     if lv.get("concurrency") == 1), None)
+        solo = per_stream(c.get("bench") or {}, 1)
         style = STATUS_STYLE.get(c["status"], "white")
         table.add_row(c["id"], f"[{style}]{c['status']}[/{style}]", fp.get("moe_backend") or "-",
                       ", ".join(fp.get("linear_kernels") or []) or "-", fp.get("attention_backend") or "-",

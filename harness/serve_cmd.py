@@ -96,7 +96,8 @@ def build(cell: Cell, serve: Serve, *, matrix_dir: Path, port: int, host: str = 
     if cell.model.load_format != "auto":
         args += ["--load-format", cell.model.load_format]
     args += list(cell.model.args)
-    env: dict[str, str] = {**cell.stack.env}
+    local_env = cell.stack.local.env if cell.stack.local else {}
+    env: dict[str, str] = {**local_env, **cell.stack.env}
     cfg = cell.config
     if cell.stack.kernel_selection == "flags":
         if cfg.moe_backend:

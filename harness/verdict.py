@@ -49,7 +49,7 @@ def judge(cell: Cell, matrix: Matrix, result: dict, fp, ready) -> None:
                         "lines": []})
     bench = result.get("bench")
     if expect.min_decode_tok_s and bench:
-        solo = _per_stream(bench, 1)
+        solo = per_stream(bench, 1)
         ok = solo is not None and solo >= expect.min_decode_tok_s
         out.append({"check": "expect.min_decode_tok_s", "status": "pass" if ok else "fail",
                     "message": f"decode {solo} tok/s at c=1 (floor {expect.min_decode_tok_s})", "lines": []})
@@ -73,7 +73,7 @@ def judge(cell: Cell, matrix: Matrix, result: dict, fp, ready) -> None:
         result["status"] = "fail" if any(v["status"] == "fail" for v in out) else "pass"
 
 
-def _per_stream(bench: dict, conc: int) -> float | None:
+def per_stream(bench: dict, conc: int) -> float | None:
     for lv in bench.get("levels", []):
         if lv.get("concurrency") == conc:
             return lv.get("per_stream_tok_s")

@@ -9,10 +9,11 @@ import pytest
 
 from harness.audit import elf, fatbin
 from harness.audit.archs import CudaArch
-from harness.audit.scan import ScanStats, audit_bytes, audit_tree
+from harness.audit.scan import NO_SASS, SassPolicy, ScanStats, audit_bytes, audit_tree
+from harness.audit.source import BytesReader, Unreadable
 
 CUBINS = Path(__file__).parent / "fixtures" / "cubins"
-NO_SASS = lambda arch: False  # noqa: E731
+ALL_PTX = SassPolicy(all_ptx=True)
 
 # Every entry in file order, as `cuobjdump -ptx FILE` names it (PTX renamed compute_*).
 # The .so files carry a second, kernel-less cubin per arch: nvcc's device-link stub.
@@ -85,7 +86,7 @@ def test_counts_and_ptx(name: str, cubins: dict[str, int], ptx: list[str]) -> No
 
 
 def test_every_kernel_build_has_one_kernel_per_family() -> None:
-    audit = audit_bytes("x", (CUBINS / "mixed.so").read_bytes(), NO_SASS, ScanStats())
+    audit = audit_bytes("x", (CUBINS / "mixed.so").read_bytes(), ALL_PTX, ScanStats())
     for obj in audit.objects:
         if obj.arch.name == "sm_75":
             assert obj.families == {}  # the device-link stub
@@ -103,9 +104,13 @@ def test_directory_walk_finds_every_binary_once(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "libdup.so").symlink_to(tmp_path / "nvfp4_sm120f.so")
     (tmp_path / "README.txt").write_text("not a binary")
+    (tmp_path / "libc.so").write_text("/* GNU ld script */\nGROUP ( /lib/libc.so.6 )\n")
     (tmp_path / "host_only.so").write_bytes(b"\x7fELF" + b"\0" * 60)
-    files = audit_tree(tmp_path, NO_SASS, ScanStats())
-    assert [f.path for f in files] == ["kernels.o", "nvfp4_sm120f.so"]
+    found = audit_tree(tmp_path, NO_SASS, ScanStats())
+    assert [f.path for f in found.files] == ["kernels.o", "nvfp4_sm120f.so"]
+    # A linker script is text, not a broken library; an ELF of an unknown class is unreadable.
+    assert [u.path for u in found.unreadable] == ["host_only.so"]
+    assert "32-bit or big-endian" in found.unreadable[0].reason
 
 
 def test_wheel_is_read_without_extracting(tmp_path: Path) -> None:
@@ -116,9 +121,13 @@ def test_wheel_is_read_without_extracting(tmp_path: Path) -> None:
         zf.write(CUBINS / "nvfp4_sm120a.so", "fake/_C.abi3.so")
         zf.writestr("fake/__init__.py", "")
         zf.writestr("fake/libtext.so", "not elf")
-    files = audit_tree(whl, NO_SASS, ScanStats())
-    assert [f.path for f in files] == ["fake-1.0-py3-none-any.whl!fake/_C.abi3.so"]
-    assert dict(files[0].cubins) == {"sm_120a": 2}
+    found = audit_tree(whl, NO_SASS, ScanStats())
+    assert [f.path for f in found.files] == ["fake-1.0-py3-none-any.whl!fake/_C.abi3.so"]
+    assert dict(found.files[0].cubins) == {"sm_120a": 2}
+    # A member named like a library that is not one is reported, not skipped.
+    assert [(u.path, u.reason[:13]) for u in found.unreadable] == [
+        ("fake-1.0-py3-none-any.whl!fake/libtext.so", "not an ELF fi")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -164,9 +173,14 @@ def test_containers_found_among_padding_and_truncation_is_safe() -> None:
     one = _container([(2, 121, 0x100011, b"\0" * 16), (1, 90, 0x11, b"ptx\0" * 4)])
     two = _container([(2, 100, 0x200011, b"\0" * 8)])
     blob = b"\0" * 13 + one + b"\0" * 7 + two
-    assert [e.arch.name for e in fatbin.iter_entries(blob)] == ["sm_121a", "compute_90", "sm_100f"]
-    # A container whose size runs past the buffer yields what fits and stops cleanly.
-    assert [e.arch.name for e in fatbin.iter_entries(one[:-20])] == ["sm_121a"]
+    assert [e.arch.name for e in fatbin.iter_entries(BytesReader(blob))] == [
+        "sm_121a",
+        "compute_90",
+        "sm_100f",
+    ]
+    # A container whose size runs past the buffer is a truncated file, not fewer kernels.
+    with pytest.raises(Unreadable, match="truncated: fatbin container at 0 declares"):
+        list(fatbin.iter_entries(BytesReader(one[:-20])))
 
 
 @pytest.mark.parametrize(
@@ -175,8 +189,12 @@ def test_containers_found_among_padding_and_truncation_is_safe() -> None:
 )
 def test_standalone_cubin_arch(name: str, arch: str) -> None:
     data = (CUBINS / name).read_bytes()
-    parsed = elf.parse(data)
-    assert parsed is not None and parsed.machine == elf.EM_CUDA
-    assert elf.cubin_arch(data, parsed) == CudaArch.parse(arch)
-    assert "_Z21nvfp4_gemm_mma_kernelPKjPf" in elf.kernel_names(parsed)
-    assert len(elf.kernel_names(parsed)) == 7
+    hdr = elf.header(data[:64])
+    assert hdr.machine == elf.EM_CUDA
+    secs = elf.sections(BytesReader(data), hdr)
+    assert elf.cubin_arch(data, hdr, secs) == CudaArch.parse(arch)
+    assert "_Z21nvfp4_gemm_mma_kernelPKjPf" in elf.cubin_kernels(data, secs)
+    assert len(elf.cubin_kernels(data, secs)) == 7
+    # nvcc puts the section names first: the fast path finds the same kernels.
+    table = elf.leading_name_table(data, hdr.ehsize)
+    assert sorted(elf.kernel_names_from_table(table)) == sorted(elf.cubin_kernels(data, secs))

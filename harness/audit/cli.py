@@ -7,11 +7,12 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from harness.audit.archs import CC
 from harness.audit.families import FAMILIES, TITLES
-from harness.audit.report import DEFAULT_TARGETS, AuditReport, audit_path
+from harness.audit.report import AuditReport, audit_path
 from harness.audit.scan import arch_sort_key
 from harness.audit.verdict import FAIL, WARN, Target
 from harness.console import err, out
@@ -20,13 +21,30 @@ from harness.errors import ConfigError
 _STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 
 
+EXIT_CODES = """exit codes:
+  0  every verdict asked for passed (or only warned, with the default --fail-on fail)
+  1  a verdict failed; a line on stderr says which and why. Also: no loadable CUDA code at
+     all, or none in a file a stack requires to hold kernels (vLLM _C / _moe_C, FlashInfer
+     AOT modules, bitsandbytes CUDA libraries)
+  2  bad input: a missing path, a bad --cc, or an incomplete audit (a file or wheel member
+     could not be read to the end: each is listed as "unreadable: <why>")
+  3  this host cannot run it (e.g. nvdisasm failed while checking SASS)
+
+Verdicts are given only for the chips asked for: --cc (repeatable) and/or the hardware of a
+matrix (-m). Without either, the audit lists what was compiled and checks the files' integrity.
+"""
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "audit",
         help="prove from the binaries which GPU archs were compiled (sm_120 vs sm_120f vs sm_121a)",
         description="Read every CUDA binary under PATH (directory, .whl, .so, .cubin, .fatbin, .o): "
-        "cubins per arch with the a/f suffix, PTX, kernel families, and per target chip whether "
-        "the kernels load and whether the NVFP4 GEMMs use the native block-scaled FP4 MMA.",
+        "cubins per arch with the a/f suffix, PTX, kernel families, relocatable (-rdc) code apart, "
+        "and per target chip whether the kernels load and whether the NVFP4 GEMMs use the native "
+        "block-scaled FP4 MMA. Nothing is extracted: wheel members are read as streams.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "path",
@@ -39,16 +57,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    + ", ".join(IMAGE_PATHS) + ")")
     p.add_argument("--json", action="store_true", help="print the full report as JSON on stdout")
     p.add_argument(
+        "--cc",
         "--target-cc",
+        dest="target_cc",
         action="append",
         metavar="CC",
-        help="compute capability to judge for, repeatable (default: 12.0, 12.1, 9.0)",
+        help="compute capability to judge for, repeatable (e.g. --cc 12.1; "
+        "nvidia-smi --query-gpu=compute_cap)",
+    )
+    p.add_argument(
+        "-m",
+        "--matrix",
+        metavar="FILE",
+        help="judge for the compute capability of this matrix's hardware (matrix.hardware)",
     )
     p.add_argument(
         "--sass",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="disassemble the NVFP4 GEMM cubins a target would load (needs nvdisasm; default on)",
+    )
+    p.add_argument(
+        "--ptx-names",
+        action="store_true",
+        help="read the kernel names of every PTX entry (default: only PTX a target would JIT)",
+    )
+    p.add_argument(
+        "--jobs", type=int, metavar="N", help="worker processes (default: the CPU count)"
     )
     p.add_argument(
         "--top", type=int, default=10, metavar="N", help="files shown in the table (default 10)"
@@ -62,22 +97,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _targets(ccs: list[str] | None) -> list[Target]:
-    if not ccs:
-        return list(DEFAULT_TARGETS)
+def _targets(ccs: list[str] | None, matrix: str | None) -> list[Target]:
+    out: list[Target] = []
     try:
-        return [Target.from_cc(str(CC.parse(c))) for c in ccs]
+        out += [Target.from_cc(str(CC.parse(c))) for c in ccs or []]
     except ValueError as exc:
         raise ConfigError(
-            str(exc), hint="pass --target-cc like 12.1 (nvidia-smi --query-gpu=compute_cap)"
+            str(exc), hint="pass --cc like 12.1 (nvidia-smi --query-gpu=compute_cap)"
         ) from exc
+    if matrix:
+        from harness.matrix.load import load_matrix
+
+        spec = load_matrix(matrix).spec
+        hw = spec.hardware[spec.matrix.hardware]
+        out.append(Target(f"{spec.matrix.hardware} ({CC.parse(hw.cc).sm})", hw.cc))
+    seen: set[str] = set()
+    return [t for t in out if not (t.cc in seen or seen.add(t.cc))]
 
 
 # Where images keep their Python packages: our own Dockerfile's venv first, then the usual prefixes.
 IMAGE_PATHS = ("/opt/venv/lib", "/usr/local/lib", "/usr/lib/python3/dist-packages")
 
 
-def audit_image(ref: str, targets: list[Target], *, sass_check: bool, paths=IMAGE_PATHS) -> AuditReport:
+def audit_image(ref: str, targets: list[Target], *, sass_check: bool, paths=IMAGE_PATHS, **kw) -> AuditReport:
     """Copy an image's Python packages out (the container is never started) and audit them."""
     import tempfile
 
@@ -94,7 +136,7 @@ def audit_image(ref: str, targets: list[Target], *, sass_check: bool, paths=IMAG
                 dest = engine.export_path(ref, path, Path(tmp) / path.strip("/").replace("/", "_"), labels)
             except EngineError:
                 continue
-            return audit_path(dest, targets, sass_check=sass_check)
+            return audit_path(dest, targets, sass_check=sass_check, **kw)
     raise EngineError(f"{ref}: none of {', '.join(paths)} exists in the image",
                       hint="pass --image-path with the image's site-packages directory")
 
@@ -107,45 +149,107 @@ def _looks_like_image(target: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    targets = _targets(args.target_cc)
+    targets = _targets(args.target_cc, args.matrix)
+    if args.jobs is not None and args.jobs < 1:
+        raise ConfigError(f"--jobs {args.jobs}: must be at least 1", hint="pass --jobs 1 for one process")
+    kw = {"sass_check": args.sass, "jobs": args.jobs, "all_ptx": args.ptx_names}
     if args.image or _looks_like_image(args.path):
         paths = (args.image_path,) if args.image_path else IMAGE_PATHS
-        report = audit_image(args.path, targets, sass_check=args.sass, paths=paths)
+        report = audit_image(args.path, targets, paths=paths, **kw)
     else:
-        report = audit_path(args.path, targets, sass_check=args.sass)
+        report = audit_path(args.path, targets, **kw)
     if args.json:
         out.print_json(json.dumps(report.to_json()))
     else:
         render(report, top=args.top)
     for note in report.stats.notes:
-        err.print(f"[yellow]note:[/yellow] {note}")
+        err.print(f"[yellow]note:[/yellow] {escape(note)}")
+    if not targets:
+        err.print("[dim]no target chip given: pass --cc 12.1 (repeatable) or -m MATRIX to judge "
+                  "which kernels load and whether NVFP4 runs natively[/dim]")
+    for line in report.failures():
+        err.print(escape(line), style="red" if not line.startswith("unreadable") else "yellow")
+    if not report.complete:
+        err.print(f"[red]incomplete audit[/red]: {len(report.unreadable)} file(s) could not be read "
+                  "to the end; no verdict covers them (exit 2)")
+        return 2
     bad = {"fail": {FAIL}, "warn": {FAIL, WARN}, "never": set()}[args.fail_on]
-    return 1 if any(v.status in bad for v in report.verdicts) else 0
+    statuses = [v.status for v in report.verdicts] + [p.status for p in report.problems]
+    if args.fail_on == "warn":
+        for v in report.verdicts:
+            if v.status == WARN:
+                err.print(escape(f"warn: {v.target.name} ({v.target.cc}): {v.message}"), style="yellow")
+    return 1 if any(s in bad for s in statuses) else 0
 
 
 def render(report: AuditReport, top: int = 10) -> None:
-    totals = report.totals()
-    archs = sorted(totals, key=arch_sort_key)
-    if not report.files:
-        out.print(f"{report.root}: no CUDA code found ({report.stats.files_seen} files scanned)")
-        return
-    files = sorted(report.files, key=lambda f: -sum(f.cubins.values()))[:top]
-    t = Table(title=f"cubins per arch — {report.root}", title_justify="left")
-    t.add_column("file")
-    for a in archs:
-        t.add_column(a, justify="right")
-    t.add_column("PTX")
-    for f in files:
+    """Tables on stdout. Paths and messages come from the binaries: printed escaped, never
+    as rich markup."""
+    root = escape(report.root)
+    loadable = [f for f in report.files if f.objects]
+    if not loadable:
+        out.print(f"{root}: no loadable CUDA code found ({report.stats.files_seen} files scanned)")
+    else:
+        totals = report.totals()
+        archs = sorted(totals, key=arch_sort_key)
+        files = sorted(loadable, key=lambda f: -sum(f.cubins.values()))[:top]
+        t = Table(title=f"cubins per arch — {root}", title_justify="left")
+        t.add_column("file")
+        for a in archs:
+            t.add_column(a, justify="right")
+        t.add_column("PTX")
+        for f in files:
+            t.add_row(
+                escape(f.path.rsplit("!", 1)[-1]), *[_n(f.cubins.get(a, 0)) for a in archs], ",".join(f.ptx)
+            )
+        if len(loadable) > len(files):
+            t.add_row(f"… {len(loadable) - len(files)} more", *[""] * len(archs), "")
         t.add_row(
-            f.path.rsplit("!", 1)[-1], *[_n(f.cubins.get(a, 0)) for a in archs], ",".join(f.ptx)
+            "[bold]total[/bold]", *[f"[bold]{totals[a]}[/bold]" for a in archs], ",".join(report.ptx())
         )
-    if len(report.files) > len(files):
-        t.add_row(f"… {len(report.files) - len(files)} more", *[""] * len(archs), "")
-    t.add_row(
-        "[bold]total[/bold]", *[f"[bold]{totals[a]}[/bold]" for a in archs], ",".join(report.ptx())
+        out.print(t)
+        _render_families(report)
+    reloc = [f for f in report.files if f.relocatable]
+    if reloc:
+        rt = Table(title="relocatable device code (__nv_relfatbin, -rdc): linked, never loaded as is",
+                   title_justify="left")
+        rt.add_column("file")
+        rt.add_column("cubins")
+        rt.add_column("PTX")
+        for f in reloc[:top]:
+            rt.add_row(escape(f.path.rsplit("!", 1)[-1]),
+                       ", ".join(f"{a}={n}" for a, n in sorted(f.relocatable_cubins.items(), key=lambda x: arch_sort_key(x[0]))),
+                       ",".join(f.relocatable_ptx))
+        out.print(rt)
+    if report.unreadable:
+        ut = Table(title="unreadable: the audit is incomplete", title_justify="left")
+        ut.add_column("file")
+        ut.add_column("why")
+        for u in report.unreadable:
+            ut.add_row(escape(u.path), escape(u.reason))
+        out.print(ut)
+    if report.verdicts or report.problems:
+        vt = Table(title="verdicts", title_justify="left")
+        vt.add_column("target")
+        vt.add_column("status")
+        vt.add_column("why")
+        for p in report.problems:
+            vt.add_row("files", _status(p.status), escape(p.message))
+        for v in report.verdicts:
+            vt.add_row(escape(f"{v.target.name} ({v.target.cc})"), _status(v.status), escape(v.message))
+            for c in v.checks:
+                if (c.status != "pass" or c.family == "nvfp4_gemm") and not v.message.startswith(c.message):
+                    vt.add_row("", _status(c.status), f"[dim]{c.family}:[/dim] {escape(c.message)}")
+        out.print(vt)
+    sass = "SASS checked" if report.sass_checked else "SASS not checked"
+    out.print(
+        f"{len(report.files)} CUDA files of {report.stats.files_seen} scanned, "
+        f"{report.stats.bytes_read / 2**20:.0f} MiB read, {report.stats.sass_cubins} cubins disassembled "
+        f"({sass}), {report.elapsed_s:.1f} s"
     )
-    out.print(t)
 
+
+def _render_families(report: AuditReport) -> None:
     fams = report.families()
     cols = sorted({a for c in fams.values() for a in c}, key=arch_sort_key)
     ft = Table(title="kernels per family and arch", title_justify="left")
@@ -158,29 +262,11 @@ def render(report: AuditReport, top: int = 10) -> None:
             ft.add_row(TITLES[fam], *[_n(c.get(a, 0)) for a in cols])
     out.print(ft)
 
-    vt = Table(title="verdicts", title_justify="left")
-    vt.add_column("target")
-    vt.add_column("status")
-    vt.add_column("why")
-    for v in report.verdicts:
-        vt.add_row(f"{v.target.name} ({v.target.cc})", _status(v.status), v.message)
-        for c in v.checks:
-            if (c.status != "pass" or c.family == "nvfp4_gemm") and not v.message.startswith(
-                c.message
-            ):
-                vt.add_row("", _status(c.status), f"[dim]{c.family}:[/dim] {c.message}")
-    out.print(vt)
-    sass = "SASS checked" if report.sass_checked else "SASS not checked"
-    out.print(
-        f"{len(report.files)} CUDA files of {report.stats.files_seen} scanned, "
-        f"{report.stats.bytes_read / 2**20:.0f} MiB read, {report.stats.sass_cubins} cubins disassembled "
-        f"({sass}), {report.elapsed_s:.1f} s"
-    )
-
 
 def _n(v: int) -> str:
     return str(v) if v else "[dim]·[/dim]"
 
 
 def _status(s: str) -> str:
-    return f"[{_STYLE[s]}]{s}[/{_STYLE[s]}]"
+    style = _STYLE.get(s, "bold")
+    return f"[{style}]{s}[/{style}]"

@@ -19,51 +19,60 @@ _FP4_TYPES = r"(?:e2m1|nvf4|mxf4|nvfp4|mxfp4|fp4)"
 class FamilyRule:
     family: str
     title: str
-    include: re.Pattern[str]
+    include: tuple[re.Pattern[str], ...]  # every one must be found somewhere in the name
     exclude: re.Pattern[str] | None = None
 
     def matches(self, name: str) -> bool:
-        return bool(self.include.search(name)) and not (self.exclude and self.exclude.search(name))
+        return all(p.search(name) for p in self.include) and not (
+            self.exclude and self.exclude.search(name)
+        )
 
 
 FAMILY_RULES: tuple[FamilyRule, ...] = (
-    FamilyRule("marlin", "Marlin (weight-only)", re.compile(r"marlin", re.I)),
+    FamilyRule("marlin", "Marlin (weight-only)", (re.compile(r"marlin", re.I),)),
     FamilyRule(
         "nvfp4_gemm",
         "NVFP4/FP4 GEMM",
-        # An FP4 operand type together with a GEMM/MMA in the name; anchored lookaheads
-        # keep this linear on 5 kB CUTLASS names.
-        re.compile(rf"^(?=.*{_FP4_TYPES})(?=.*(?:gemm|_mm|mma|matmul))", re.I | re.S),
+        # An FP4 operand type together with a GEMM/MMA in the name: two plain searches,
+        # linear on 5 kB CUTLASS names (a `(?=.*x)` lookahead backtracks through each).
+        (re.compile(_FP4_TYPES, re.I), re.compile(r"gemm|_mm|mma|matmul", re.I)),
         # Pointer-setup helpers of grouped GEMMs and quantizers mention both but run no MMA.
         re.compile(r"get_group_gemm_starts|cvt_|quant", re.I),
     ),
     FamilyRule(
         "fp4_quant",
         "FP4 quantize",
-        re.compile(rf"^(?=.*{_FP4_TYPES})(?=.*(?:cvt|quant|cache))", re.I | re.S),
+        (re.compile(_FP4_TYPES, re.I), re.compile(r"cvt|quant|cache", re.I)),
     ),
     FamilyRule(
         "moe",
         "MoE",
-        re.compile(
-            r"moe|expert|topkgating|grouped_topk|GroupProblemShape|group_gemm_starts|"
-            r"problem_sizes|InputRowsKernel",
-            re.I,
+        (
+            re.compile(
+                r"moe|expert|topkgating|grouped_topk|GroupProblemShape|group_gemm_starts|"
+                r"problem_sizes|InputRowsKernel",
+                re.I,
+            ),
         ),
     ),
     FamilyRule(
         "scaled_mm",
         "scaled_mm (FP8/INT8 GEMM)",
-        re.compile(
-            r"scaled_mm|cutlass_3x_gemm|c3x|DefaultGemmWithVisitor|float_e4m3|float_e5m2", re.I
+        (
+            re.compile(
+                r"scaled_mm|cutlass_3x_gemm|c3x|DefaultGemmWithVisitor|float_e4m3|float_e5m2",
+                re.I,
+            ),
         ),
     ),
     FamilyRule(
         "attention",
         "attention",
-        re.compile(
-            r"attention|attn|flash|fmha|(?<![a-z])mla|_mla|paged|reshape_and_cache|concat_and_cache",
-            re.I,
+        (
+            re.compile(
+                r"attention|attn|flash|fmha|(?<![a-z])mla|_mla|paged|reshape_and_cache|concat_and_cache",
+                re.I,
+            ),
         ),
     ),
 )

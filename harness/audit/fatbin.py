@@ -22,12 +22,12 @@ both plain and family builds.
 
 from __future__ import annotations
 
-import mmap
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from harness.audit.archs import CudaArch
+from harness.audit.source import Unreadable
 
 MAGIC = b"\x50\xed\x55\xba\x01\x00\x10\x00"  # 0xBA55ED50, version 1, header size 16
 _CONTAINER = struct.Struct("<IHHQ")
@@ -47,12 +47,13 @@ FLAG_FAMILY = 0x200000  # sm_XYf / compute_XYf
 
 @dataclass(frozen=True)
 class Entry:
-    """One cubin or PTX inside a container; `payload` is as stored (maybe compressed)."""
+    """One cubin or PTX inside a container; its payload stays in the file until asked for."""
 
-    container: int  # index of the container within the scanned buffer
+    container: int  # file offset of the container that holds it
     arch: CudaArch
     flags: int
-    payload: bytes
+    offset: int  # file offset of the payload
+    stored_size: int  # payload bytes as stored (compressed size when compressed)
     uncompressed_size: int
 
     @property
@@ -73,44 +74,45 @@ def arch_from_header(kind: int, number: int, flags: int) -> CudaArch:
     return CudaArch.from_number(number, suffix, ptx=kind == KIND_PTX)
 
 
-def iter_entries(buf: bytes | mmap.mmap, start: int = 0, end: int | None = None) -> Iterator[Entry]:
-    """Every ELF and PTX entry of every container found in buf[start:end].
+def iter_entries(reader, start: int = 0, end: int | None = None) -> Iterator[Entry]:
+    """Every ELF and PTX entry of every container found in [start, end) of `reader`.
 
     Containers are found by their magic, so padding between them (the linker aligns each
-    one) is skipped; a header that does not add up ends that container, never the scan.
+    one) is skipped. A container or entry whose sizes run past its section, or past the
+    file, raises Unreadable: a truncated fatbin is an incomplete audit, not fewer kernels.
     """
-    raw = buf  # bytes or an mmap: both have find() and slicing, which is all we use
-    end = len(raw) if end is None else end
-    pos, index = start, 0
-    while True:
-        pos = raw.find(MAGIC, pos, end)
-        if pos < 0:
-            return
-        _, _, _, size = _CONTAINER.unpack_from(raw, pos)
-        stop = min(pos + 16 + size, end)
-        cur = pos + 16
-        while cur + _ENTRY.size <= stop:
-            (
-                kind,
-                _ver,
-                hsize,
-                psize,
-                csize,
-                _opt,
-                _minor,
-                _major,
-                number,
-                _no,
-                _nl,
-                flags,
-                _r,
-                usize,
-            ) = _ENTRY.unpack_from(raw, cur)
+    end = reader.size if end is None else min(end, reader.size)
+    pos = reader.find(MAGIC, start, end)
+    while pos >= 0:
+        if pos + _CONTAINER.size > end:
+            raise Unreadable(f"truncated fatbin container header at {pos}")
+        _, _, _, size = _CONTAINER.unpack(reader.read_at(pos, _CONTAINER.size))
+        stop = pos + _CONTAINER.size + size
+        if stop > end:
+            raise Unreadable(
+                f"truncated: fatbin container at {pos} declares {size} bytes, "
+                f"{end - pos - _CONTAINER.size} are there"
+            )
+        cur = pos + _CONTAINER.size
+        while cur < stop:
+            if cur + _ENTRY.size > stop:
+                raise Unreadable(f"fatbin entry header at {cur} runs past its container")
+            (kind, _v, hsize, psize, csize, _o, _mi, _ma, number, _no, _nl, flags, _r, usize) = (
+                _ENTRY.unpack(reader.read_at(cur, _ENTRY.size))
+            )
             if hsize < _ENTRY.size or cur + hsize + psize > stop:
-                break
+                raise Unreadable(
+                    f"fatbin entry at {cur} declares a {hsize}-byte header and {psize}-byte "
+                    f"payload, past its container's end at {stop}"
+                )
+            if csize > psize:
+                raise Unreadable(f"fatbin entry at {cur}: compressed size {csize} > payload {psize}")
             if kind in (KIND_PTX, KIND_ELF):
-                body = raw[cur + hsize : cur + hsize + (csize or psize)]
-                yield Entry(index, arch_from_header(kind, number, flags), flags, body, usize)
+                if not 10 <= number <= 999:
+                    raise Unreadable(f"fatbin entry at {cur} names arch {number}, not a CUDA arch")
+                yield Entry(
+                    pos, arch_from_header(kind, number, flags), flags, cur + hsize, csize or psize, usize
+                )
             cur += hsize + psize
-        index += 1
-        pos = max(stop, pos + 16)
+            reader.release(cur)
+        pos = reader.find(MAGIC, stop, end)

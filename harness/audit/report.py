@@ -9,16 +9,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.audit import sass, tools, zstd
-from harness.audit.archs import CudaArch, Load
-from harness.audit.scan import NVFP4, FileAudit, ScanStats, arch_sort_key, audit_tree
-from harness.audit.verdict import Target, Verdict, judge, worst
+from harness.audit import tools, zstd
+from harness.audit.scan import (
+    NVFP4,
+    FileAudit,
+    SassPolicy,
+    ScanStats,
+    UnreadableFile,
+    arch_sort_key,
+    audit_tree,
+)
+from harness.audit.verdict import FAIL, Check, Target, Verdict, judge, worst
 
+# The chips the project's matrices name. Not a default any more: a verdict is given only for
+# the targets a user asks for (`--cc`, or the matrix hardware), so a Blackwell-only build
+# is not failed for lacking Hopper code nobody asked for.
 DEFAULT_TARGETS: tuple[Target, ...] = (
     Target.from_cc("12.0"),
     Target.from_cc("12.1"),
     Target.from_cc("9.0"),
 )
+INCOMPLETE = "incomplete"
 
 
 @dataclass(frozen=True)
@@ -29,10 +40,32 @@ class AuditReport:
     elapsed_s: float
     sass_checked: bool
     stats: ScanStats
+    unreadable: tuple[UnreadableFile, ...] = ()
+    problems: tuple[Check, ...] = ()  # failures of the binaries as a whole (no CUDA code ...)
+
+    @property
+    def complete(self) -> bool:
+        """False when a file could not be read to the end: no verdict covers it."""
+        return not self.unreadable
 
     @property
     def status(self) -> str:
-        return worst([v.status for v in self.verdicts])
+        if not self.complete:
+            return INCOMPLETE
+        return worst([v.status for v in self.verdicts] + [p.status for p in self.problems])
+
+    def failures(self) -> list[str]:
+        """One line per failing verdict or problem, saying why."""
+        lines = [f"{p.status}: {p.message}" for p in self.problems if p.status == FAIL]
+        lines += [f"{v.status}: {v.target.name} ({v.target.cc}): {v.message}" for v in self.verdicts if v.status == FAIL]
+        lines += [f"unreadable: {u.path}: {u.reason}" for u in self.unreadable]
+        return lines
+
+    def relocatable_totals(self) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for f in self.files:
+            out.update(f.relocatable_cubins)
+        return out
 
     def totals(self) -> Counter[str]:
         out: Counter[str] = Counter()
@@ -77,9 +110,16 @@ class AuditReport:
                     "ptx": f.ptx,
                     "families": {fam: _sorted_counts(c) for fam, c in sorted(f.families().items())},
                     "undecoded": f.undecoded,
+                    "relocatable": {
+                        "cubins": _sorted_counts(f.relocatable_cubins),
+                        "ptx": f.relocatable_ptx,
+                    },
                 }
                 for f in self.files
             ],
+            "complete": self.complete,
+            "unreadable": [{"path": u.path, "reason": u.reason} for u in self.unreadable],
+            "problems": [{"status": p.status, "message": p.message} for p in self.problems],
             "totals": _sorted_counts(self.totals()),
             "ptx": self.ptx(),
             "families": {fam: _sorted_counts(c) for fam, c in sorted(self.families().items())},
@@ -114,7 +154,10 @@ class AuditReport:
             "audit.nvfp4_gemm": ",".join(f"{a}={n}" for a, n in _sorted_counts(fp4).items())
             or "none",
             "audit.sass_checked": "yes" if self.sass_checked else "no",
+            "audit.unreadable": str(len(self.unreadable)),
         }
+        for i, p in enumerate(self.problems):
+            out[f"audit.problem.{i}"] = f"{p.status}: {p.message}"[:240]
         for v in self.verdicts:
             out[f"audit.verdict.{v.target.name.lower()}"] = f"{v.status}: {v.message}"[:240]
         return out
@@ -125,24 +168,46 @@ def _sorted_counts(c: Counter[str] | dict[str, int]) -> dict[str, int]:
 
 
 def audit_path(
-    path: str | Path, targets: Sequence[Target] = DEFAULT_TARGETS, *, sass_check: bool = True
+    path: str | Path,
+    targets: Sequence[Target] = (),
+    *,
+    sass_check: bool = True,
+    jobs: int | None = None,
+    all_ptx: bool = False,
 ) -> AuditReport:
-    """Audit every CUDA binary under `path` (directory, .whl, .so, .cubin, .fatbin, .o)."""
+    """Audit every CUDA binary under `path` (directory, .whl, .so, .cubin, .fatbin, .o).
+
+    `targets`: the chips to judge for; none gives the inventory and the integrity checks
+    only. `jobs`: worker processes (default os.cpu_count()). PTX kernel names are read
+    where a target would JIT that PTX, or everywhere with `all_ptx`.
+    """
     start = time.monotonic()
-    caps = [t.capability for t in targets]
     # SASS is read only where it decides a verdict: NVFP4 cubins a target would load natively.
-    use_sass = sass_check and tools.find("nvdisasm") is not None and zstd.available()
-
-    def want(arch: CudaArch) -> bool:
-        return use_sass and any(
-            arch.load_on(cc) is Load.NATIVE and sass.checkable(cc.major) for cc in caps
-        )
-
+    use_sass = bool(targets) and sass_check and tools.find("nvdisasm") is not None and zstd.available()
+    policy = SassPolicy(tuple(t.capability for t in targets), use_sass, all_ptx)
     stats = ScanStats()
-    files = audit_tree(Path(path), want, stats)
-    if sass_check and not use_sass:
+    scanned = audit_tree(Path(path), policy, stats, jobs)
+    if targets and sass_check and not use_sass:
         stats.notes.append("SASS not checked: nvdisasm or libzstd missing")
     if not zstd.available():
         stats.notes.append("libzstd not found: kernel names of compressed cubins were not read")
-    verdicts = tuple(judge(files, t, use_sass) for t in targets)
-    return AuditReport(str(path), tuple(files), verdicts, time.monotonic() - start, use_sass, stats)
+    loadable = [f for f in scanned.files if f.objects]
+    verdicts = tuple(judge(loadable, t, use_sass) for t in targets)
+    problems = [
+        Check("files", FAIL, f"{p}: no CUDA code, yet {why}") for p, why in scanned.empty_required
+    ]
+    if not loadable and not scanned.unreadable:
+        reloc = " (only relocatable -rdc device code, which nothing loads as is)" if scanned.files else ""
+        problems.append(
+            Check("files", FAIL, f"no loadable CUDA code in {stats.files_seen} candidate files{reloc}")
+        )
+    return AuditReport(
+        str(path),
+        scanned.files,
+        verdicts,
+        time.monotonic() - start,
+        use_sass,
+        stats,
+        scanned.unreadable,
+        tuple(problems),
+    )

@@ -1,34 +1,54 @@
 """Find the CUDA code in a path (directory, wheel, .so, .cubin, .fatbin, .o) and describe it.
 
-Host libraries are memory-mapped and only their fatbin sections are touched, so a 600 MB
-site-packages costs about what its fatbins weigh. Wheels are read member by member with
-zipfile. Nothing is extracted to disk.
+The work is split in two: `plan` lists what to read (files, and wheel members as zip
+entries, never extracted), `scan_one` reads one of them as untrusted data and returns what
+it holds, or why it cannot be read. `audit_tree` runs the plan on a process pool bounded by
+os.cpu_count(), largest files first.
+
+A host library on disk is read at its fatbin sections only; a wheel member is inflated as a
+stream and its containers are read as they pass (the section table, at the end, then says
+which of them sit in `.nv_fatbin` and which in `__nv_relfatbin`).
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
+import unicodedata
 import zipfile
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.audit import elf, fatbin, sass, zstd
-from harness.audit.archs import CudaArch
+from harness.audit.archs import CC, CudaArch, Load
 from harness.audit.families import family_of
+from harness.audit.required import must_hold_kernels
+from harness.audit.source import (
+    MAX_WHEEL_TOTAL,
+    BytesReader,
+    Member,
+    Reader,
+    StreamReader,
+    Unreadable,
+    member_of,
+    open_member,
+)
 from harness.errors import ConfigError
 
 # Files worth opening: shared objects (also versioned, libfoo.so.13), objects, archives,
 # and standalone device code. Everything else in a site-packages is Python or data.
 _CANDIDATE_RE = re.compile(r"\.(?:so(?:\.\d+)*|o|a|cubin|fatbin)$")
 _PTX_ENTRY_RE = re.compile(rb"\.entry\s+([A-Za-z_$][\w$]*)")
+_LD_SCRIPT = (b"/* GNU ld script", b"INPUT(", b"GROUP(", b"OUTPUT_FORMAT")
+AR_MAGIC = b"!<arch>\n"
+MAX_CUBIN = 256 << 20  # a bare cubin is read whole; flashinfer's largest is 0.6 MB
+NAME_PREFIX = 256 << 10  # first bytes decoded to find a compressed cubin's kernel names
 NVFP4 = "nvfp4_gemm"
-
-SassPolicy = Callable[[CudaArch], bool]
+_BATCH_BYTES = 64 << 20
+_BATCH_FILES = 256
 
 
 @dataclass(frozen=True)
@@ -44,8 +64,12 @@ class CodeObject:
 
 @dataclass(frozen=True)
 class FileAudit:
+    """What one file holds: `objects` the runtime can load (`.nv_fatbin`, a bare cubin or
+    fatbin), `relocatable` the -rdc device code of `__nv_relfatbin`, reported apart."""
+
     path: str
     objects: tuple[CodeObject, ...]
+    relocatable: tuple[CodeObject, ...] = ()
 
     @property
     def cubins(self) -> Counter[str]:
@@ -53,10 +77,18 @@ class FileAudit:
 
     @property
     def ptx(self) -> list[str]:
-        return sorted({o.arch.name for o in self.objects if o.arch.ptx}, key=_arch_key)
+        return sorted({o.arch.name for o in self.objects if o.arch.ptx}, key=arch_sort_key)
+
+    @property
+    def relocatable_cubins(self) -> Counter[str]:
+        return Counter(o.arch.name for o in self.relocatable if not o.arch.ptx)
+
+    @property
+    def relocatable_ptx(self) -> list[str]:
+        return sorted({o.arch.name for o in self.relocatable if o.arch.ptx}, key=arch_sort_key)
 
     def families(self) -> dict[str, Counter[str]]:
-        """family -> {arch name: kernel count}."""
+        """family -> {arch name: kernel count}, loadable code only."""
         out: dict[str, Counter[str]] = {}
         for o in self.objects:
             for fam, n in o.families.items():
@@ -68,6 +100,12 @@ class FileAudit:
         return sum(1 for o in self.objects if not o.decoded)
 
 
+@dataclass(frozen=True)
+class UnreadableFile:
+    path: str
+    reason: str
+
+
 @dataclass
 class ScanStats:
     files_seen: int = 0
@@ -76,94 +114,77 @@ class ScanStats:
     notes: list[str] = field(default_factory=list)
 
 
-def _arch_key(name: str) -> tuple[int, int, str, str]:
+@dataclass(frozen=True)
+class ScanResult:
+    """Everything `audit_tree` found: CUDA files, files it could not read, and files a stack
+    requires to hold kernels that hold none."""
+
+    files: tuple[FileAudit, ...]
+    unreadable: tuple[UnreadableFile, ...]
+    empty_required: tuple[tuple[str, str], ...]  # (path, why it must hold kernels)
+
+
+@dataclass(frozen=True)
+class SassPolicy:
+    """What is decoded beyond the headers, for the verdicts asked: NVFP4 cubins that a target
+    chip would load natively are disassembled (`enabled`); PTX, whose kernel names need the
+    whole text inflated (1.5 GB in vLLM 0.33.0), is read only where a target would JIT it,
+    or everywhere with `all_ptx`."""
+
+    targets: tuple[CC, ...] = ()
+    enabled: bool = False
+    all_ptx: bool = False
+
+    def __call__(self, arch: CudaArch) -> bool:
+        return self.enabled and any(
+            arch.load_on(cc) is Load.NATIVE and sass.checkable(cc.major) for cc in self.targets
+        )
+
+    def ptx(self, arch: CudaArch) -> bool:
+        return self.all_ptx or any(arch.load_on(cc) is Load.JIT for cc in self.targets)
+
+
+NO_SASS = SassPolicy()
+
+
+def arch_sort_key(name: str) -> tuple[int, int, str, str]:
     a = CudaArch.parse(name)
     return (a.major, a.minor, a.suffix, name)
 
 
-def arch_sort_key(name: str) -> tuple[int, int, str, str]:
-    return _arch_key(name)
+def safe_name(name: str) -> str:
+    """A file or member name fit to print: control and format characters shown as '?'."""
+    clean = "".join("?" if unicodedata.category(c)[0] == "C" else c for c in name)
+    return clean if len(clean) <= 300 else clean[:297] + "..."
 
 
-def audit_tree(path: Path, want_sass: SassPolicy, stats: ScanStats) -> list[FileAudit]:
-    """Every file under `path` that holds CUDA code, in a stable order."""
+# --- what to read ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Task:
+    display: str
+    size: int
+    path: str | None = None  # a file on disk
+    member: Member | None = None  # or a wheel member
+
+
+def plan(path: Path) -> tuple[list[Task], list[UnreadableFile]]:
+    """The files and wheel members to read under `path`, and those refused up front."""
     if not path.exists():
         raise ConfigError(
             f"{path}: no such file or directory",
-            hint="pass a directory (e.g. a site-packages exported from an image), a .whl, or a .so/.cubin/.fatbin/.o file",
+            hint="pass a directory (e.g. a site-packages exported from an image), a .whl, "
+            "or a .so/.cubin/.fatbin/.o file",
         )
-    results = []
-    for display, opener in _iter_files(path):
-        stats.files_seen += 1
-        with opener() as data:
-            stats.bytes_read += len(data)
-            audit = audit_bytes(display, data, want_sass, stats)
-        if audit is not None:
-            results.append(audit)
-    return results
-
-
-def audit_bytes(
-    display: str, data: bytes | mmap.mmap, want_sass: SassPolicy, stats: ScanStats
-) -> FileAudit | None:
-    """The CUDA code objects in one file's bytes, or None when it has none."""
-    parsed = elf.parse(data)
-    objects: list[CodeObject] = []
-    if parsed is not None and parsed.machine == elf.EM_CUDA:
-        cubin = bytes(data)
-        objects.append(
-            _describe_cubin(elf.cubin_arch(cubin, parsed), cubin, parsed, want_sass, stats)
-        )
-    else:
-        ranges = elf.fatbin_ranges(parsed) if parsed is not None else [(0, len(data))]
-        for start, end in ranges:
-            for entry in fatbin.iter_entries(data, start, end):
-                objects.append(_describe_entry(entry, want_sass, stats))
-    return FileAudit(display, tuple(objects)) if objects else None
-
-
-def _payload(entry: fatbin.Entry) -> bytes | None:
-    if entry.compression == "zstd":
-        return zstd.decompress(entry.payload, entry.uncompressed_size)
-    if entry.compression == "none":
-        return entry.payload
-    return None  # the pre-12.8 LZ scheme: counted, not decoded
-
-
-def _describe_entry(entry: fatbin.Entry, want_sass: SassPolicy, stats: ScanStats) -> CodeObject:
-    body = _payload(entry)
-    if body is None:
-        return CodeObject(entry.arch, {}, decoded=False)
-    if entry.arch.ptx:
-        names = [m.decode() for m in _PTX_ENTRY_RE.findall(body)]
-        return CodeObject(entry.arch, dict(Counter(map(family_of, names))), decoded=True)
-    parsed = elf.parse(body)
-    if parsed is None:
-        return CodeObject(entry.arch, {}, decoded=False)
-    return _describe_cubin(entry.arch, body, parsed, want_sass, stats)
-
-
-def _describe_cubin(
-    arch: CudaArch, cubin: bytes, parsed: elf.Elf, want_sass: SassPolicy, stats: ScanStats
-) -> CodeObject:
-    names = elf.kernel_names(parsed)
-    fams = [family_of(n) for n in names]
-    fp4 = tuple(n for n, f in zip(names, fams, strict=True) if f == NVFP4)
-    native = None
-    if fp4 and sass.checkable(arch.major) and want_sass(arch):
-        stats.sass_cubins += 1
-        scanned = sass.scan_cubin(cubin, arch.major).native_fp4
-        native = {k: scanned.get(k, "") for k in fp4}
-    return CodeObject(arch, dict(Counter(fams)), True, fp4, native)
-
-
-def _iter_files(path: Path) -> Iterator[tuple[str, Callable[[], object]]]:
+    tasks: list[Task] = []
+    bad: list[UnreadableFile] = []
     if path.is_file():
-        if zipfile.is_zipfile(path) and path.suffix in (".whl", ".zip"):
-            yield from _iter_zip(path, path.name)
+        if path.suffix in (".whl", ".zip"):
+            _plan_wheel(path, path.name, tasks, bad)
         else:
-            yield path.name, lambda p=path: _mapped(p)
-        return
+            tasks.append(Task(safe_name(path.name), path.stat().st_size, path=str(path)))
+        return tasks, bad
     seen: set[tuple[int, int]] = set()
     for root, dirs, files in os.walk(path):
         dirs.sort()
@@ -171,48 +192,272 @@ def _iter_files(path: Path) -> Iterator[tuple[str, Callable[[], object]]]:
             full = Path(root) / name
             if full.is_symlink():
                 continue  # the target is audited under its own name
-            rel = full.relative_to(path).as_posix()
+            rel = safe_name(full.relative_to(path).as_posix())
             if name.endswith(".whl"):
-                yield from _iter_zip(full, rel)
+                _plan_wheel(full, rel, tasks, bad)
             elif _CANDIDATE_RE.search(name):
                 st = full.stat()
                 if (st.st_dev, st.st_ino) in seen or st.st_size == 0:
                     continue
                 seen.add((st.st_dev, st.st_ino))
-                yield rel, lambda p=full: _mapped(p)
+                tasks.append(Task(rel, st.st_size, path=str(full)))
+    return tasks, bad
 
 
-def _iter_zip(path: Path, display: str) -> Iterator[tuple[str, Callable[[], object]]]:
+def _plan_wheel(path: Path, display: str, tasks: list[Task], bad: list[UnreadableFile]) -> None:
     try:
-        zf = zipfile.ZipFile(path)
-    except zipfile.BadZipFile as exc:
-        raise ConfigError(
-            f"{path}: not a readable wheel/zip ({exc})", hint="re-download it"
-        ) from exc
-    with zf:
-        for info in zf.infolist():
-            if info.is_dir() or not _CANDIDATE_RE.search(info.filename) or info.file_size == 0:
-                continue
-            yield f"{display}!{info.filename}", lambda i=info: _zip_member(zf, i)
+        with zipfile.ZipFile(path) as zf:
+            infos = zf.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        bad.append(UnreadableFile(display, f"not a readable zip archive ({exc})"))
+        return
+    # Entries whose data overlap another's are the building block of zip bombs that
+    # inflate one compressed run many times over; real wheels never have them.
+    spans = sorted((i.header_offset, i.header_offset + 30 + i.compress_size, i.filename) for i in infos)
+    overlapping = {
+        name for (s1, e1, name), (s2, _e2, _n2) in zip(spans, spans[1:], strict=False) if s2 < e1
+    }
+    total = 0
+    for info in infos:
+        name = info.filename
+        if info.is_dir() or not _CANDIDATE_RE.search(name) or info.file_size == 0:
+            continue
+        shown = f"{display}!{safe_name(name)}"
+        if name in overlapping:
+            bad.append(UnreadableFile(shown, "zip entry overlaps the next one (zip bomb layout)"))
+            continue
+        total += info.file_size
+        if total > MAX_WHEEL_TOTAL:
+            bad.append(UnreadableFile(shown, f"wheel declares over {MAX_WHEEL_TOTAL >> 30} GiB of libraries"))
+            continue
+        tasks.append(Task(shown, info.file_size, member=member_of(str(path), info)))
 
 
-@contextmanager
-def _mapped(path: Path) -> Iterator[bytes | mmap.mmap]:
-    with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size == 0:
-            yield b""
-            return
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            yield mm
+# --- reading one file -------------------------------------------------------------------
 
 
-@contextmanager
-def _zip_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> Iterator[bytes]:
-    # A member is read only if its first bytes look like ELF or a fatbin: most .so in a
-    # wheel are plain host code, but they must be inflated in full to know, so we peek.
-    with zf.open(info) as fh:
-        head = fh.read(8)
-        if head[:4] != elf.ELF_MAGIC and head != fatbin.MAGIC and not info.filename.endswith(".a"):
-            yield b""
-            return
-        yield head + fh.read()
+@dataclass(frozen=True)
+class _Outcome:
+    display: str
+    audit: FileAudit | None = None
+    unreadable: str | None = None
+    bytes_read: int = 0
+    sass_cubins: int = 0
+
+
+def scan_one(task: Task, policy: SassPolicy = NO_SASS) -> _Outcome:
+    """Read one file or member; any problem with its bytes is an outcome, not an exception."""
+    counter = [0]
+    try:
+        reader: Reader = open_member(task.member) if task.member else Reader(task.path)
+    except Unreadable as exc:
+        return _Outcome(task.display, unreadable=str(exc))
+    except OSError as exc:
+        return _Outcome(task.display, unreadable=f"cannot open: {exc.strerror or exc}")
+    try:
+        loadable, relocatable = _read(reader, policy, counter)
+        reader.finish()
+    except Unreadable as exc:
+        return _Outcome(task.display, unreadable=str(exc), bytes_read=reader.size)
+    except OSError as exc:
+        return _Outcome(task.display, unreadable=f"read error: {exc.strerror or exc}")
+    finally:
+        reader.close()
+    audit = FileAudit(task.display, tuple(loadable), tuple(relocatable)) if loadable or relocatable else None
+    return _Outcome(task.display, audit=audit, bytes_read=reader.size, sass_cubins=counter[0])
+
+
+def _read(reader: Reader, policy: SassPolicy, counter: list[int]) -> tuple[list[CodeObject], list[CodeObject]]:
+    if reader.size < 4:
+        raise Unreadable(f"{reader.size} bytes: too short for any binary")
+    head = reader.read_at(0, min(64, reader.size))
+    if elf.is_elf(head):
+        hdr = elf.header(head)
+        if hdr.machine == elf.EM_CUDA:
+            if reader.size > MAX_CUBIN:
+                raise Unreadable(f"cubin of {reader.size} bytes (cap {MAX_CUBIN >> 20} MiB)")
+            return [_bare_cubin(reader.read_at(0, reader.size), hdr, policy, counter)], []
+        return _host_elf(reader, hdr, policy, counter)
+    if head.startswith(fatbin.MAGIC):
+        return [_describe_entry(reader, e, policy, counter) for e in fatbin.iter_entries(reader)], []
+    if head.startswith(AR_MAGIC):
+        # A static archive's objects are linked into something else, never loaded as is.
+        return [], [_describe_entry(reader, e, policy, counter) for e in fatbin.iter_entries(reader)]
+    if head.lstrip().startswith(_LD_SCRIPT):
+        return [], []  # a linker script named libfoo.so: text, no code
+    raise Unreadable(f"not an ELF file, fatbin or ar archive (starts with {head[:8].hex()})")
+
+
+def _host_elf(
+    reader: Reader, hdr: elf.Header, policy: SassPolicy, counter: list[int]
+) -> tuple[list[CodeObject], list[CodeObject]]:
+    if hdr.shoff == 0:
+        return [], []
+    if isinstance(reader, StreamReader):
+        # Forward only: read every container before the section table as it passes, then
+        # keep those the table places in a fatbin section.
+        found = [
+            (e.container, _describe_entry(reader, e, policy, counter))
+            for e in fatbin.iter_entries(reader, 0, min(hdr.shoff, reader.size))
+        ]
+        secs = elf.sections(reader, hdr)
+    else:
+        secs = elf.sections(reader, hdr)
+        found = [
+            (e.container, _describe_entry(reader, e, policy, counter))
+            for s in secs
+            if s.name in elf.FATBIN_SECTIONS
+            for e in fatbin.iter_entries(reader, s.offset, s.end)
+        ]
+    loadable, relocatable = [], []
+    ranges = [(s.offset, s.end, s.name) for s in secs if s.name in elf.FATBIN_SECTIONS]
+    for offset, obj in found:
+        where = next((name for start, end, name in ranges if start <= offset < end), None)
+        if where == elf.LOADABLE_FATBIN:
+            loadable.append(obj)
+        elif where == elf.RELOCATABLE_FATBIN:
+            relocatable.append(obj)
+    return loadable, relocatable
+
+
+def _describe_entry(reader: Reader, entry: fatbin.Entry, policy: SassPolicy, counter: list[int]) -> CodeObject:
+    if entry.compression == "lz":
+        return CodeObject(entry.arch, {}, decoded=False)  # the pre-12.8 LZ scheme: counted only
+    if entry.compression == "zstd" and not zstd.available():
+        return CodeObject(entry.arch, {}, decoded=False)
+    if entry.arch.ptx and not policy.ptx(entry.arch):
+        return CodeObject(entry.arch, {}, decoded=False)
+    stored = reader.read_at(entry.offset, entry.stored_size)
+    where = f"{entry.arch.name} entry at {entry.offset}"
+    try:
+        if entry.arch.ptx:
+            text = zstd.decompress(stored, entry.uncompressed_size) if entry.compression == "zstd" else stored
+            names = [m.decode() for m in _PTX_ENTRY_RE.findall(text)]
+            return CodeObject(entry.arch, dict(Counter(map(family_of, names))), decoded=True)
+        names = _entry_kernels(stored, entry)
+        if names is None:
+            return CodeObject(entry.arch, {}, decoded=False)
+        fams = [family_of(n) for n in names]
+        fp4 = tuple(n for n, f in zip(names, fams, strict=True) if f == NVFP4)
+        native = None
+        if fp4 and sass.checkable(entry.arch.major) and policy(entry.arch):
+            cubin = zstd.decompress(stored, entry.uncompressed_size) if entry.compression == "zstd" else stored
+            native = _sass(cubin, entry.arch, fp4, counter)
+        return CodeObject(entry.arch, dict(Counter(fams)), True, fp4, native)
+    except zstd.FrameError as exc:
+        raise Unreadable(f"{where}: {exc}") from exc
+    except Unreadable as exc:
+        raise Unreadable(f"{where}: {exc}") from exc
+
+
+def _entry_kernels(stored: bytes, entry: fatbin.Entry) -> list[str] | None:
+    """Kernel names of a fatbin cubin, decoding only its first blocks when that suffices."""
+    size = NAME_PREFIX
+    while True:
+        if entry.compression == "zstd":
+            prefix = zstd.decompress_prefix(stored, size, entry.uncompressed_size)
+        else:
+            prefix = stored[:size]
+        if not elf.is_elf(prefix):
+            raise Unreadable("payload is not an ELF cubin")
+        hdr = elf.header(prefix[:64])
+        table = elf.leading_name_table(prefix, hdr.ehsize)
+        if table is not None:
+            return elf.kernel_names_from_table(table)
+        if len(prefix) < size:
+            break  # the whole cubin is in hand and the fast layout is not there
+        size *= 8
+    # Not the nvcc layout: read the section table the long way.
+    data = zstd.decompress(stored, entry.uncompressed_size) if entry.compression == "zstd" else stored
+    hdr = elf.header(data[:64])
+    return elf.cubin_kernels(data, elf.sections(BytesReader(data), hdr))
+
+
+def _bare_cubin(data: bytes, hdr: elf.Header, policy: SassPolicy, counter: list[int]) -> CodeObject:
+    secs = elf.sections(BytesReader(data), hdr)
+    arch = elf.cubin_arch(data, hdr, secs)
+    names = elf.cubin_kernels(data, secs)
+    fams = [family_of(n) for n in names]
+    fp4 = tuple(n for n, f in zip(names, fams, strict=True) if f == NVFP4)
+    native = _sass(data, arch, fp4, counter) if fp4 and sass.checkable(arch.major) and policy(arch) else None
+    return CodeObject(arch, dict(Counter(fams)), True, fp4, native)
+
+
+def _sass(cubin: bytes, arch: CudaArch, fp4: tuple[str, ...], counter: list[int]) -> dict[str, str]:
+    counter[0] += 1
+    scanned = sass.scan_cubin(cubin, arch.major).native_fp4
+    return {k: scanned.get(k, "") for k in fp4}
+
+
+def audit_bytes(
+    display: str, data: bytes, want_sass: SassPolicy = NO_SASS, stats: ScanStats | None = None
+) -> FileAudit | None:
+    """The CUDA code in one file's bytes, or None when it has none; raises Unreadable."""
+    counter = [0]
+    loadable, relocatable = _read(BytesReader(bytes(data)), want_sass, counter)
+    if stats is not None:
+        stats.bytes_read += len(data)
+        stats.sass_cubins += counter[0]
+    return FileAudit(display, tuple(loadable), tuple(relocatable)) if loadable or relocatable else None
+
+
+# --- the whole tree -----------------------------------------------------------------------
+
+
+def _run_batch(batch: list[Task], policy: SassPolicy) -> list[_Outcome]:
+    return [scan_one(t, policy) for t in batch]
+
+
+def _batches(tasks: list[Task]) -> list[list[Task]]:
+    """Big files alone, small ones grouped, largest first (so the pool ends evenly)."""
+    out: list[list[Task]] = []
+    current: list[Task] = []
+    weight = 0
+    for t in sorted(tasks, key=lambda t: -t.size):
+        if t.size >= _BATCH_BYTES:
+            out.append([t])
+            continue
+        current.append(t)
+        weight += t.size
+        if weight >= _BATCH_BYTES or len(current) >= _BATCH_FILES:
+            out.append(current)
+            current, weight = [], 0
+    if current:
+        out.append(current)
+    return out
+
+
+def audit_tree(path: Path, policy: SassPolicy, stats: ScanStats, jobs: int | None = None) -> ScanResult:
+    """Every file under `path` that holds CUDA code, in a stable order; what could not be read."""
+    tasks, refused = plan(path)
+    batches = _batches(tasks)
+    jobs = min(jobs or os.cpu_count() or 1, len(batches))
+    if jobs <= 1 or sum(t.size for t in tasks) < (16 << 20):
+        outcomes = [o for b in batches for o in _run_batch(b, policy)]
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(_run_batch, b, policy) for b in batches]
+            outcomes = [o for f in futures for o in f.result()]
+    order = {t.display: i for i, t in enumerate(tasks)}
+    outcomes.sort(key=lambda o: order.get(o.display, 0))
+    stats.files_seen += len(tasks) + len(refused)
+    files, bad, empty = [], list(refused), []
+    for o in outcomes:
+        stats.bytes_read += o.bytes_read
+        stats.sass_cubins += o.sass_cubins
+        if o.unreadable is not None:
+            bad.append(UnreadableFile(o.display, o.unreadable))
+        elif o.audit is not None and o.audit.objects:
+            files.append(o.audit)
+        else:
+            if o.audit is not None:
+                files.append(o.audit)  # relocatable code only
+            why = must_hold_kernels(o.display)
+            if why:
+                empty.append((o.display, why))
+    return ScanResult(tuple(files), tuple(bad), tuple(empty))
+
+
+def iter_objects(files: list[FileAudit]) -> Iterator[CodeObject]:
+    for f in files:
+        yield from f.objects

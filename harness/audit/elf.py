@@ -87,10 +87,8 @@ def header(head: bytes) -> Header:
     return Header(head[8], etype, machine, flags, ehsize, shoff, shentsize, shnum, shstrndx)
 
 
-def sections(reader, hdr: Header) -> list[Section]:
-    """Every section, names resolved, each checked to lie inside the file; raises Unreadable."""
-    if hdr.shoff == 0:
-        return []  # no section table (sstrip'd): nothing to find
+def _table(reader, hdr: Header) -> tuple[list[tuple], bytes]:
+    """The raw section headers and the section-name table; raises Unreadable."""
     if hdr.shentsize < _SHDR.size:
         raise Unreadable(f"section headers of {hdr.shentsize} bytes (at least {_SHDR.size})")
     count, strndx = hdr.shnum, hdr.shstrndx
@@ -108,39 +106,70 @@ def sections(reader, hdr: Header) -> list[Section]:
     if str_size > MAX_NAMES:
         raise Unreadable(f"section-name table of {str_size} bytes (cap {MAX_NAMES})")
     names = reader.read_at(str_off, str_size) if stype != SHT_NOBITS else b""
+    for name_off, *_ in raw:
+        if name_off and name_off >= len(names):
+            raise Unreadable(f"section name offset {name_off} past the name table ({len(names)} bytes)")
+    return raw, names
+
+
+def sections(reader, hdr: Header) -> list[Section]:
+    """Every section, names resolved; raises Unreadable when the table or its names are not
+    inside the file. Only the sections read later are checked against the file's end (by
+    that read): cubins carry CUDA-specific section types that occupy no file bytes."""
+    if hdr.shoff == 0:
+        return []  # no section table (sstrip'd): nothing to find
+    raw, names = _table(reader, hdr)
     out = []
     for name_off, stype, _f, _a, off, size, *_ in raw:
-        if name_off >= max(len(names), 1) and name_off:
-            raise Unreadable(f"section name offset {name_off} past the name table ({len(names)} bytes)")
         end = names.find(b"\0", name_off)
         name = names[name_off : end if end >= 0 else len(names)].decode("utf-8", "replace")
-        size = 0 if stype == SHT_NOBITS else size
-        if size and off + size > reader.size:
-            raise Unreadable(
-                f"truncated: section {name or '?'} ends at {off + size}, the file has {reader.size} bytes"
-            )
-        out.append(Section(name, stype, off, size))
+        out.append(Section(name, stype, off, 0 if stype == SHT_NOBITS else size))
+    return out
+
+
+def kernel_names(reader, hdr: Header) -> list[str]:
+    """Kernels of a cubin: the names of its `.nv.info.<kernel>` sections (only those names
+    are decoded: a CUTLASS cubin has thousands of sections)."""
+    if hdr.shoff == 0:
+        return []
+    raw, names = _table(reader, hdr)
+    out = []
+    for name_off, *_ in raw:
+        if names.startswith(b".nv.info.", name_off):
+            end = names.find(b"\0", name_off)
+            name = names[name_off + 9 : end if end >= 0 else len(names)]
+            if name:
+                out.append(name.decode("utf-8", "replace"))
     return out
 
 
 def kernel_names_from_table(names: bytes) -> list[str]:
-    """Kernel (entry function) names in a section-name table."""
-    return [m.decode("utf-8", "replace") for m in _KERNEL_RE.findall(names)]
+    """Kernel (entry function) names in a section-name table, each once (a table may hold a
+    name twice when two sections share it)."""
+    return list(dict.fromkeys(m.decode("utf-8", "replace") for m in _KERNEL_RE.findall(names)))
 
 
 def leading_name_table(prefix: bytes, ehsize: int = 64) -> bytes | None:
-    """The section-name table of a cubin whose first section it is (nvcc/ptxas), read from
-    the file's first bytes alone; None when it is not there or runs past `prefix`.
+    """The section-name table of a cubin whose first section it is (nvcc/ptxas lay it out
+    so: `.shstrtab` right after the ELF header), read from the file's first bytes alone;
+    None when that layout is not there or the table runs past `prefix`.
 
-    It ends where the next table (.strtab, which starts with its own empty name) begins:
-    the first empty string after ".shstrtab". Names in it are never empty.
+    The table is NUL-separated names that all start with "." (zero padding may sit among
+    them, vLLM 0.33.0's cubins have some); it ends at the first string that does not start
+    with "." — the symbol names of `.strtab`, or the binary `.symtab`, that follow. Checked
+    against a full section-table parse on every cubin of vLLM 0.33.0, sgl-kernel 0.3.21,
+    bitsandbytes 0.50.2 and the nvcc fixtures (benchmarks/README.md, "audit").
     """
     if prefix[ehsize : ehsize + len(_SHSTRTAB_FIRST)] != _SHSTRTAB_FIRST:
         return None
-    end = prefix.find(b"\x00\x00", ehsize + 1)
-    if end < 0:
-        return None
-    return prefix[ehsize : end + 1]
+    pos = ehsize + 1
+    while True:
+        end = prefix.find(b"\x00", pos)
+        if end < 0:
+            return None  # runs past the prefix: decode more
+        if end > pos and prefix[pos] != 0x2E:  # not ".": the table ended at pos
+            return prefix[ehsize:pos]
+        pos = end + 1
 
 
 def cubin_kernels(data: bytes, secs: list[Section]) -> list[str]:

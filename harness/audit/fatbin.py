@@ -55,6 +55,7 @@ class Entry:
     offset: int  # file offset of the payload
     stored_size: int  # payload bytes as stored (compressed size when compressed)
     uncompressed_size: int
+    header: int = -1  # file offset of the entry's header
 
     @property
     def is_elf(self) -> bool:
@@ -111,7 +112,7 @@ def iter_entries(reader, start: int = 0, end: int | None = None) -> Iterator[Ent
                 if not 10 <= number <= 999:
                     raise Unreadable(f"fatbin entry at {cur} names arch {number}, not a CUDA arch")
                 yield Entry(
-                    pos, arch_from_header(kind, number, flags), flags, cur + hsize, csize or psize, usize
+                    pos, arch_from_header(kind, number, flags), flags, cur + hsize, csize or psize, usize, cur
                 )
             cur += hsize + psize
             reader.release(cur)

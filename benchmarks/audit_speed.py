@@ -1,0 +1,180 @@
+"""`harness audit WHEEL` against `cuobjdump --list-elf` + `--list-ptx`, side by side, same run.
+
+    python benchmarks/audit_speed.py /work/.cache-wheels/vllm-0.33.0-*.whl \
+        /work/.cache-wheels/sgl_kernel-0.3.21-*.whl [--repeats 5] [--out benchmarks/results]
+
+For each wheel, the `.so` files are unzipped once into a temp dir (not timed: cuobjdump cannot
+read a wheel). Then, alternating, `repeats` times each:
+- ours: `python -m harness.audit WHEEL --json` (the audit command with only its own imports;
+  it reads the wheel itself: the zip read and inflate are timed, Python start-up included);
+  `python -m harness audit WHEEL --json` (the full CLI, which today imports every subcommand,
+  matplotlib included, before it starts: issue 10 makes those imports lazy); and
+  `python -m harness.audit WHEEL --json --cc 12.0 --cc 10.0` (verdicts, which also
+  disassemble the NVFP4 cubins those chips load, with nvdisasm);
+- cuobjdump: `cuobjdump --list-elf F` then `cuobjdump --list-ptx F` for every unzipped
+  `.so` F, one after the other, as a shell loop would.
+Wall time is the median of the repeats. Peak memory: for ours, the largest sum of VmRSS over
+the process and its pool workers, sampled every 20 ms from /proc, and the largest single
+process (ru_maxrss from wait4); for cuobjdump, ru_maxrss of its largest invocation. The load
+average is printed before and after: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from harness.audit import tools  # noqa: E402
+
+
+def _tree_rss_kb(root: int) -> int:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def timed(cmd: list[str], env: dict | None = None) -> tuple[float, int, int, int]:
+    """(wall s, peak tree RSS KB, ru_maxrss KB, exit code) of one command."""
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _tree_rss_kb(proc.pid))
+            done.wait(0.02)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.monotonic() - start
+    done.set()
+    t.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return wall, peak[0], usage.ru_maxrss, proc.returncode
+
+
+def cuobjdump_all(cuobjdump: str, files: list[Path]) -> tuple[float, int, int]:
+    """(wall s, max ru_maxrss KB, files with device code) over every file, -lelf then -lptx."""
+    start = time.monotonic()
+    peak = 0
+    with_code = 0
+    for f in files:
+        for flag in ("--list-elf", "--list-ptx"):
+            proc = subprocess.Popen([cuobjdump, flag, str(f)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            out = proc.stdout.read()
+            _, _status, usage = os.wait4(proc.pid, 0)
+            peak = max(peak, usage.ru_maxrss)
+            if flag == "--list-elf" and out.strip():
+                with_code += 1
+    return time.monotonic() - start, peak, with_code
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("wheels", nargs="+", type=Path)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args()
+    cuobjdump = str(tools.require("cuobjdump"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    version = subprocess.run([cuobjdump, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-2]
+    load_before = os.getloadavg()
+    rows = []
+    for wheel in args.wheels:
+        with tempfile.TemporaryDirectory(prefix="audit-speed-") as tmp:
+            with zipfile.ZipFile(wheel) as zf:
+                names = [n for n in zf.namelist() if ".so" in Path(n).name and not n.endswith("/")]
+                for i, name in enumerate(names):  # flat, numbered names: nothing from the zip reaches a path
+                    with zf.open(name) as src, open(Path(tmp) / f"{i:04d}.so", "wb") as dst:
+                        while chunk := src.read(1 << 20):
+                            dst.write(chunk)
+            files = sorted(Path(tmp).iterdir())
+            commands = {
+                "ours": [sys.executable, "-m", "harness.audit", str(wheel), "--json"],
+                "ours_cli": [sys.executable, "-m", "harness", "audit", str(wheel), "--json"],
+                "ours_cc": [sys.executable, "-m", "harness.audit", str(wheel), "--json", "--cc", "12.0", "--cc", "10.0"],
+            }
+            r: dict[str, list] = {"ours": [], "cuobjdump": [], "ours_cli": [], "ours_cc": []}
+            for i in range(args.repeats):
+                order = list(r) if i % 2 == 0 else list(reversed(r))
+                for which in order:
+                    if which == "cuobjdump":
+                        r[which].append(cuobjdump_all(cuobjdump, files))
+                    else:
+                        r[which].append(timed(commands[which], env))
+                print(wheel.name, i, {k: [round(x[0], 2) for x in v] for k, v in r.items()}, os.getloadavg()[0], flush=True)
+            base = statistics.median(x[0] for x in r["cuobjdump"])
+            for label, key in (
+                ("`python -m harness.audit WHEEL`", "ours"),
+                ("`python -m harness audit WHEEL` (full CLI start-up)", "ours_cli"),
+                ("`python -m harness.audit WHEEL --cc 12.0 --cc 10.0` (verdicts, SASS checked)", "ours_cc"),
+            ):
+                wall = statistics.median(x[0] for x in r[key])
+                rows.append(
+                    f"| {wheel.name} | {label} | {wall:.2f} ({', '.join(f'{x[0]:.2f}' for x in r[key])}) | "
+                    f"{wall / base:.2f}x | {max(x[1] for x in r[key]) / 1024:.0f} | {max(x[2] for x in r[key]) / 1024:.0f} | "
+                    f"exit {sorted({x[3] for x in r[key]})} |"
+                )
+            rows.append(
+                f"| {wheel.name} | cuobjdump --list-elf + --list-ptx, {len(files)} unzipped .so "
+                f"({r['cuobjdump'][0][2]} with device code) | {base:.2f} ({', '.join(f'{x[0]:.2f}' for x in r['cuobjdump'])}) | 1.00x | - | "
+                f"{max(x[1] for x in r['cuobjdump']) / 1024:.0f} | - |"
+            )
+    load_after = os.getloadavg()
+    text = "\n".join(
+        [
+            "# harness audit vs cuobjdump, same run",
+            "",
+            f"Machine: {platform.node()}, {os.cpu_count()} CPUs (shared with other jobs), Python "
+            f"{platform.python_version()}, cuobjdump {version}. {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+            f"Load average (1/5/15 min) before: {load_before[0]:.1f}/{load_before[1]:.1f}/{load_before[2]:.1f}, "
+            f"after: {load_after[0]:.1f}/{load_after[1]:.1f}/{load_after[2]:.1f}.",
+            f"Command: `python benchmarks/audit_speed.py {' '.join(str(w) for w in args.wheels)} --repeats {args.repeats}`",
+            "",
+            "| wheel | what | wall s, median (each run) | vs cuobjdump | peak RSS MiB, process tree | peak RSS MiB, largest process | |",
+            "|---|---|---|---|---|---|---|",
+            *rows,
+            "",
+        ]
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "audit_speed.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

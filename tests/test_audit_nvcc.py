@@ -29,7 +29,7 @@ def test_every_fixture_matches_cuobjdump() -> None:
     need("cuobjdump")
     report = audit_path(CUBINS, sass_check=False)
     checks = crosscheck.check_all(report.files, CUBINS)
-    assert len(checks) == 7  # every fatbin host; the two bare cubins have no fatbin header
+    assert len(checks) == 8  # every fatbin host; the two bare cubins have no fatbin header
     for c in checks:
         assert c.agrees, (c.path, c.ours, c.cuobjdump)
 
@@ -76,3 +76,20 @@ def test_block_scaled_fp4_mma_per_target(tmp_path: Path, arch: str, compiles: bo
         .native_fp4[MMA_KERNEL]
         .startswith("OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X")
     )
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("arch", ["100a", "103a", "120a", "121a", "120f", "100f", "120", "90a"])
+def test_bare_cubin_arch_per_target(tmp_path: Path, arch: str) -> None:
+    """A standalone cubin for each Blackwell target: our name is cuobjdump's, plus the f
+    that only ptxas' recorded command line keeps."""
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    out = tmp_path / f"k_{arch}.cubin"
+    result = proc.run([nvcc, "-cubin", f"-arch=sm_{arch}", "-o", str(out), str(KERNELS)], timeout=300)
+    assert result.ok, result.stderr
+    report = audit_path(out, sass_check=False)
+    assert report.complete
+    assert dict(report.files[0].cubins) == {f"sm_{arch}": 1}
+    need("cuobjdump")
+    listed = tools.run("cuobjdump", "--list-elf", out).strip()
+    assert listed.endswith(f".sm_{arch.rstrip('f')}.cubin"), listed

@@ -112,10 +112,16 @@ def _table(reader, hdr: Header) -> tuple[list[tuple], bytes]:
     return raw, names
 
 
+# Section types whose bytes must be in the file: PROGBITS, SYMTAB, STRTAB, RELA, NOTE, REL
+# and CUDA's .nv.info (0x70000000). Others may occupy none: SHT_NOBITS, and in relocatable
+# cubins `.nv_debug.shared` (0x7000000a, bitsandbytes 0.50.2) claims bytes past the end.
+_FILE_BACKED = frozenset({1, 2, 3, 4, 7, 9, 0x70000000})
+
+
 def sections(reader, hdr: Header) -> list[Section]:
-    """Every section, names resolved; raises Unreadable when the table or its names are not
-    inside the file. Only the sections read later are checked against the file's end (by
-    that read): cubins carry CUDA-specific section types that occupy no file bytes."""
+    """Every section, names resolved; raises Unreadable when the table, its names, or a
+    section whose bytes must be in the file lie past the file's end (a cubin may keep its
+    section table at the start, so a cut file can still have a whole table)."""
     if hdr.shoff == 0:
         return []  # no section table (sstrip'd): nothing to find
     raw, names = _table(reader, hdr)
@@ -123,6 +129,10 @@ def sections(reader, hdr: Header) -> list[Section]:
     for name_off, stype, _f, _a, off, size, *_ in raw:
         end = names.find(b"\0", name_off)
         name = names[name_off : end if end >= 0 else len(names)].decode("utf-8", "replace")
+        if stype in _FILE_BACKED and size and off + size > reader.size:
+            raise Unreadable(
+                f"truncated: section {name or '?'} ends at {off + size}, the file has {reader.size} bytes"
+            )
         out.append(Section(name, stype, off, 0 if stype == SHT_NOBITS else size))
     return out
 

@@ -57,10 +57,11 @@ def _step_of(line: str) -> str | None:
     return line.strip() if line.startswith("Step ") else None
 
 
-def audit_image(engine, ref: str, labels: dict[str, str]) -> dict | None:
-    """Audit hook: the compiled archs of the image's Python packages (None if audit is absent)."""
+def audit_image(engine, ref: str, labels: dict[str, str], ccs: tuple[str, ...] = ()) -> dict | None:
+    """Audit hook: the compiled archs of the image's Python packages (None if audit is absent),
+    judged for the compute capabilities `ccs` (the matrix hardware's)."""
     try:
-        from harness.audit import audit_path
+        from harness.audit import Target, audit_path
     except ImportError:  # audit not installed in this checkout: the outcome says so
         return None
     with tempfile.TemporaryDirectory(prefix="harness-audit-") as tmp:
@@ -68,7 +69,7 @@ def audit_image(engine, ref: str, labels: dict[str, str]) -> dict | None:
             dest = engine.export_path(ref, SITE_PACKAGES, Path(tmp), labels=labels)
         except EngineError as exc:
             return {"status": "not-audited", "reason": str(exc)}
-        report = audit_path(dest)
+        report = audit_path(dest, [Target.from_cc(cc) for cc in ccs])
         return {"status": report.status, "verdicts": [str(v) for v in report.verdicts],
                 "cubins": dict(report.totals())}
 
@@ -85,7 +86,7 @@ def build_log_problems(engine, ref: str, torch_cuda_arch_list: str, labels: dict
 
 def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
               on_event: Callable[[BuildEvent], None] | None = None, audit: bool = True,
-              torch_cuda_arch_list: str | None = None) -> BuildOutcome:
+              torch_cuda_arch_list: str | None = None, audit_ccs: tuple[str, ...] = ()) -> BuildOutcome:
     emit = on_event or (lambda _e: None)
     name, ref = rendered.stack_name, rendered.image_ref
     start = time.monotonic()
@@ -118,7 +119,7 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
                                 rendered.labels, reason=exc.message)
     took = time.monotonic() - start
     labels = engine.image_labels(ref) or rendered.labels
-    summary = audit_image(engine, ref, {"harness.role": "audit"}) if audit else None
+    summary = audit_image(engine, ref, {"harness.role": "audit"}, audit_ccs) if audit else None
     problems = (build_log_problems(engine, ref, torch_cuda_arch_list, {"harness.role": "audit"})
                 if torch_cuda_arch_list else ())
     emit(BuildEvent(name, "done", "built", took))
@@ -139,5 +140,6 @@ def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Pat
     for name in names:
         rendered = render(matrix, name, template=template, extra=template_values)
         out[name] = build_one(rendered, engine=engine, log_dir=log_dir, force=force, on_event=on_event,
-                              audit=audit, torch_cuda_arch_list=matrix.spec.stacks[name].torch_cuda_arch_list)
+                              audit=audit, torch_cuda_arch_list=matrix.spec.stacks[name].torch_cuda_arch_list,
+                              audit_ccs=(matrix.spec.hardware[matrix.spec.matrix.hardware].cc,))
     return out

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import unicodedata
 import zipfile
 from collections import Counter
@@ -261,6 +262,9 @@ def scan_one(task: Task, policy: SassPolicy = NO_SASS) -> _Outcome:
         return _Outcome(task.display, unreadable=str(exc), bytes_read=reader.size)
     except OSError as exc:
         return _Outcome(task.display, unreadable=f"read error: {exc.strerror or exc}")
+    except (struct.error, ValueError, IndexError, OverflowError, MemoryError) as exc:
+        # A shape no check above foresaw: still this file's problem, not the audit's end.
+        return _Outcome(task.display, unreadable=f"malformed ({type(exc).__name__}: {exc})")
     finally:
         reader.close()
     audit = FileAudit(task.display, tuple(loadable), tuple(relocatable)) if loadable or relocatable else None

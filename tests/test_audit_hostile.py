@@ -253,3 +253,19 @@ def test_member_names_never_reach_a_path_or_the_terminal(tmp_path: Path, capsys:
     text = out.out + out.err
     assert "\x1b[31mred" not in text and "\x07" not in text
     assert "[red]x[/red]?[31mred?.so" in text.replace("\n", "")  # shown literally, not as markup
+
+
+def test_a_broken_container_outside_the_fatbin_sections_is_not_counted(tmp_path: Path) -> None:
+    """Fatbin magic in host code (.text here) is not device code: read as a file (sections
+    first) or as a wheel member (stream, sections last), the library reads the same."""
+    from harness.audit import elf
+    from harness.audit.source import BytesReader
+
+    data = bytearray((CUBINS / "nvfp4_sm120a.so").read_bytes())
+    text = next(s for s in elf.sections(BytesReader(bytes(data)), elf.header(bytes(data[:64]))) if s.name == ".text")
+    data[text.offset : text.offset + 24] = fatbin.MAGIC + struct.pack("<Q", 1 << 40) + b"\0" * 8
+    whole = _audit(tmp_path, "lib.so", bytes(data))
+    streamed = _audit(tmp_path, "pkg-1.0-py3-none-any.whl", _wheel([("pkg/lib.so", bytes(data))]))
+    for report in (whole, streamed):
+        assert report.complete, report.unreadable
+        assert dict(report.files[0].cubins) == {"sm_120a": 2}

@@ -85,35 +85,46 @@ def iter_entries(reader, start: int = 0, end: int | None = None) -> Iterator[Ent
     end = reader.size if end is None else min(end, reader.size)
     pos = reader.find(MAGIC, start, end)
     while pos >= 0:
-        if pos + _CONTAINER.size > end:
-            raise Unreadable(f"truncated fatbin container header at {pos}")
-        _, _, _, size = _CONTAINER.unpack(reader.read_at(pos, _CONTAINER.size))
-        stop = pos + _CONTAINER.size + size
-        if stop > end:
-            raise Unreadable(
-                f"truncated: fatbin container at {pos} declares {size} bytes, "
-                f"{end - pos - _CONTAINER.size} are there"
-            )
-        cur = pos + _CONTAINER.size
-        while cur < stop:
-            if cur + _ENTRY.size > stop:
-                raise Unreadable(f"fatbin entry header at {cur} runs past its container")
-            (kind, _v, hsize, psize, csize, _o, _mi, _ma, number, _no, _nl, flags, _r, usize) = (
-                _ENTRY.unpack(reader.read_at(cur, _ENTRY.size))
-            )
-            if hsize < _ENTRY.size or cur + hsize + psize > stop:
-                raise Unreadable(
-                    f"fatbin entry at {cur} declares a {hsize}-byte header and {psize}-byte "
-                    f"payload, past its container's end at {stop}"
-                )
-            if csize > psize:
-                raise Unreadable(f"fatbin entry at {cur}: compressed size {csize} > payload {psize}")
-            if kind in (KIND_PTX, KIND_ELF):
-                if not 10 <= number <= 999:
-                    raise Unreadable(f"fatbin entry at {cur} names arch {number}, not a CUDA arch")
-                yield Entry(
-                    pos, arch_from_header(kind, number, flags), flags, cur + hsize, csize or psize, usize, cur
-                )
-            cur += hsize + psize
-            reader.release(cur)
+        stop = container_end(reader, pos, end)
+        yield from container_entries(reader, pos, stop)
         pos = reader.find(MAGIC, stop, end)
+
+
+def container_end(reader, pos: int, end: int) -> int:
+    """Where the container at `pos` ends; raises Unreadable when past `end`."""
+    if pos + _CONTAINER.size > end:
+        raise Unreadable(f"truncated fatbin container header at {pos}")
+    _, _, _, size = _CONTAINER.unpack(reader.read_at(pos, _CONTAINER.size))
+    stop = pos + _CONTAINER.size + size
+    if stop > end:
+        raise Unreadable(
+            f"truncated: fatbin container at {pos} declares {size} bytes, "
+            f"{end - pos - _CONTAINER.size} are there"
+        )
+    return stop
+
+
+def container_entries(reader, pos: int, stop: int) -> Iterator[Entry]:
+    """The entries of the container at `pos`, which ends at `stop` (see container_end)."""
+    cur = pos + _CONTAINER.size
+    while cur < stop:
+        if cur + _ENTRY.size > stop:
+            raise Unreadable(f"fatbin entry header at {cur} runs past its container")
+        (kind, _v, hsize, psize, csize, _o, _mi, _ma, number, _no, _nl, flags, _r, usize) = (
+            _ENTRY.unpack(reader.read_at(cur, _ENTRY.size))
+        )
+        if hsize < _ENTRY.size or cur + hsize + psize > stop:
+            raise Unreadable(
+                f"fatbin entry at {cur} declares a {hsize}-byte header and {psize}-byte "
+                f"payload, past its container's end at {stop}"
+            )
+        if csize > psize:
+            raise Unreadable(f"fatbin entry at {cur}: compressed size {csize} > payload {psize}")
+        if kind in (KIND_PTX, KIND_ELF):
+            if not 10 <= number <= 999:
+                raise Unreadable(f"fatbin entry at {cur} names arch {number}, not a CUDA arch")
+            yield Entry(
+                pos, arch_from_header(kind, number, flags), flags, cur + hsize, csize or psize, usize, cur
+            )
+        cur += hsize + psize
+        reader.release(cur)

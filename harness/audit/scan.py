@@ -297,13 +297,22 @@ def _host_elf(
 ) -> tuple[list[CodeObject], list[CodeObject]]:
     if hdr.shoff == 0:
         return [], []
+    failed: list[tuple[int, str]] = []
     if isinstance(reader, StreamReader):
-        # Forward only: read every container before the section table as it passes, then
-        # keep those the table places in a fatbin section.
-        found = [
-            (e.container, _describe_entry(reader, e, policy, counter))
-            for e in fatbin.iter_entries(reader, 0, min(hdr.shoff, reader.size))
-        ]
+        # Forward only: read every container as it passes, then keep those the section
+        # table (at the end, where linkers put it; kept in the window) places in a fatbin
+        # section. A container that does not parse counts only if it is in one.
+        found = []
+        pos = reader.find(fatbin.MAGIC, 0, reader.size)
+        while pos >= 0:
+            try:
+                stop = fatbin.container_end(reader, pos, reader.size)
+                for e in fatbin.container_entries(reader, pos, stop):
+                    found.append((pos, _describe_entry(reader, e, policy, counter)))
+            except Unreadable as exc:
+                failed.append((pos, str(exc)))
+                stop = pos + 1
+            pos = reader.find(fatbin.MAGIC, stop, reader.size)
         secs = elf.sections(reader, hdr)
     else:
         secs = elf.sections(reader, hdr)
@@ -318,6 +327,9 @@ def _host_elf(
     for _start, end, name in ranges:
         if end > reader.size:
             raise Unreadable(f"truncated: section {name} ends at {end}, the file has {reader.size} bytes")
+    for offset, reason in failed:
+        if any(start <= offset < end for start, end, _ in ranges):
+            raise Unreadable(reason)
     for offset, obj in found:
         where = next((name for start, end, name in ranges if start <= offset < end), None)
         if where == elf.LOADABLE_FATBIN:

@@ -171,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
         err.print(escape(line), style="red" if not line.startswith("unreadable") else "yellow")
     if not report.complete:
         err.print(f"[red]incomplete audit[/red]: {len(report.unreadable)} file(s) could not be read "
-                  "to the end; no verdict covers them (exit 2)")
+                  "to the end; no verdict covers them (exit 2)\n  fix: re-download or rebuild the "
+                  "files listed as unreadable, then audit again")
         return 2
     bad = {"fail": {FAIL}, "warn": {FAIL, WARN}, "never": set()}[args.fail_on]
     statuses = [v.status for v in report.verdicts] + [p.status for p in report.problems]

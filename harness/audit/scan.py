@@ -34,6 +34,7 @@ from harness.audit.source import (
     Reader,
     StreamReader,
     Unreadable,
+    View,
     member_of,
     open_member,
 )
@@ -346,18 +347,24 @@ def _describe_entry(reader: Reader, entry: fatbin.Entry, policy: SassPolicy, cou
         return CodeObject(entry.arch, {}, decoded=False)
     if entry.arch.ptx and not policy.ptx(entry.arch):
         return CodeObject(entry.arch, {}, decoded=False)
-    stored = reader.read_at(entry.offset, entry.stored_size)
     where = f"{entry.arch.name} entry at {entry.offset}"
     try:
         if entry.arch.ptx:
+            stored = reader.read_at(entry.offset, entry.stored_size)
             text = zstd.decompress(stored, entry.uncompressed_size) if entry.compression == "zstd" else stored
             names = [m.decode() for m in _PTX_ENTRY_RE.findall(text)]
             return CodeObject(entry.arch, dict(Counter(map(family_of, names))), decoded=True)
-        names = _entry_kernels(stored, entry)
+        if entry.compression == "none":
+            # Read in place: the ELF header, section table and names, not the whole cubin.
+            view = View(reader, entry.offset, entry.stored_size)
+            names = elf.kernel_names(view, _cubin_header(view.read_at(0, min(64, view.size))))
+        else:
+            names = _entry_kernels(reader.read_at(entry.offset, entry.stored_size), entry)
         fams = [family_of(n) for n in names]
         fp4 = tuple(n for n, f in zip(names, fams, strict=True) if f == NVFP4)
         native = None
         if fp4 and sass.checkable(entry.arch.major) and policy(entry.arch):
+            stored = reader.read_at(entry.offset, entry.stored_size)
             cubin = zstd.decompress(stored, entry.uncompressed_size) if entry.compression == "zstd" else stored
             native = _sass(cubin, entry.arch, fp4, counter)
         return CodeObject(entry.arch, dict(Counter(fams)), True, fp4, native)
@@ -365,6 +372,12 @@ def _describe_entry(reader: Reader, entry: fatbin.Entry, policy: SassPolicy, cou
         raise Unreadable(f"{where}: {exc}") from exc
     except Unreadable as exc:
         raise Unreadable(f"{where}: {exc}") from exc
+
+
+def _cubin_header(head: bytes) -> elf.Header:
+    if not elf.is_elf(head):
+        raise Unreadable("payload is not an ELF cubin")
+    return elf.header(head)
 
 
 def _entry_kernels(stored: bytes, entry: fatbin.Entry) -> list[str]:
@@ -385,9 +398,7 @@ def _entry_kernels(stored: bytes, entry: fatbin.Entry) -> list[str]:
                 break  # the whole cubin is in hand and the fast layout is not there
             size *= 8
         stored = zstd.decompress(stored, entry.uncompressed_size)
-    if not elf.is_elf(stored):
-        raise Unreadable("payload is not an ELF cubin")
-    return elf.kernel_names(BytesReader(stored), elf.header(stored[:64]))
+    return elf.kernel_names(BytesReader(stored), _cubin_header(stored[:64]))
 
 
 def _bare_cubin(data: bytes, hdr: elf.Header, policy: SassPolicy, counter: list[int]) -> CodeObject:

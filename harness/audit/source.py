@@ -96,6 +96,27 @@ class BytesReader(Reader):
         return self._data.find(needle, start, min(end, self.size))
 
 
+class View(Reader):
+    """Bytes [base, base + size) of another reader, addressed from 0 (a cubin in a fatbin)."""
+
+    def __init__(self, reader: Reader, base: int, size: int) -> None:
+        self._reader = reader
+        self._base = base
+        self.size = size
+
+    def close(self) -> None:
+        pass
+
+    def read_at(self, offset: int, n: int) -> bytes:
+        if offset < 0 or n < 0 or offset + n > self.size:
+            raise Unreadable(f"truncated: needs bytes {offset}..{offset + n}, there are {self.size}")
+        return self._reader.read_at(self._base + offset, n)
+
+    def find(self, needle: bytes, start: int, end: int) -> int:
+        hit = self._reader.find(needle, self._base + start, self._base + min(end, self.size))
+        return hit - self._base if hit >= 0 else -1
+
+
 class StreamReader(Reader):
     """Forward reading over chunks from `open_stream()`, keeping `WINDOW` bytes of history.
 

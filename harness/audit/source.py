@@ -20,10 +20,12 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-try:  # ISA-L inflates 2-3x faster than zlib (0.9 s vs 2.2 s for sgl-kernel's 813 MB library)
-    from isal import isal_zlib as _inflate_mod
+try:  # ISA-L inflates 2.3x faster than zlib (0.93 s vs 2.15 s for sgl-kernel's 813 MB library)
+    from isal import igzip_lib as _igzip
+    from isal import isal_zlib as _crc_mod
 except ImportError:  # pragma: no cover - isal is a dependency; zlib gives the same bytes
-    _inflate_mod = zlib
+    _igzip = None
+    _crc_mod = zlib
 
 CHUNK = 4 << 20
 WINDOW = 32 << 20  # history a forward reader keeps (section names sit just before the table)
@@ -265,6 +267,36 @@ def check_member(m: Member) -> None:
 _LOCAL = struct.Struct("<4sHHHHHIIIHH")
 
 
+class _Inflater:
+    """Raw deflate with a cap on each output: ISA-L's IgzipDecompressor (keeps unread input
+    itself, no copy of the tail per call), or zlib's decompressobj."""
+
+    def __init__(self) -> None:
+        self._isal = _igzip.IgzipDecompressor(flag=_igzip.DECOMP_DEFLATE) if _igzip else None
+        self._zlib = None if self._isal else zlib.decompressobj(-15)
+        self._tail = b""
+
+    @property
+    def needs_input(self) -> bool:
+        return self._isal.needs_input if self._isal else not self._tail
+
+    @property
+    def eof(self) -> bool:
+        return self._isal.eof if self._isal else self._zlib.eof
+
+    def inflate(self, raw: bytes, max_length: int) -> bytes:
+        if self._isal:
+            return self._isal.decompress(raw, max_length)
+        out = self._zlib.decompress(self._tail + raw if self._tail else raw, max_length)
+        self._tail = self._zlib.unconsumed_tail
+        return out
+
+
+_INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, ValueError) + (
+    (_igzip.IsalError, _igzip.error) if _igzip else ()
+)
+
+
 def member_chunks(m: Member) -> Iterator[bytes]:
     """The member's bytes, inflated CHUNK at a time, length and CRC checked at the end."""
     with open(m.wheel, "rb") as fh:
@@ -277,34 +309,31 @@ def member_chunks(m: Member) -> Iterator[bytes]:
         left_in = m.compress_size
         left_out = m.file_size
         crc = 0
-        inflater = _inflate_mod.decompressobj(-15) if m.compress_type == zipfile.ZIP_DEFLATED else None
-        tail = b""
+        inflater = _Inflater() if m.compress_type == zipfile.ZIP_DEFLATED else None
         while left_out > 0:
-            if inflater is None or not tail:
+            raw = b""
+            if inflater is None or inflater.needs_input:
                 if left_in <= 0:
                     break
                 raw = fh.read(min(CHUNK, left_in))
                 if not raw:
                     break
                 left_in -= len(raw)
-            else:
-                raw = tail
             if inflater is None:
                 out = raw
             else:
                 try:
-                    out = inflater.decompress(raw, min(left_out, CHUNK) + 1)
-                except (zlib.error, getattr(_inflate_mod, "error", zlib.error)) as exc:
+                    out = inflater.inflate(raw, min(left_out, CHUNK) + 1)
+                except _INFLATE_ERRORS as exc:
                     raise Unreadable(f"corrupt deflate stream: {exc}") from exc
-                tail = inflater.unconsumed_tail
             if len(out) > left_out:
                 raise Unreadable(f"inflates past its declared {m.file_size} bytes")
             left_out -= len(out)
-            crc = _inflate_mod.crc32(out, crc)
+            crc = _crc_mod.crc32(out, crc)
             if out:
                 yield out
-            elif inflater is not None and inflater.eof:
-                break
+            elif inflater is not None and (inflater.eof or not raw):
+                break  # the stream ended, or made no progress: judged by the length below
         if left_out:
             raise Unreadable(
                 f"truncated: inflates to {m.file_size - left_out} of its declared {m.file_size} bytes"

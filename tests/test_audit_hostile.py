@@ -269,3 +269,19 @@ def test_a_broken_container_outside_the_fatbin_sections_is_not_counted(tmp_path:
     for report in (whole, streamed):
         assert report.complete, report.unreadable
         assert dict(report.files[0].cubins) == {"sm_120a": 2}
+
+
+def test_zlib_fallback_reads_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ISA-L the stdlib's zlib inflates the same members with the same checks."""
+    from harness.audit import source
+
+    so = (CUBINS / "mixed.so").read_bytes()
+    whl = tmp_path / "pkg-1.0-py3-none-any.whl"
+    whl.write_bytes(_wheel([("pkg/_C.abi3.so", so), ("pkg/half.so", so[: len(so) // 2])]))
+    fast = audit_path(whl, sass_check=False, jobs=1)
+    monkeypatch.setattr(source, "_igzip", None)
+    slow = audit_path(whl, sass_check=False, jobs=1)
+    assert [dict(f.cubins) for f in fast.files] == [dict(f.cubins) for f in slow.files] != []
+    assert [u.path for u in slow.unreadable] == [u.path for u in fast.unreadable] == [
+        "pkg-1.0-py3-none-any.whl!pkg/half.so"
+    ]

@@ -55,6 +55,9 @@ def cross_check(wheel_or_dir: Path, report) -> tuple[int, int, list[str]]:
             with zipfile.ZipFile(wheel_or_dir) as zf:
                 for name in zf.namelist():
                     if _CANDIDATE_RE.search(name):
+                        target = (root / name).resolve()
+                        if not target.is_relative_to(root.resolve()):  # never outside the temp dir
+                            raise SystemExit(f"{wheel_or_dir}: refusing member {name!r}")
                         zf.extract(name, root)
         ours = {f.path.rsplit("!", 1)[-1]: f for f in report.files}
         agree, entries, problems = 0, 0, []
@@ -85,7 +88,7 @@ def main() -> int:
 
     target = Path(args.path) if args.path else download(args.version, Path(args.download_dir))
     t0 = time.monotonic()
-    report = audit_path(target, sass_check=not args.no_sass)
+    report = audit_path(target, sass_check=not args.no_sass)  # no --cc: inventory + integrity
     elapsed = time.monotonic() - t0
     print(
         f"audited {target} in {elapsed:.1f} s ({report.stats.bytes_read / 2**20:.0f} MiB of "

@@ -18,7 +18,6 @@ import struct
 import unicodedata
 import zipfile
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -484,8 +483,3 @@ def audit_tree(path: Path, policy: SassPolicy, stats: ScanStats, jobs: int | Non
             if why:
                 empty.append((o.display, why))
     return ScanResult(tuple(files), tuple(bad), tuple(empty))
-
-
-def iter_objects(files: list[FileAudit]) -> Iterator[CodeObject]:
-    for f in files:
-        yield from f.objects

@@ -1,6 +1,6 @@
 """How accurate is `harness bench`? Measure a fake server that streams at a known rate.
 
-The fake server (harness/bench/fakeserver.py) sends one token every 1/RATE s per stream on an
+The fake server (tests/support/fakeserver.py) sends one token every 1/RATE s per stream on an
 absolute schedule. On a busy small machine it can fall behind that schedule, so the truth a
 client is held to is what the server itself logged (/fake/stats, its own monotonic clock):
 per request, when it received it and when it sent the first and last chunk. Truth per-stream
@@ -35,10 +35,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
 
 from harness.bench import run_bench  # noqa: E402
-from harness.bench.fakeserver import VOCAB  # noqa: E402
-from harness.bench.local import fake_server  # noqa: E402
+from support.fakeserver import VOCAB  # noqa: E402
+from support.local import fake_server  # noqa: E402
 from harness.bench.prompts import WORDS  # noqa: E402
 
 MODEL = "fake-model"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench.local import FAKESERVER, fake_server, free_port
+from support.local import FAKESERVER, fake_server, free_port
 
 # vLLM 0.33.0 vllm/logger.py _FORMAT with _DATE_FORMAT "%m-%d %H:%M:%S"
 VLLM_LINE = re.compile(

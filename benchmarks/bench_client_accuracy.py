@@ -37,9 +37,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from harness.bench import run_bench  # noqa: E402
 from support.fakeserver import VOCAB  # noqa: E402
 from support.local import fake_server  # noqa: E402
+
+from harness.bench import run_bench  # noqa: E402
 from harness.bench.prompts import WORDS  # noqa: E402
 
 MODEL = "fake-model"

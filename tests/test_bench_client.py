@@ -7,10 +7,10 @@ import argparse
 import json
 
 import pytest
+from support.local import fake_server
 
 from harness.bench import bench
 from harness.bench import cli as bench_cli
-from support.local import fake_server
 from harness.errors import ConfigError, EnvironmentProblem
 
 RATE = 200.0  # tokens/s per stream: high enough to be quick, low enough for a busy 2-core box

@@ -14,7 +14,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from support.local import FAKESERVER, fake_server, free_port
 
 # vLLM 0.33.0 vllm/logger.py _FORMAT with _DATE_FORMAT "%m-%d %H:%M:%S"

@@ -365,7 +365,7 @@ class Server:
                 "connections": s.connections,
                 "log": s.sent_log[-100000:],
                 "records": [
-                    r if full else {k: v for k, v in r.items() if k != "chunk_sends"}
+                    r if full else {k: v for k, v in r.items() if k not in ("chunk_sends", "text")}
                     for r in s.records[-100000:]
                 ],
             }
@@ -376,7 +376,7 @@ class Server:
             self.st.sent_log = []
             self.st.records = []
             return await self.send(writer, 200, b"{}")
-        if method == "POST" and path == "/tokenize":
+        if method == "POST" and path == "/tokenize" and not self.a.no_tokenize:
             return await self.tokenize(raw, writer)
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             try:
@@ -548,12 +548,14 @@ class Server:
                     "model": self.a.model,
                     "choices": [choice],
                 }
+                # Stamped before the write: a recorded send time never follows the byte's
+                # arrival at the client, even if this process is preempted right after it.
+                now = loop.time()
                 if self.a.split_utf8 and any(w in MULTIBYTE for w in piece):
                     await write_split(writer, json.dumps(ev, ensure_ascii=False))
                 else:
                     write_event(writer, json.dumps(ev))
                 await writer.drain()
-                now = loop.time()
                 self.account(len(piece), now)
                 if ci == 0:
                     t_sent0 = now
@@ -578,6 +580,7 @@ class Server:
                     "usage_sent": with_usage,
                     "chunk_sends": sends,
                     "chunk_tokens": [len(c) for c in chunks],
+                    "text": "".join(" " + " ".join(c) for c in chunks),
                 }
             )
             if with_usage:
@@ -773,6 +776,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="if set, TTFT = uncached prompt tokens / this",
     )
     p.add_argument("--no-usage", action="store_true", help="never send usage, even when asked")
+    p.add_argument("--no-tokenize", action="store_true", help="serve no /tokenize endpoint")
     p.add_argument(
         "--ttft-ms", type=float, default=0.0, help="fixed time to first token (else one step)"
     )

@@ -39,7 +39,7 @@ from harness.bench.metrics import (
 )
 from harness.bench.result import BenchResult, LevelResult
 from harness.bench.stats import median, percentile, spread
-from harness.bench.stream import RequestRecord, stream_request
+from harness.bench.stream import RequestRecord, stream_raw, stream_request
 from harness.bench.wire import Connection, HTTPError, Target, request
 
 WARMUP_MAX_TOKENS = 16  # enough decode steps to trigger JIT / graph warm-up at that batch size
@@ -123,13 +123,14 @@ async def _round(
     ]
     await _open_all(run, conns)
 
-    async def one(conn: Connection, body: bytes) -> RequestRecord:
-        rec = await stream_request(conn, run.path, body, read_timeout_s=run.timeout_s)
+    async def one(conn: Connection, body: bytes):
+        parse = await stream_raw(conn, run.path, body, read_timeout_s=run.timeout_s)
         if on_done is not None:
             on_done()
-        return rec
+        return parse
 
-    recs = list(await asyncio.gather(*(one(c, b) for c, b in zip(conns, bodies, strict=True))))
+    parsers = await asyncio.gather(*(one(c, b) for c, b in zip(conns, bodies, strict=True)))
+    recs = [parse() for parse in parsers]  # after the round: no parsing inside the timing
     run.tokens_streamed_records.extend(recs)
     return recs
 

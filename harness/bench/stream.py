@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import codecs
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from time import perf_counter
 
 from harness.bench.wire import Connection, HTTPError
@@ -108,9 +109,14 @@ def _texts(event: dict) -> str:
 
 
 class SSEReader:
-    """Server-sent events from a byte stream, read by read: the body sink of one request."""
+    """Server-sent events from a byte stream, read by read: the body sink of one request.
 
-    __slots__ = ("_decode", "_buf", "times", "parts", "usage", "done", "rid", "error")
+    `keep` is the hot path, called for every network read while streams are being timed:
+    it only stores the bytes and their read time. `replay` decodes and parses them later
+    (after the round), giving each message the time of the read that completed it, exactly
+    as parsing on arrival would, without spending the client's CPU inside the timing."""
+
+    __slots__ = ("_decode", "_buf", "times", "parts", "usage", "done", "rid", "error", "reads")
 
     def __init__(self) -> None:
         self._decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode
@@ -121,6 +127,15 @@ class SSEReader:
         self.done = False
         self.rid: str | None = None
         self.error: str | None = None
+        self.reads: list[tuple[bytes, float]] = []
+
+    def keep(self, data: bytes, t: float) -> None:
+        self.reads.append((data, t))
+
+    def replay(self) -> None:
+        reads, self.reads = self.reads, []
+        for data, t in reads:
+            self.feed(data, t)
 
     def feed(self, data: bytes, t: float) -> None:
         text = self._decode(data)
@@ -170,13 +185,25 @@ class SSEReader:
 async def stream_request(
     conn: Connection, path: str, body: bytes, *, read_timeout_s: float
 ) -> RequestRecord:
-    """POST one streaming request on `conn`. Never raises and never retries: failures are
-    records. A closed connection is opened first, and that time is recorded apart."""
+    """POST one streaming request on `conn` and parse it at once (see `stream_raw`)."""
+    return (await stream_raw(conn, path, body, read_timeout_s=read_timeout_s))()
+
+
+async def stream_raw(
+    conn: Connection, path: str, body: bytes, *, read_timeout_s: float
+) -> Callable[[], RequestRecord]:
+    """POST one streaming request on `conn`; return a function that parses what arrived into
+    its record (call it after the timed round). Never raises and never retries: failures
+    are records. A closed connection is opened first, and that time is recorded apart."""
     sse = SSEReader()
     connect_s = 0.0
     start = 0.0
 
     def record(ok: bool, error: str | None) -> RequestRecord:
+        try:
+            sse.replay()
+        except ValueError as exc:  # a message that is not JSON
+            ok, error = False, error or f"ValueError: {exc}"[:300]
         u = sse.usage or {}
         return RequestRecord(
             ok=ok,
@@ -195,21 +222,32 @@ async def stream_request(
             t0 = perf_counter()
             await conn.open(read_timeout_s)
             connect_s = perf_counter() - t0
-        start, resp, waiter = conn.send("POST", path, body, sse.feed)
+        start, resp, waiter = conn.send("POST", path, body, sse.keep)
         await conn.wait(waiter, read_timeout_s)
         if resp.status != 200:
             text = b"".join(resp.body or []).decode("utf-8", "replace")
-            return record(False, f"HTTP {resp.status}: {text[:300]}")
+            return lambda: record(False, f"HTTP {resp.status}: {text[:300]}")
     except TimeoutError:
-        n = len(sse.times)
-        return record(False, f"timeout: no byte for {read_timeout_s:g} s after {n} chunks")
+        return lambda: record(
+            False, f"timeout: no byte for {read_timeout_s:g} s after {len(sse.reads)} reads"
+        )
     except (HTTPError, ValueError, OSError) as exc:
         conn.close()
-        return record(False, f"{type(exc).__name__}: {exc}"[:300])
+        msg = f"{type(exc).__name__}: {exc}"[:300]
+        return lambda: record(False, msg)
+    return lambda: _judge(record, sse)
+
+
+def _judge(record: Callable[[bool, str | None], RequestRecord], sse: SSEReader) -> RequestRecord:
+    rec = record(True, None)  # parses first: the checks below read what it found
+    if not rec.ok:
+        return rec
     if sse.error:
-        return record(False, sse.error)
+        return replace(rec, ok=False, error=sse.error)
     if not sse.times:
-        return record(False, "stream ended without any token")
+        return replace(rec, ok=False, error="stream ended without any token")
     if not sse.done:
-        return record(False, f"stream ended without [DONE] after {len(sse.times)} chunks")
-    return record(True, None)
+        return replace(
+            rec, ok=False, error=f"stream ended without [DONE] after {len(sse.times)} chunks"
+        )
+    return rec

@@ -362,3 +362,31 @@ def test_cli_bad_input_is_one_clear_error_exit_2(argv, needle, capsys):
     rc, _, stderr = _cli([f"{k}={v}" for k, v in base.items()], capsys)  # "=": "-4,8" is a value
     assert rc == 2
     assert needle in stderr and "fix:" in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("bad", [b"data: 5\n\n", b"data: {not json\n\n"])
+def test_an_unreadable_message_is_a_failed_request_not_a_crash(bad):
+    import asyncio
+
+    from harness.bench.stream import stream_request
+    from harness.bench.wire import Connection, Target
+
+    async def serve(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        body = bad + b"data: [DONE]\n\n"
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+    async def go():
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        conn = Connection(Target.parse(f"http://127.0.0.1:{port}"))
+        try:
+            return await stream_request(conn, "/v1/completions", b"{}", read_timeout_s=5)
+        finally:
+            conn.close()
+            server.close()
+
+    rec = asyncio.run(go())
+    assert not rec.ok and rec.error.startswith("unreadable SSE message")

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import argparse
 import math
-import urllib.error
-import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.bench.client import run_bench, run_sync
+from harness.bench.client import base_url, run_bench, run_sync
 from harness.bench.result import BenchResult
+from harness.bench.wire import HTTPError, Target, request
 from harness.console import err, out
 from harness.errors import ConfigError, EnvironmentProblem
 
@@ -116,15 +115,18 @@ def check_args(args: argparse.Namespace) -> tuple[int, ...]:
 
 def _preflight(url: str, timeout: float) -> None:
     """Fail fast, before anything is timed, when nothing answers at the URL."""
-    base = url.rstrip("/").removesuffix("/v1")
+    target = Target.parse(base_url(url))
     try:
-        with urllib.request.urlopen(base + "/v1/models", timeout=min(timeout, 10)) as r:
-            r.read()
-    except (urllib.error.URLError, OSError) as exc:
+        status, _ = run_sync(request(target, "GET", "/v1/models", timeout_s=min(timeout, 10)))
+    except (HTTPError, TimeoutError, OSError) as exc:
+        status, why = 0, str(exc)
+    else:
+        why = f"HTTP {status}"
+    if status != 200:
         raise EnvironmentProblem(
-            f"no OpenAI-compatible server answers at {base}/v1/models ({exc})",
+            f"no OpenAI-compatible server answers at {target.base}/v1/models ({why})",
             hint="start the server (or `harness serve`) and check --url",
-        ) from exc
+        )
 
 
 def _progress_bar() -> tuple[Progress, object]:

@@ -390,7 +390,7 @@ async def run_bench(
     """
     if endpoint not in ("completions", "chat"):
         raise ValueError(f"endpoint must be 'completions' or 'chat', not {endpoint!r}")
-    target = Target.parse(_base_url(url))
+    target = Target.parse(base_url(url))
     run = _Run(target, model, endpoint, timeout_s, progress)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     measured = []
@@ -504,7 +504,7 @@ def _loop_name() -> str:
     return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
 
 
-def _base_url(url: str) -> str:
+def base_url(url: str) -> str:
     base = url.rstrip("/")
     for tail in ("/v1/completions", "/v1/chat/completions", "/v1"):
         if base.endswith(tail):

@@ -202,8 +202,8 @@ async def stream_raw(
     def record(ok: bool, error: str | None) -> RequestRecord:
         try:
             sse.replay()
-        except ValueError as exc:  # a message that is not JSON
-            ok, error = False, error or f"ValueError: {exc}"[:300]
+        except (ValueError, AttributeError, TypeError) as exc:  # not JSON, or not an object
+            ok, error = False, error or f"unreadable SSE message: {type(exc).__name__}: {exc}"[:300]
         u = sse.usage or {}
         return RequestRecord(
             ok=ok,

@@ -223,6 +223,7 @@ def serve_cell(cell: Cell, ctx: _Ctx, build: BuildOutcome | None) -> CellResult:
     serve_cfg = matrix.spec.serve
     with ExitStack() as stack:
         server = stack.enter_context(ctx.runner_for(cell).serve(spec))
+        save("server", server.record())
         watch = stack.enter_context(_memwatch())
         progress.cell_phase(cell, "start-up", server.log)
         ready = wait_ready(server, timeout_s=serve_cfg.startup_timeout_s,
@@ -393,8 +394,9 @@ def reap_dead(results_root: Path, engine_if_needed: _Engine | None = None) -> di
     `running` mark of their run directories under `results_root` (now `interrupted`, so
     `--resume` finishes them). Returns what was done, for `harness reap` to print."""
     from harness.errors import EnvironmentProblem
+    from harness.runners.local import kill_group
 
-    done: dict[str, list[str]] = {"containers": [], "runs": []}
+    done: dict[str, list[str]] = {"containers": [], "runs": [], "servers": []}
     if engine_if_needed is not None:
         try:
             done["containers"] = engine_if_needed().reap()
@@ -409,6 +411,11 @@ def reap_dead(results_root: Path, engine_if_needed: _Engine | None = None) -> di
         owner = store.run.controller
         if store.run.status != "running" or owner is None or controller.alive(owner) is not False:
             continue
+        for cell_id in store.run.cells:
+            server = (store.read_partial(cell_id) or {}).get("server") or {}
+            if server.get("kind") == "local" and isinstance(server.get("pgid"), int) and \
+                    kill_group(server["pgid"], server.get("started")):
+                done["servers"].append(f"{cell_id} (process group {server['pgid']})")
         try:
             store.finish("interrupted", note=f"controller pid {owner.pid} on {owner.host} died; "
                          "reaped by a later run")

@@ -221,6 +221,8 @@ def run(args) -> int:
         if not matrix_path:
             raise ConfigError(f"{resume}/run.json records no matrix path",
                               hint="pass -m MATRIX with --resume")
+        err.print(f"resuming {resume}: {len(stored.finished_ids())} of {len(stored.run.cells)} "
+                  "cells already finished", markup=False)
     matrix = load_matrix(matrix_path)
     total = len(expand(matrix, k))
     progress_cls = LiveProgress if err.is_terminal else PlainProgress
@@ -297,9 +299,11 @@ def reap(args) -> int:
             done = reap_dead(Path(args.results))
     for name in done["containers"]:
         out.print(f"removed container {name}", markup=False)
+    for server in done.get("servers", []):
+        out.print(f"stopped local server {server}", markup=False)
     for run_dir in done["runs"]:
         out.print(f"marked interrupted: {run_dir} (finish it with `harness run --resume {run_dir}`)",
                   markup=False)
-    if not done["containers"] and not done["runs"]:
+    if not any(done.values()):
         out.print("nothing to reap", markup=False)
     return 0

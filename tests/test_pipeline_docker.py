@@ -51,9 +51,10 @@ def _context() -> bytes:
 @pytest.fixture(scope="module")
 def fake_image():
     engine = connect()
-    tag = "harness-test/fakevllm:latest"
+    tag = f"harness-test/fakevllm:{os.getpid()}"
     engine.build(_context(), tag, labels={"harness.role": "test-image"})
-    return tag
+    yield tag
+    engine.remove_image(tag)  # tests leave no image behind, tagged or dangling
 
 
 def _matrix(tmp_path: Path, image: str, extra: str = "", quiet: int = 6) -> Path:

@@ -372,3 +372,48 @@ env = { FAKE_VLLM_MODE = "hang" }
     finally:
         for pid in server_pids():
             subprocess.run(["kill", "-9", pid], check=False)
+
+
+def test_run_output_fits_80_columns_and_shows_final_status(matrix_file, tmp_path):
+    """Ids and reasons break between words only; the line of each cell shows its final status
+    (the NVFP4 cells run after FP8, so the cross-cell rule is applied before they print)."""
+    env = {**os.environ, "COLUMNS": "80", "PYTHONUNBUFFERED": "1"}
+    r = subprocess.run([sys.executable, "-m", "harness", "run", "-m", str(matrix_file),
+                        "--results", str(tmp_path / "results"), "--no-report"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    text = r.stdout + r.stderr
+    assert r.returncode in (0, 1), text
+    lines = text.splitlines()
+    # a line runs past 80 only when one word (a path) is longer than the room left: kept whole
+    long = [x for x in lines if len(x) > 80]
+    assert all(len(x.split()) == 2 and len(x.split()[0]) + 1 <= 80 for x in long), long
+    store = RunStore.open(next((tmp_path / "results").iterdir()))
+    for cell in store.cells():
+        shown = [x for x in lines if x.endswith(f"  {cell.id}") and "]" in x]
+        assert len(shown) == 1, (cell.id, lines)
+        assert f" {cell.status.value}  {cell.id}" in shown[0]  # the live status is the final one
+    assert "moe MARLIN" in text and "linear MarlinNvFp4LinearKernel" in text
+
+
+def test_live_progress_names_the_phase_and_the_last_server_line(tmp_path):
+    from rich.console import Console
+
+    from harness.matrix.load import load_matrix as load
+    from harness.matrix.plan import expand
+    from harness.run_cli import LiveProgress
+    from harness.runners.base import LogBuffer
+
+    path = tmp_path / "m.toml"
+    path.write_text(matrix_text(free_port()))
+    cell = expand(load(path))[0]
+    progress = LiveProgress(total=3)
+    progress.cell_started(cell, 1, 3)
+    log = LogBuffer(tmp_path / "x.log")
+    log.add("(EngineCore pid=1) INFO Capturing CUDA graphs (decode, FULL): 42%")
+    progress.cell_phase(cell, "start-up", log)
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))
+    console.print(progress._render())
+    shown = console.export_text().splitlines()
+    assert shown[0].startswith("[1/3] fake/qwen-fp8/auto: start-up")
+    assert "Capturing CUDA graphs" in shown[1] and all(len(x) <= 80 for x in shown)
+    log.close()

@@ -98,6 +98,9 @@ class RunOptions:
     argv: tuple[str, ...] = ()
     # How a runner is made for a stack; tests swap it.
     runner_for: Callable[[Cell], Runner] | None = None
+    # Whether this host has a GPU for the cells that need one (serve.gpus != "none"); None
+    # asks the GPU probe (NVML, then nvidia-smi). Without one, cells are skipped, not failed.
+    gpu_present: Callable[[], str | None] | None = None
     progress: Progress = field(default_factory=QuietProgress)
 
 
@@ -200,6 +203,13 @@ class _Ctx:
     store: RunStore
     opts: RunOptions
     runner_for: Callable[[Cell], Runner]
+    _gpu: list = field(default_factory=list)
+
+    def no_gpu(self) -> str | None:
+        """Probed once per run, on the first cell that needs a GPU."""
+        if not self._gpu:
+            self._gpu.append((self.opts.gpu_present or no_gpu_reason)())
+        return self._gpu[0]
 
 
 def serve_cell(cell: Cell, ctx: _Ctx, build: BuildOutcome | None) -> CellResult:
@@ -361,10 +371,36 @@ def run_matrix(matrix: Matrix, *, k: str | None, opts: RunOptions,
     return store
 
 
+def no_gpu_reason() -> str | None:
+    """None when this host has an NVIDIA GPU; else why not (what the probe said)."""
+    from harness import gpus
+
+    p = gpus.probe()
+    return None if p.ok else p.reason
+
+
+def skipped_cell(cell: Cell, why: str, build: BuildOutcome | None) -> CellResult:
+    """Not served: this host has no GPU. Its build was still checked: the arch trap in the
+    build log fails the cell all the same."""
+    trap = _build_verdicts(build)
+    return CellResult(
+        **_base(cell), status=Status.FAIL if trap else Status.SKIPPED,
+        verdicts=(Verdict(check="host.gpu", status=VerdictStatus.WARN,
+                          message=f"skipped: no GPU on this host ({why})"),
+                  *trap),
+        image=_image(cell, build), audit=(build.audit_summary or build.audit) if build else None,
+        started_at=now_iso(), finished_at=now_iso(),
+    )
+
+
 def _guarded(cell: Cell, ctx: _Ctx, build: BuildOutcome | None) -> CellResult:
     """One cell; whatever it raises (but Ctrl-C / SIGTERM / a full disk) is its result."""
     if build is not None and build.failed:
         result = build_failed_cell(cell, build)
+        ctx.store.write_cell(result)
+        return result
+    if ctx.matrix.spec.serve.gpus != "none" and (why := ctx.no_gpu()) is not None:
+        result = skipped_cell(cell, why, build)
         ctx.store.write_cell(result)
         return result
     started = now_iso()
@@ -426,5 +462,9 @@ def reap_dead(results_root: Path, engine_if_needed: _Engine | None = None) -> di
 
 
 def exit_code(store: RunStore) -> int:
+    """0 when every cell passed or was skipped and every build and audit passed."""
     cells = store.cells()
-    return 0 if cells and all(c.status.ok for c in cells) else 1
+    builds_ok = all(not b.failed and (b.audit_summary or b.audit or {}).get("status") != "fail"
+                    and (b.audit_summary or {}).get("audit.status") != "fail"
+                    for b in store.builds().values())
+    return 0 if cells and builds_ok and all(c.status.ok and not c.reasons for c in cells) else 1

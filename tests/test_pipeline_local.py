@@ -101,6 +101,7 @@ linear_kernel = "MarlinNvFp4LinearKernel"
 
 [serve]
 port = {port}
+gpus = "none"  # the stand-in needs no GPU: serve it on any host
 startup_timeout_s = 30
 quiet_period_s = 8
 
@@ -417,3 +418,18 @@ def test_live_progress_names_the_phase_and_the_last_server_line(tmp_path):
     assert shown[0].startswith("[1/3] fake/qwen-fp8/auto: start-up")
     assert "Capturing CUDA graphs" in shown[1] and all(len(x) <= 80 for x in shown)
     log.close()
+
+
+def test_a_host_without_gpu_builds_audits_and_skips(matrix_file, tmp_path):
+    """No GPU: the half of the job that needs none still runs (the local stack's audit), every
+    cell is `skipped` with the reason, the report is written, and that is not a failure."""
+    text = matrix_file.read_text().replace('gpus = "none"', 'gpus = "all"')
+    matrix_file.write_text(text)
+    store = run_matrix(load_matrix(matrix_file), k=None, opts=RunOptions(
+        results_root=tmp_path / "results", gpu_present=lambda: "no NVIDIA driver on this host"))
+    cells = store.cells()
+    assert [c.status for c in cells] == [Status.SKIPPED] * 3
+    assert all(c.reasons == () for c in cells)
+    assert cells[0].verdicts[0].message == "skipped: no GPU on this host (no NVIDIA driver on this host)"
+    assert store.builds()["fake"].status == "local"  # the audit of the install ran
+    assert not list((store.dir / "logs").glob("*.server.log"))  # nothing was served

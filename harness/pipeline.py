@@ -10,6 +10,7 @@ controllers left (containers, run directories marked running), and can be resume
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 import traceback
 from collections.abc import Callable
@@ -164,12 +165,27 @@ def _build_verdicts(build: BuildOutcome | None) -> list[Verdict]:
             for p in (build.arch_problems if build else ())]
 
 
+# The engine could not get the base image: a registry, network or login problem on this host,
+# not a bug in the stack (docker 20.10-29 wordings).
+_NO_BASE = re.compile(r"pull access denied|manifest unknown|manifest for \S+ not found|"
+                      r"no such host|dial tcp|i/o timeout|failed to resolve|TLS handshake timeout|"
+                      r"unauthorized: |repository does not exist|toomanyrequests", re.IGNORECASE)
+
+
 def build_failed_cell(cell: Cell, build: BuildOutcome) -> CellResult:
     why = build.reason or (build.log_tail[-1] if build.log_tail else "(no log)")
+    base = cell.stack.base_image.reference if cell.stack.base_image else None
+    text = " ".join([why, *build.log_tail[-10:]])
+    if base and _NO_BASE.search(text):
+        verdict = Verdict(check="build.base", status=VerdictStatus.FAIL,
+                          message=f"could not get base image {base}: {why.strip()[-300:]} "
+                          "(a registry or network problem on this host, not a bug in the stack)")
+    else:
+        verdict = Verdict(check="build", status=VerdictStatus.FAIL,
+                          message=f"image for stack {cell.stack_name} did not build: {why}")
     return CellResult(
         **_base(cell), status=Status.BUILD_FAILED,
-        verdicts=(Verdict(check="build", status=VerdictStatus.FAIL,
-                          message=f"image for stack {cell.stack_name} did not build: {why}"),),
+        verdicts=(verdict,),
         image=ImageInfo(ref=build.image_ref), started_at=now_iso(), finished_at=now_iso(),
         build=BuildInfo(log=build.log_path, log_tail=tuple(build.log_tail[-40:])),
     )

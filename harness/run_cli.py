@@ -244,9 +244,13 @@ def run(args) -> int:
         err.print(f"report: {', '.join(str(p) for p in paths)}", markup=False)
     out.print(f"results: {store.dir}", markup=False)
     if exit_code(store):
-        bad = sum(1 for c in cells if not c.status.ok)
-        raise CellsFailed(f"{bad} of {len(cells)} cells did not pass",
-                          hint=f"read {store.dir}/report.md, or `harness bug {store.dir} <cell>`")
+        bad = [c for c in cells if not c.status.ok or c.reasons]
+        if bad and all(c.verdict("build.base") for c in bad):
+            hint = ("make the base image reachable from this engine (a registry login, the network, "
+                    "or `docker load` of a saved image), then `harness run --resume " f"{store.dir}`")
+        else:
+            hint = f"read {store.dir}/report.md, or `harness bug {store.dir} <cell>`"
+        raise CellsFailed(f"{len(bad)} of {len(cells)} cells did not pass", hint=hint)
     return 0
 
 

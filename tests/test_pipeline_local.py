@@ -433,3 +433,40 @@ def test_a_host_without_gpu_builds_audits_and_skips(matrix_file, tmp_path):
     assert cells[0].verdicts[0].message == "skipped: no GPU on this host (no NVIDIA driver on this host)"
     assert store.builds()["fake"].status == "local"  # the audit of the install ran
     assert not list((store.dir / "logs").glob("*.server.log"))  # nothing was served
+
+
+def test_planted_secrets_reach_no_file_and_no_line_the_tool_writes(matrix_file, tmp_path):
+    """Secrets in every input form: stack env, config env, a CLI flag (which vLLM echoes in its
+    log), a list-valued flag, the cross-check command and what it prints. None may survive in
+    any file of the run directory, the report, or the tool's own output."""
+    secrets = {
+        "hf": "hf_" + "Q" * 34,
+        "api": "sk-plantedapikey0000000001",
+        "list": "sk-plantedlistvalue000002",
+        "env": "plantedenvsecret000003",
+        "bearer": "plantedbearer000004",
+        "cc": "plantedcrosscheck000005",
+    }
+    text = matrix_file.read_text().replace(
+        'HARNESS_FAKESERVER = "', f'HF_TOKEN = "{secrets["hf"]}", HARNESS_FAKESERVER = "').replace(
+        '[configs.auto]\nattention_backend = "TRITON_ATTN"',
+        '[configs.auto]\nattention_backend = "TRITON_ATTN"\n'
+        f'args = ["--api-key", "{secrets["api"]}", "--middleware-token={secrets["list"]}"]\n'
+        f'env = {{ MY_SERVICE_PASSWORD = "{secrets["env"]}" }}')
+    matrix_file.write_text(text)
+    cc = (f"echo 'Authorization: Bearer {secrets['bearer']}'; "
+          f"echo token={secrets['cc']}; echo '{{}}' > \"$HARNESS_OUT\"")
+    env = {**os.environ, "COLUMNS": "100"}
+    r = subprocess.run([sys.executable, "-m", "harness", "run", "-m", str(matrix_file), "-k",
+                        "qwen-fp8/auto", "--results", str(tmp_path / "results"), "--no-bench",
+                        "--cross-check", cc], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    run_dir = next((tmp_path / "results").iterdir())
+    log = next((run_dir / "logs").glob("*.server.log")).read_text()
+    assert "api_key" in log  # vLLM echoed its arguments: the mask had something to do
+    written = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert any(p.name == "report.md" for p in written)
+    everything = r.stdout + r.stderr + "".join(p.read_text(errors="replace") for p in written)
+    leaked = {k: v for k, v in secrets.items() if v in everything}
+    assert not leaked, leaked

@@ -135,6 +135,11 @@ class Indexed:
         return self._phase_events[k][1] if k >= 0 else None
 
 
+@cache
+def _multiline(rx: re.Pattern[str]) -> re.Pattern[str]:
+    return re.compile(rx.pattern, rx.flags | re.MULTILINE)
+
+
 _CAPTURE_END = re.compile(r"Graph capturing finished", re.M)
 _AUTOTUNE_END = re.compile(r"(?i)autotuning process ends", re.M)
 
@@ -207,6 +212,14 @@ def died(ix: Indexed) -> int | None:
     stop = next(ix.find(tables.shutdown), None)
     for i in ix.find(tables.death):
         return i if stop is None or i < stop else None
+    # An exception raised and logged at ERROR during start-up (before any start-up-complete
+    # line): vLLM does not recover from those (a one-line excerpt of a worker's ValueError).
+    started = next(ix.find(_multiline(tables.started)), None)
+    for i, _, _ in _exception_lines(ix):
+        ln = ix.lines[i]
+        if ln.level in ("ERROR", "CRITICAL") and (started is None or i < started):
+            if (stop is None or i < stop) and not tables.wrapper.search(ln.message):
+                return i
     lines = ix.lines
     if stop is not None:
         lines = lines[:stop]

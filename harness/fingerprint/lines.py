@@ -48,7 +48,8 @@ _PROCESS_BARE = re.compile(r"^\((?P<proc>[A-Za-z][\w.-]*(?: [\w.-]+)?)\)\s*")
 _RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _VLLM = re.compile(
     r"^(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
-    r"(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+"
+    # the date is absent when a reporter trims it ("WARNING [envs.py:2057] ...")
+    r"(?:(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+)?"
     r"\[(?P<src>[^\]]+)\]\s?(?P<msg>.*)$"
 )
 # FlashInfer's logging.Formatter: "%(asctime)s - %(levelname)s - %(filename)s:%(lineno)d - %(name)s: %(message)s"

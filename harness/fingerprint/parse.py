@@ -52,11 +52,14 @@ from harness.fingerprint.failure import (
     op_near,
     root_cause,
 )
-from harness.fingerprint.lines import LogLine, split_lines
+from harness.fingerprint.lines import split_lines
 from harness.fingerprint.tables import KernelNames, Signature, kernel_names, signatures
 
 _MOE = re.compile(
-    r"Using '?(?P<backend>[A-Z][A-Z0-9_]*)'? (?P<quant>[A-Za-z0-9]+) MoE backend out of potential backends"
+    # 0.25.1 unquantized.py prints a display name: "Using FlashInfer CUTLASS Unquantized MoE ..."
+    r"Using '?(?P<backend>[A-Z][\w ]*?)'? (?P<quant>[A-Za-z0-9]+) MoE backend"
+    # 0.25.1 int_wna16.py: "Using 'MARLIN' WNA16 MoE backend." (no list of candidates)
+    r"(?: out of potential backends|\.?\s*$)"
 )
 # `Using X for Y GEMM` (any format), `Using XKernel for Y`, `Using Enum.X for Y`; and `Selected`.
 _USING_KERNEL = re.compile(

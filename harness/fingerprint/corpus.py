@@ -56,7 +56,9 @@ class Sidecar(BaseModel):
     title: str = Field(description="one line: what this log is")
     vllm_version: str = Field(default="", description="as far as the thread says")
     hardware: str = Field(default="", description="free text")
-    format: str = Field(description="plain | json | compose | journald | nested | ray | library | k8s")
+    format: str = Field(
+        description="plain | json | compose | journald | nested | ray | library | k8s"
+    )
     excerpt: bool = Field(default=False, description="a cut of a longer log")
     notes: str = Field(default="", description="what a reader should know")
     expect: Expect = Field(default_factory=Expect, description="facts checked by hand")
@@ -175,7 +177,9 @@ def _render(facts: list[Fact], directory: Path) -> None:
 
     misses = [f for f in facts if not f.ok]
     for f in misses:
-        out.print(Text(f"MISS {f.log} {f.key}: expected {f.expected!r}, got {f.got!r}", style="red"))
+        out.print(
+            Text(f"MISS {f.log} {f.key}: expected {f.expected!r}, got {f.got!r}", style="red")
+        )
     right = sum(f.ok for f in facts)
     pct = 100 * right / len(facts) if facts else 0.0
     out.print(f"score: {right}/{len(facts)} facts right ({pct:.1f} %), {len(per_log)} logs")

@@ -99,10 +99,22 @@ def _from_json(line: str) -> tuple[str, str | None, str | None, bool] | None:
 
 def _strip_prefixes(line: str) -> tuple[str, str | None]:
     """Remove outer wrappers (Docker, compose, journald, kubectl) and every process prefix."""
-    line = _JOURNALD.sub("", line)
-    line = _KUBECTL.sub("", _COMPOSE.sub("", _VIEWER_TS.sub("", _DOCKER_TS.sub("", line))))
+    # Each wrapper is tried only when its first character can start it: most lines of a long
+    # log start with "(" or a level name, and this runs once per line.
+    head = line[:1]
+    if head.isdigit() or line[3:4] == " ":
+        line = _JOURNALD.sub("", line, count=1)
+        head = line[:1]
+    if head.isdigit():
+        line = _VIEWER_TS.sub("", _DOCKER_TS.sub("", line, count=1), count=1)
+    if "|" in line[:120]:
+        line = _COMPOSE.sub("", line, count=1)
+    if line.startswith("[pod/"):
+        line = _KUBECTL.sub("", line, count=1)
     process = None
     for _ in range(8):  # nesting is 1-3 deep in practice; the bound keeps it linear
+        if not line.startswith("("):
+            break
         if m := _PROCESS.match(line):
             pass
         elif (m := _PROCESS_BARE.match(line)) and (
@@ -118,7 +130,7 @@ def _strip_prefixes(line: str) -> tuple[str, str | None]:
 
 
 def parse_line(number: int, raw: str) -> LogLine:
-    line, process = _strip_prefixes(strip_ansi(raw).strip())
+    line, process = _strip_prefixes((strip_ansi(raw) if "\x1b" in raw else raw).strip())
     # JSON records may still carry the multiprocess wrapper's "(EngineCore pid=N) " prefix.
     as_json = _from_json(line)
     if as_json is not None:

@@ -123,9 +123,8 @@ _UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected:?\s*(?P<n
 # (most of a long log is request and progress lines). Kept in step with the regexes above.
 _INTERESTING = re.compile(
     r"Using|Selected|cudagraph|KV cache|concurrency|Model loading|Graph captur|Capturing CUDA"
-    r"|utotuner|version|non-default|kernel_config|KernelConfig|VLLM_|drafter|speculative"
-    r"|SpecDecoding|Initializing",
-    re.IGNORECASE,
+    r"|utotuner|uto[Tt]uner|unsupported tactic|version|non-default|kernel_config|KernelConfig"
+    r"|VLLM_|drafter|speculative|SpecDecoding|Initializing"
 )
 
 # CUDAGraphMode values (0.33.0 config/compilation.py): NONE=0, PIECEWISE=1, FULL=2,
@@ -462,41 +461,47 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
         msg = ln.message
         if not _INTERESTING.search(msg) and not ln.raw.startswith(("VLLM_", "#")):
             continue
-        if _DRAFTER_START.search(msg):
+        if "drafter" in msg and _DRAFTER_START.search(msg):
             in_drafter.add(ln.process)
             ev["drafter"] = msg
         drafting = ln.process in in_drafter
         model, tag = (drafter, "drafter_") if drafting else (main, "")
-        if m := _MOE.search(msg):
+        using = msg.startswith("Using")
+        if "MoE backend" in msg and (m := _MOE.search(msg)):
             if model.moe is None:
                 model.moe, model.quant = m.group("backend"), m.group("quant").lower()
                 ev[f"{tag}moe_backend"] = msg
-        elif msg.startswith("Using") and model.legacy_moe is None:
+        elif using and model.legacy_moe is None:
             for rx, backend in names.moe_legacy:
                 if rx.search(msg):
                     model.legacy_moe = backend
                     ev.setdefault(f"{tag}moe_backend_legacy", msg)
                     break
-        if (m := _USING_KERNEL.match(msg)) and (
-            m.group("gemm") or _KERNEL_NAME.match(m.group("kernel"))
+        if (
+            using
+            and " for " in msg
+            and (m := _USING_KERNEL.match(msg))
+            and (m.group("gemm") or _KERNEL_NAME.match(m.group("kernel")))
         ):
             kernel = m.group("kernel")
             layer = m.group("gemm") or m.group("what")
             if model.add_linear(kernel, layer):
                 ev.setdefault(f"{tag}linear_kernels", msg)
                 ev[f"{tag}linear:{kernel}"] = msg
-        elif m := _SELECTED.search(msg):
+        elif "Selected " in msg and (m := _SELECTED.search(msg)):
             kernel = m.group("kernel")
             if model.add_linear(kernel, m.group("what")):
                 ev.setdefault(f"{tag}linear_kernels", msg)
                 ev[f"{tag}linear:{kernel}"] = msg
-        if m := _ATTN_AUTO.search(msg) or _ATTN_EXPLICIT.search(msg):
+        if "backend" not in msg:
+            pass
+        elif m := _ATTN_AUTO.search(msg) or _ATTN_EXPLICIT.search(msg):
             model.attention = m.group("name")
             ev[f"{tag}attention_backend"] = msg
         elif (m := _ATTN_LEGACY.search(msg)) and m.group("name") in names.attention_legacy:
             model.attention = names.attention_legacy[m.group("name")]
             ev[f"{tag}attention_backend"] = msg
-        if (m := _CG_CONFIG.search(msg)) and "cudagraph_mode" not in ev:
+        if "cudagraph_mode" in msg and "cudagraph_mode" not in ev and (m := _CG_CONFIG.search(msg)):
             if m.group("name"):
                 cg_mode = m.group("name")
             elif m.group("num"):
@@ -506,36 +511,36 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
             else:
                 cg_mode = "NONE"
             ev["cudagraph_mode"] = msg[max(0, m.start() - 40) : m.end() + 10]
-        if m := _CG_DOWNGRADE.search(msg):
+        if "setting cudagraph_mode" in msg and (m := _CG_DOWNGRADE.search(msg)):
             cg_mode = m.group("mode")
             ev["cudagraph_mode"] = msg
-        if m := _KV_TOKENS.search(msg):
+        if "KV cache size" in msg and (m := _KV_TOKENS.search(msg)):
             kv_tokens = _number(m.group("tokens"))
             ev["kv_cache_tokens"] = msg
-        if m := _MAX_CONC.search(msg):
+        if "Maximum concurrency" in msg and (m := _MAX_CONC.search(msg)):
             max_conc = float(m.group("x"))
             ev["max_concurrency"] = msg
-        if m := _MODEL_LOAD.search(msg):
+        if "Model loading took" in msg and (m := _MODEL_LOAD.search(msg)):
             load_gib, load_s = float(m.group("gib")), float(m.group("s"))
             ev["model_load"] = msg
             in_drafter.discard(ln.process)
         if "Capturing CUDA graphs" in msg:
             capture_started = True
-        if m := _GRAPH_DONE.search(msg):
+        if "Graph capturing finished" in msg and (m := _GRAPH_DONE.search(msg)):
             cap_s, cap_gib = float(m.group("s")), float(m.group("gib"))
             ev["graph_capture"] = msg
-        if m := _AUTOTUNER.search(msg):
+        if "unsupported tactic" in msg and (m := _AUTOTUNER.search(msg)):
             op, n = m.group("op"), int(m.group("n"))
             if n > skipped.get(op, -1):
                 skipped[op] = n
                 ev[f"autotuner:{op}"] = msg[m.start() :]
-        if version is None:
+        if version is None and ("version" in msg or "engine (v" in msg):
             for rx in _VERSION:
                 if m := rx.search(msg):
                     version = m.group("v")
                     ev["vllm_version"] = msg[: m.end()]
                     break
-        if m := _NON_DEFAULT.search(msg):
+        if "non-default args" in msg and (m := _NON_DEFAULT.search(msg)):
             if parsed := _parse_dict(m.group("dict")):
                 requested_args.update(_requested_from_args(parsed))
                 ev["requested"] = msg
@@ -546,28 +551,30 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
                 if m.group("value").lower() != "auto":
                     requested_args.setdefault(m.group("key"), m.group("value"))
                     ev.setdefault("requested", msg)
-        if m := _SPEC_CONFIG.search(msg):
+        if "speculative" not in msg:
+            pass
+        elif m := _SPEC_CONFIG.search(msg):
             for f in _SPEC_FIELD.finditer(m.group("body")):
                 key = "method" if f.group("key") == "method" else "num"
                 spec.setdefault(key, f.group("value"))
             ev.setdefault("speculative_config", m.group(0))
-        elif "speculative" in msg and "SpecDecoding" not in msg:
+        elif "SpecDecoding" not in msg:
             # a command line (`--speculative-config '{"method": ...}'`) or an older config repr
             tail = msg[msg.index("speculative") :]
             for f in _SPEC_FIELD.finditer(tail):
                 key = "method" if f.group("key") == "method" else "num"
                 spec.setdefault(key, f.group("value"))
-        if m := _SPEC_METRICS.search(msg):
+        if "SpecDecoding metrics" in msg and (m := _SPEC_METRICS.search(msg)):
             rate, pos, mean, acc, drafted = _spec_metrics(m.group("body"))
             spec_lines += 1
             spec_acc, spec_drafted = spec_acc + acc, spec_drafted + drafted
             if rate is not None:
                 spec_rate, spec_pos, spec_mean = rate, pos, mean
                 ev["spec_decode_metrics"] = msg
-        for m in _ENV.finditer(ln.raw):
+        for m in _ENV.finditer(ln.raw) if "VLLM_" in ln.raw else ():
             env[m.group("name")] = m.group("value")
             ev.setdefault("requested_env", ln.raw.strip())
-        if m := _UNKNOWN_ENV.search(msg):
+        if "Unknown vLLM" in msg and (m := _UNKNOWN_ENV.search(msg)):
             unknown_env[m.group("name")] = msg
 
     requested: dict[str, str] = dict(requested_args)

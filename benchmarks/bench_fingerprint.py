@@ -22,8 +22,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.fingerprint import fingerprint  # noqa: E402
-from harness.fingerprint import failure, tables  # noqa: E402
+from harness.fingerprint import (  # noqa: E402
+    failure,
+    fingerprint,  # noqa: E402
+    tables,
+)
 
 TARGET_S = 0.2
 

@@ -44,6 +44,8 @@ _PROCESS = re.compile(
 )
 # A prefix without a pid, `(EngineCore_0)`: stripped only when another prefix or a vLLM line
 # follows, so a message that starts with a parenthesis keeps it.
+# A reporter's paste that lost the opening parenthesis ("Worker_TP3_EP3 pid=18935) ERROR ...").
+_PROCESS_CUT = re.compile(r"^(?P<proc>[A-Za-z][\w.-]*(?: [\w.-]+)?) pid=(?P<pid>\d+)\)\s*")
 _PROCESS_BARE = re.compile(r"^\((?P<proc>[A-Za-z][\w.-]*(?: [\w.-]+)?)\)\s*")
 _RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _VLLM = re.compile(
@@ -114,6 +116,9 @@ def _strip_prefixes(line: str) -> tuple[str, str | None]:
     process = None
     for _ in range(8):  # nesting is 1-3 deep in practice; the bound keeps it linear
         if not line.startswith("("):
+            if " pid=" in line[:60] and (m := _PROCESS_CUT.match(line)):
+                process, line = m.group("proc"), line[m.end() :]
+                continue
             break
         if m := _PROCESS.match(line):
             pass

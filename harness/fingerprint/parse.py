@@ -73,6 +73,13 @@ _SPEC_FIELD = re.compile(
     r"""['"]?(?P<key>method|num_spec_tokens|num_speculative_tokens)['"]?\s*[:=]\s*['"]?(?P<value>[\w.-]+)"""
 )
 _SPEC_METRICS = re.compile(r"SpecDecoding metrics:\s*(?P<body>.*)$")
+# V0 (0.6-0.7) spec_decode/metrics.py: "Speculative metrics: Draft acceptance rate: 0.067, System
+# efficiency: 0.167, Number of speculative tokens: 5, Number of accepted tokens: 1, ..." (fractions;
+# cumulative since start).
+_SPEC_METRICS_V0 = re.compile(
+    r"Speculative metrics: Draft acceptance rate: (?P<rate>[\d.]+|nan)"
+    r"(?:.*?Number of speculative tokens: (?P<k>\d+))?"
+)
 _SPEC_RATE = re.compile(r"(?:^|, )(?:Avg )?Draft acceptance rate: (?P<pct>[\d.]+|nan)%")
 _SPEC_COUNTS = re.compile(r"Accepted: (?P<acc>\d+) tokens, Drafted: (?P<dr>\d+) tokens")
 _SPEC_MEAN_LEN = re.compile(r"Mean acceptance length: (?P<x>[\d.]+)")
@@ -124,7 +131,7 @@ _UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected:?\s*(?P<n
 _INTERESTING = re.compile(
     r"Using|Selected|cudagraph|KV cache|concurrency|Model loading|Graph captur|Capturing CUDA"
     r"|utotuner|uto[Tt]uner|unsupported tactic|version|non-default|kernel_config|KernelConfig"
-    r"|VLLM_|drafter|speculative|SpecDecoding|Initializing"
+    r"|VLLM_|drafter|speculative|Speculative|SpecDecoding|Initializing"
 )
 
 # CUDAGraphMode values (0.33.0 config/compilation.py): NONE=0, PIECEWISE=1, FULL=2,
@@ -564,6 +571,13 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
             for f in _SPEC_FIELD.finditer(tail):
                 key = "method" if f.group("key") == "method" else "num"
                 spec.setdefault(key, f.group("value"))
+        if "Speculative metrics" in msg and (m := _SPEC_METRICS_V0.search(msg)):
+            spec_lines += 1
+            if m.group("rate") != "nan":
+                spec_rate, spec_pos, spec_mean = float(m.group("rate")), [], None
+                ev["spec_decode_metrics"] = msg
+            if m.group("k"):
+                spec.setdefault("num", m.group("k"))
         if "SpecDecoding metrics" in msg and (m := _SPEC_METRICS.search(msg)):
             rate, pos, mean, acc, drafted = _spec_metrics(m.group("body"))
             spec_lines += 1
@@ -631,6 +645,9 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
             asked = requested.get(key) if key else None
             if asked is None and explained.asked:
                 asked = names.moe_flag(explained.asked) or explained.asked.lower()
+            if asked is None and key == "moe_backend":
+                line = lines[explained.index].message
+                asked = next((flag for shown, flag in names.moe_display if shown in line), None)
 
     signature_context: dict[str, dict[str, Any]] = {}
     for h in hits:

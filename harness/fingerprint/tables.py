@@ -117,6 +117,10 @@ class _MoeTables(BaseModel):
         description="VLLM_FLASHINFER_MOE_BACKEND value -> flag value."
     )
     aliases: dict[str, list[str]] = Field(description="Request names that accept several backends.")
+    display_names: dict[str, str] = Field(
+        default_factory=dict,
+        description="Name a refusal prints (not the enum) -> the --moe-backend value.",
+    )
     legacy_messages: dict[str, str] = Field(
         default_factory=dict,
         description="Regex of an older MoE selection message -> the backend name it means.",
@@ -182,6 +186,7 @@ class KernelNames:
     linear_env_backend: dict[str, str]
     attention_legacy: dict[str, str]
     moe_legacy: tuple[tuple[re.Pattern[str], str], ...] = ()
+    moe_display: tuple[tuple[str, str], ...] = ()
 
     def moe_flag(self, backend: str) -> str | None:
         """The `--moe-backend` value whose table lists `backend` (reverse lookup)."""
@@ -278,4 +283,5 @@ def kernel_names() -> KernelNames:
         linear_env_backend=dict(spec.linear.env_backend),
         attention_legacy=dict(spec.attention.legacy_names),
         moe_legacy=tuple((re.compile(rx), b) for rx, b in spec.moe.legacy_messages.items()),
+        moe_display=tuple(spec.moe.display_names.items()),
     )

@@ -145,11 +145,16 @@ def parse_line(number: int, raw: str) -> LogLine:
             return LogLine(number, inner.message, raw, inner.level, inner.process or process)
         return LogLine(number, message.strip(), raw, level, json_process or process)
     if m := _VLLM.match(line):
-        msg = _RAY_REPEATED.sub("", m.group("msg")).strip()
+        msg = m.group("msg")
+        if "[repeated" in msg:
+            msg = _RAY_REPEATED.sub("", msg)
+        msg = msg.strip()
         return LogLine(number, msg, raw, m.group("level"), process)
     if m := _FLASHINFER.match(line):
         return LogLine(number, m.group("msg").strip(), raw, m.group("level"), process)
-    return LogLine(number, _RAY_REPEATED.sub("", line).strip(), raw, None, process)
+    if "[repeated" in line:
+        line = _RAY_REPEATED.sub("", line)
+    return LogLine(number, line.strip(), raw, None, process)
 
 
 def split_lines(text: str) -> list[LogLine]:

@@ -358,3 +358,54 @@ def test_a_request_error_after_start_up_is_not_a_death():
         ]
     )
     assert not fingerprint(text).fatal
+
+
+OLDER_LINES = [
+    # V0 llm_engine.py (vLLM 0.6-0.10) and V0 attention selector
+    (
+        "INFO 10-17 12:00:00 llm_engine.py:237] Initializing an LLM engine (v0.6.3) with config: model='m'",
+        "vllm_version",
+        "0.6.3",
+    ),
+    (
+        "INFO 10-17 12:00:01 [selector.py:1] Using Flash Attention backend.",
+        "attention_backend",
+        "FLASH_ATTN",
+    ),
+    (
+        "INFO 10-17 12:00:01 [selector.py:1] Using XFormers backend.",
+        "attention_backend",
+        "XFORMERS",
+    ),
+    (
+        "INFO 10-17 12:00:01 [x.py:1] Using Transformers modeling backend.",
+        "attention_backend",
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "key", "value"), OLDER_LINES)
+def test_older_engine_lines(line: str, key: str, value):
+    assert fingerprint(line).to_json()[key] == value
+
+
+MORE_CLASSES = [
+    ("ERROR 01-01 00:00:00 [core.py:1] RuntimeError: CUDA driver error: out of memory", "oom"),
+    ("[12345.6] Out of memory: Killed process 4242 (python3) total-vm:1234kB", "oom"),
+    (
+        "UserWarning: NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation.\n"
+        "ERROR 01-01 00:00:00 [core.py:1] RuntimeError: CUDA error: no kernel image is available for execution on the device",
+        "unsupported-arch",
+    ),
+    (
+        "Traceback (most recent call last):\nOSError: libcudart.so.12: cannot open shared object file: No such file or directory",
+        "import-error",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "cls"), MORE_CLASSES)
+def test_more_failure_spellings(text: str, cls: str):
+    fp = fingerprint(text)
+    assert fp.fatal and fp.failure_class == cls

@@ -90,8 +90,10 @@ _ATTN_AUTO = re.compile(
 _ATTN_EXPLICIT = re.compile(
     r"^Using (?:AttentionBackendEnum\.)?(?P<name>[A-Z][A-Z0-9_]*) backend\.?\s*$"
 )
+# 0.11.0 "Using Flash Attention backend on V1 engine."; V0 (<=0.10) "Using Flash Attention
+# backend." / "Using XFormers backend."; only names in kernel_names.toml count.
 _ATTN_LEGACY = re.compile(
-    r"^Using (?P<name>[\w ]+?) backend(?: with \w+ KV cache layout)? on V1 engine"
+    r"^Using (?P<name>[\w ]+?) backend(?: with \w+ KV cache layout)?(?: on V1 engine)?\.?\s*$"
 )
 _CG_CONFIG = re.compile(
     r"""['"]cudagraph_mode['"]\s*:\s*(?:<CUDAGraphMode\.(?P<name>\w+)[^>]*>|(?P<num>\[\s*\d\s*,\s*\d\s*\]|\d)|['"](?P<str>\w+)['"]|None)"""
@@ -111,7 +113,8 @@ _AUTOTUNER = re.compile(
     r"\[autotuner\]: Skipped (?P<n>\d+) unsupported tactic\(s\) for (?P<op>\S+)", re.IGNORECASE
 )
 _VERSION = (
-    re.compile(r"Initializing a V1 LLM engine \(v(?P<v>[^)\s]+)\)"),
+    # 0.33.0 v1/engine/core.py; V0 (<=0.10) llm_engine.py "Initializing an LLM engine (v0.6.3) ..."
+    re.compile(r"Initializing an? (?:V1 )?LLM engine \(v(?P<v>[^)\s]+)\)"),
     # 0.11.0 entrypoints/openai/api_server.py; 0.33.0 entrypoints/common/startup.py (no logo)
     re.compile(r"vLLM (?:API )?server version (?P<v>[^\s,]+)"),
     # the logo form of the same message (0.20+): "... ▀▄▀ █  version 0.20.0"

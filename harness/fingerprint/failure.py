@@ -314,6 +314,7 @@ def died(ix: Indexed) -> int | None:
     after = lines[last_tb + 1 :]
     if any(tables.started.search(ln.message) for ln in after):
         return None
-    if any(_EXCEPTION.match(ln.message) for ln in after):
+    # The exception line may be cut off by the paste: a bare exception anywhere will do.
+    if any(ln.level is None and _EXCEPTION.match(ln.message) for ln in lines):
         return last_tb
     return None

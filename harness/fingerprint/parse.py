@@ -427,7 +427,14 @@ def _spec_metrics(body: str) -> tuple[float | None, list[float], float | None, i
 
 
 def _spec_from_args(args: dict[str, Any]) -> dict[str, str]:
-    spec = args.get("speculative_config")
+    # 0.26 dev builds flattened the CLI: 'spec_method': 'dspark', 'spec_tokens': 7
+    flat = {
+        "method": args.get("spec_method"),
+        "num_speculative_tokens": args.get("spec_tokens", args.get("num_speculative_tokens")),
+    }
+    spec = args.get("speculative_config") or (
+        flat if flat["method"] or flat["num_speculative_tokens"] else None
+    )
     if isinstance(spec, str):
         try:
             spec = json.loads(spec)

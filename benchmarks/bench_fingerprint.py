@@ -6,8 +6,9 @@ The log is built from real vLLM logs only: by default the 0.25.1 H200 server log
 (examples/h200/run/logs) and the upstream corpus (tests/fixtures/logs/corpus), concatenated in
 order and repeated until the size is reached (so it holds start-up dumps, kernel lines, request
 lines, tracebacks and a death, like a long real log). Prints the first (cold: data tables loaded)
-and the median / best of the warm runs, and the lines per second. Exit 1 when the warm median is
-over the target. A benchmark, not a test: a busy machine makes it slower, never wrong.
+and the median / best of the warm runs, wall clock and the process's CPU time. Exit 1 when the
+warm CPU-time median is over the target (on a shared machine the wall clock also measures other
+jobs). A benchmark, not a test: a busy machine makes it slower, never wrong.
 """
 
 from __future__ import annotations
@@ -83,9 +84,13 @@ def main() -> int:
     if hasattr(os, "getloadavg"):
         print(f"load average (1 min) at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     print(f"fingerprint: fatal={fp.fatal} class={fp.failure_class} signatures={len(fp.signatures)}")
-    ok = med <= TARGET_S
-    print(f"target: warm median under {TARGET_S * 1000:.0f} ms: {'MET' if ok else 'NOT MET'}")
-    return 0 if ok else 1
+    cpu_med = statistics.median(cpu)
+    wall_ok, cpu_ok = med <= TARGET_S, cpu_med <= TARGET_S
+    print(f"target {TARGET_S * 1000:.0f} ms, wall median: {'MET' if wall_ok else 'NOT MET'}")
+    print(f"target {TARGET_S * 1000:.0f} ms, CPU median:  {'MET' if cpu_ok else 'NOT MET'}")
+    # On a shared machine the wall clock measures the scheduler too; the exit code follows the
+    # process's own CPU time, and both are printed.
+    return 0 if cpu_ok else 1
 
 
 if __name__ == "__main__":

@@ -60,7 +60,8 @@ def check_output_file(path: Path, flag: str) -> Path:
         raise ConfigError(f"{flag} {path}: is a folder, not a file", hint=hint)
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        raise ConfigError(f"{flag} {path}: folder {parent} does not exist", hint=hint)
+        why = "is not a folder" if parent.exists() else "does not exist"
+        raise ConfigError(f"{flag} {path}: {parent} {why}", hint=hint)
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise ConfigError(f"{flag} {path}: not writable", hint=hint)
     return path

@@ -69,8 +69,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def make_runs_module():
-    """tests/fixtures/runs/make_runs.py, imported once: its cell ids and planted secrets (the
-    tests read the committed run dirs; they never run it, it measures against the clock)."""
+    """tests/fixtures/runs/make_runs.py, imported once: it builds run dirs from real pieces."""
     import importlib.util
     import sys
 

@@ -221,6 +221,8 @@ def run(args) -> int:
         if not matrix_path:
             raise ConfigError(f"{resume}/run.json records no matrix path",
                               hint="pass -m MATRIX with --resume")
+        err.print(f"resuming {resume}: {len(stored.finished_ids())} of {len(stored.run.cells)} "
+                  "cells already finished", markup=False)
     matrix = load_matrix(matrix_path)
     total = len(expand(matrix, k))
     progress_cls = LiveProgress if err.is_terminal else PlainProgress
@@ -242,9 +244,13 @@ def run(args) -> int:
         err.print(f"report: {', '.join(str(p) for p in paths)}", markup=False)
     out.print(f"results: {store.dir}", markup=False)
     if exit_code(store):
-        bad = sum(1 for c in cells if not c.status.ok)
-        raise CellsFailed(f"{bad} of {len(cells)} cells did not pass",
-                          hint=f"read {store.dir}/report.md, or `harness bug {store.dir} <cell>`")
+        bad = [c for c in cells if not c.status.ok or c.reasons]
+        if bad and all(c.verdict("build.base") for c in bad):
+            hint = ("make the base image reachable from this engine (a registry login, the network, "
+                    "or `docker load` of a saved image), then `harness run --resume " f"{store.dir}`")
+        else:
+            hint = f"read {store.dir}/report.md, or `harness bug {store.dir} <cell>`"
+        raise CellsFailed(f"{len(bad)} of {len(cells)} cells did not pass", hint=hint)
     return 0
 
 
@@ -297,9 +303,11 @@ def reap(args) -> int:
             done = reap_dead(Path(args.results))
     for name in done["containers"]:
         out.print(f"removed container {name}", markup=False)
+    for server in done.get("servers", []):
+        out.print(f"stopped local server {server}", markup=False)
     for run_dir in done["runs"]:
         out.print(f"marked interrupted: {run_dir} (finish it with `harness run --resume {run_dir}`)",
                   markup=False)
-    if not done["containers"] and not done["runs"]:
+    if not any(done.values()):
         out.print("nothing to reap", markup=False)
     return 0

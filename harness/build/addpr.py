@@ -21,7 +21,8 @@ from harness.console import out
 from harness.errors import ConfigError, EnvironmentProblem
 
 REPOS = {"vllm": "vllm-project/vllm", "flashinfer": "flashinfer-ai/flashinfer"}
-PATCHES_DIR = Path(__file__).resolve().parent.parent.parent / "patches"
+# patches/<project>/ of the repository the command runs in (the matrix's repository)
+PATCHES_DIR = Path("patches")
 SLUG = re.compile(r"[^a-z0-9]+")
 
 

@@ -358,7 +358,7 @@ class MatrixInfo(Open):
 class RunRecord(BaseModel):
     """run.json. Mutable on purpose: the store updates status and cells as the run goes."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
 
     format: int = FORMAT
     run_id: str

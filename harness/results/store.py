@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, StorageError
-from harness.results.model import BuildOutcome, CellResult, RunRecord, RunStatus
 from harness.redact import redact_args, redact_env, redact_text
+from harness.results.model import BuildOutcome, CellResult, RunRecord, RunStatus
 
 RUN_FILE = "run.json"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=,+@-]")

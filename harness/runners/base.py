@@ -98,6 +98,10 @@ class Server(Protocol):
         """Run a Python program in the server's environment (its image, or its local python
         and env); returns (exit code, stdout+stderr)."""
 
+    def record(self) -> dict:
+        """How to find what was started again (pid, container name): written with the cell's
+        partial result, so a later run can reap it if this controller dies."""
+
 
 class Runner(Protocol):
     name: str

@@ -29,6 +29,12 @@ class LocalServer:
     def mark_failed(self) -> None:  # nothing to keep: the log file is the record
         pass
 
+    def record(self) -> dict:
+        from harness.controller import start_ticks
+
+        # the server leads its own process group (start_new_session): its pid is the group's id
+        return {"kind": "local", "pgid": self.popen.pid, "started": start_ticks(self.popen.pid)}
+
     def run_python(self, source: bytes, *, timeout_s: float = 120) -> tuple[int, str]:
         with tempfile.NamedTemporaryFile("wb", suffix=".py", prefix="harness-") as f:
             f.write(source)
@@ -61,6 +67,20 @@ class LocalRunner:
             _stop_group(popen, self.stop_timeout_s)
             pump.join(timeout=5)
             log.close()
+
+
+def kill_group(pgid: int, started: float | None) -> bool:
+    """SIGKILL a server's process group left by a dead controller, if it is still the same
+    process (its start time matches); returns whether it was killed."""
+    from harness.controller import start_ticks
+
+    if started is None or start_ticks(pgid) != started:
+        return False
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _stop_group(popen: subprocess.Popen, timeout_s: float) -> None:

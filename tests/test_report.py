@@ -95,6 +95,7 @@ FP8 = "vllm-0251/qwen3moe-fp8/moe=marlin"
 HUM = "vllm-0330/qwen3moe-nvfp4/moe=humming,lin=flashinfer_b12x"
 CRASH = "spark-121a/qwen3moe-nvfp4/moe=flashinfer_trtllm"
 ERR = "vllm-0330/qwen3moe-fp8/lin=cutlass"
+SKIP = "vllm-0330/qwen3moe-nvfp4/auto"
 NOT_RUN = "vllm-0330/qwen3moe-fp8/moe=auto"
 
 
@@ -118,14 +119,23 @@ def _cells() -> list[CellResult]:
               # written straight to the file below, not through the store: the report masks too
               extra=(Verdict(check="serve.env", status=VerdictStatus.FAIL,
                              message=f"server env had HF_TOKEN={FAKE_TOKEN}"),)),
-        # The tool itself raised inside this cell: an error, not a stack failure.
+        # The tool itself raised inside this cell: an error, not a stack failure. Shaped as
+        # harness.pipeline writes it: the exception, and a failed "error" verdict with its fix.
         CellResult(id=ERR, stack="vllm-0330", model="qwen3moe-fp8", config="lin=cutlass",
                    quantization="fp8", status=Status.ERROR,
                    requested=Requested(linear_backend="cutlass"),
+                   verdicts=(Verdict(check="error", status=VerdictStatus.FAIL,
+                                     message="ValueError: bench returned no level at c=1 "
+                                             "(fix: rerun the cell)"),),
                    error=CellError(type="ValueError", message="bench returned no level at c=1",
                                    traceback=("Traceback (most recent call last):",
                                               '  File "harness/stages/measure.py", line 40',
                                               "ValueError: bench returned no level at c=1"))),
+        # Not run on purpose (no GPU here): why is a warning verdict, not a failure.
+        CellResult(id=SKIP, stack="vllm-0330", model="qwen3moe-nvfp4", config="auto",
+                   quantization="nvfp4", status=Status.SKIPPED,
+                   verdicts=(Verdict(check="host.gpu", status=VerdictStatus.WARN,
+                                     message="skipped: no GPU on this host (nvml: not found)"),)),
     ]
     (rule,) = compare_formats(cells, EXPECT.nvfp4_over_fp8_min_ratio, 0.02)
     return [with_verdict(c, rule[1]) if c.id == rule[0] else c for c in cells]
@@ -172,7 +182,7 @@ def test_rows_from_the_run(run_dir: Path) -> None:
     by_id = {c.id: c for c in r.cells}
     assert [c.status for c in r.cells][-1] == "not run"
     # the NVFP4 cell fails the FP8-vs-NVFP4 rule, as the run judged it
-    assert r.status_counts() == {"fail": 3, "crashed": 1, "error": 1, "not run": 1}
+    assert r.status_counts() == {"fail": 3, "crashed": 1, "skipped": 1, "error": 1, "not run": 1}
     nv = by_id[NV]
     assert nv.kernels["moe"].state == "ok" and nv.kernels["moe"].got == "MARLIN"
     assert nv.kernels["linear"].state == "auto"  # not asked: what the log shows, unjudged
@@ -191,7 +201,8 @@ def test_rows_from_the_run(run_dir: Path) -> None:
     assert crash.kernels["moe"].state == "unconfirmed" and crash.autotuner == "gemm2: 10"
     err = by_id[ERR]
     assert err.status == "error" and err.error == "ValueError: bench returned no level at c=1"
-    assert err.reasons == ("tool error: ValueError: bench returned no level at c=1",)
+    assert err.reasons == ("tool error: ValueError: bench returned no level at c=1 (fix: rerun the cell)",)
+    assert by_id[SKIP].reasons == ("skipped: no GPU on this host (nvml: not found)",)
     # asked, never served, so never judged: shown as asked, not as a pass or a mismatch
     assert err.kernels["linear"].state == "unjudged"
     (pair,) = r.pairs
@@ -236,7 +247,8 @@ def test_markdown_has_every_section_and_the_mismatches(run_dir: Path) -> None:
     assert "vllm-bw:h200-0251-3fd1f3ecb15f" in md and "no NVFP4 GEMM cubin loads" in md
     assert "not run" in md
     # the tool error: its own tone (a warning, not the ✗ of a stack failure) and its message
-    assert f"| {ERR} | **⚠ error** | tool error: ValueError: bench returned no level at c=1 |" in md
+    assert f"| {ERR} | **⚠ error** | tool error: ValueError: bench returned no level at c=1 " in md
+    assert f"| {SKIP} | skipped | skipped: no GPU on this host" in md
     assert "ValueError: bench returned no level at c=1" in md.split("## Tool errors")[1].split("##")[0]
     assert FAKE_TOKEN not in md and "HF_TOKEN=***" in md
 

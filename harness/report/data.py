@@ -240,6 +240,24 @@ def _error(cell: CellResult) -> str | None:
     return f"{cell.error.type}: {cell.error.message}"
 
 
+def _identity(cell: CellResult) -> dict:
+    return {"id": cell.id, "stack": cell.stack, "model": cell.model, "config": cell.config,
+            "quantization": str(cell.quantization or "?"), "status": cell.status.value}
+
+
+def _reasons(cell: CellResult) -> tuple[str, ...]:
+    """The failed verdicts' messages (CellResult.reasons), the tool's own error marked as such;
+    for a skipped cell, why it was skipped (a warning verdict, since skipping is not failing)."""
+    out = [f"tool error: {v.message}" if v.check == "error" else v.message
+           for v in cell.verdicts if v.failed]
+    error = _error(cell)
+    if error and not any(v.check == "error" for v in cell.verdicts):
+        out.insert(0, f"tool error: {error}")
+    if not out and cell.status is Status.SKIPPED:
+        out = [v.message for v in cell.verdicts if v.status is VerdictStatus.WARN]
+    return tuple(out)
+
+
 def _cell(cell: CellResult, run: RunRecord) -> Cell:
     fp, bench = cell.fingerprint, cell.bench
     levels = sorted(bench.levels, key=lambda lv: lv.concurrency) if bench else []
@@ -263,17 +281,9 @@ def _cell(cell: CellResult, run: RunRecord) -> Cell:
             eff_top = roofline_efficiency(aggregate.value / top_c, active_b * 1e9, bpp, bandwidth)
 
     error = _error(cell)
-    reasons = cell.reasons
-    if error and error not in reasons:
-        reasons = (f"tool error: {error}", *reasons)
     return Cell(
-        id=cell.id,
-        stack=cell.stack,
-        model=cell.model,
-        config=cell.config,
-        quantization=str(cell.quantization or "?"),
-        status=cell.status.value,
-        reasons=reasons,
+        **_identity(cell),
+        reasons=_reasons(cell),
         signatures=tuple(fp.signatures) if fp else (),
         kernels=_kernels(cell),
         kv_cache_tokens=fp.kv_cache_tokens if fp else None,

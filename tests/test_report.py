@@ -203,8 +203,8 @@ def test_rows_from_the_run(run_dir: Path) -> None:
     assert err.status == "error" and err.error == "ValueError: bench returned no level at c=1"
     assert err.reasons == ("tool error: ValueError: bench returned no level at c=1 (fix: rerun the cell)",)
     assert by_id[SKIP].reasons == ("skipped: no GPU on this host (nvml: not found)",)
-    # asked, never served, so never judged: shown as asked, not as a pass or a mismatch
-    assert err.kernels["linear"].state == "unjudged"
+    # never served: no log, so nothing to show (not a pass, not a mismatch)
+    assert (err.kernels["linear"].state, err.kernels["linear"].text) == ("auto", "n/a")
     (pair,) = r.pairs
     assert pair.stack == "vllm-0251" and pair.verdict == "FAIL"
     assert pair.ratio == pytest.approx(40.9 / 51.2)
@@ -221,6 +221,14 @@ def test_kernel_columns_come_from_the_verdicts_not_from_a_second_judge(run_dir: 
     path.write_text(json.dumps(cell.model_copy(update={"verdicts": forged}).to_json()))
     moe = next(c for c in load(run_dir).cells if c.id == NV).kernels["moe"]
     assert (moe.state, moe.asked, moe.got) == ("mismatch", "marlin", "HUMMING")
+    # and a request no verdict judged (no select rule on graph modes) is shown as such
+    path = run_dir / "cells" / f"{cell_key(FP8)}.json"
+    cell = CellResult.from_json(json.loads(path.read_text()))
+    kept = tuple(v for v in cell.verdicts if v.check != "expect.cudagraph_mode")
+    path.write_text(json.dumps(cell.model_copy(update={"verdicts": kept}).to_json()))
+    cg = next(c for c in load(run_dir).cells if c.id == FP8).kernels["cudagraph"]
+    assert (cg.state, cg.asked, cg.got) == ("unjudged", "PIECEWISE", "FULL_AND_PIECEWISE")
+    assert cg.text == "asked PIECEWISE, no verdict recorded; the log shows FULL_AND_PIECEWISE"
 
 
 def test_markdown_has_every_section_and_the_mismatches(run_dir: Path) -> None:

@@ -197,6 +197,8 @@ def _kernel(cell: CellResult, column: str) -> Kernel:
             return Kernel(asked, shown, "ok", f"asked {asked}, got {shown}")
         return Kernel(None, shown, "auto", f"auto: {shown}" if shown else "n/a")
     requested = _auto(getattr(cell.requested, field))
+    if cell.fingerprint is None:  # never read a log (not served, tool error): nothing to show
+        return Kernel(requested, None, "auto", "n/a")
     if requested is not None:  # asked, but nothing judged it: say so, judge nothing here
         return Kernel(requested, got, "unjudged",
                       f"asked {requested}, no verdict recorded; the log shows {got or 'nothing'}")

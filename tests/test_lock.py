@@ -1,19 +1,14 @@
 """`harness lock` without a registry: PyPI sha256 lookup against a local HTTP server answering in
-PyPI's JSON shape, the lock file round trip, and every way a lock can stop matching its matrix.
-
-The PyPI answers are shaped like https://pypi.org/pypi/vllm/json (its `releases` and `urls`
-entries: filename, packagetype, digests.sha256); the vllm 0.33.0 sdist sha256 below is the one
-PyPI lists (and matrix/spark.toml pins), the wheel names are PyPI's for that release.
+PyPI's JSON shape (tests/pypi_fake.py), the lock file round trip, and every way a lock can stop
+matching its matrix.
 """
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from pypi_fake import FI_SDIST, RELEASES, VLLM_SDIST, FakePyPI, pypi  # noqa: F401 - pypi is a fixture
 
 from harness import lock
 from harness.build.render import render
@@ -21,70 +16,8 @@ from harness.cli import main
 from harness.errors import ConfigError
 from harness.matrix.load import load_matrix
 
-VLLM_SDIST = "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
-FI_SDIST = "af60319898dcfd552ba12a34165b9dd46c0bbd83d48ce665b1df6bd6ae77e9f1"
-FI_WHEEL = "bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49"
-CUBIN_WHEEL = "41e4848c2d09d220e8394489b2fb6cfec6b6ad09f897b5ab8b39fc23055f6c24"
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
-
-
-def _file(name: str, kind: str, sha: str) -> dict:
-    return {"filename": name, "packagetype": kind, "digests": {"sha256": sha}, "size": 1}
-
-
-RELEASES = {
-    "vllm": {"0.33.0": [
-        _file("vllm-0.33.0-cp38-abi3-manylinux_2_28_aarch64.whl", "bdist_wheel", "e" * 64),
-        _file("vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl", "bdist_wheel", "4" * 64),
-        _file("vllm-0.33.0.tar.gz", "sdist", VLLM_SDIST)]},
-    "flashinfer-python": {"0.7.2.post1": [
-        _file("flashinfer_python-0.7.2.post1.tar.gz", "sdist", FI_SDIST),
-        _file("flashinfer_python-0.7.2.post1-py3-none-any.whl", "bdist_wheel", FI_WHEEL)]},
-    "flashinfer-cubin": {"0.6.13": [_file("flashinfer_cubin-0.6.13-py3-none-any.whl", "bdist_wheel",
-                                          CUBIN_WHEEL)]},
-}
-
-
-class FakePyPI(BaseHTTPRequestHandler):
-    """Per-project JSON only: the per-version URL answers 404, as it does through some mirrors."""
-
-    seen: list[str] = []
-
-    def do_GET(self):  # noqa: N802 - http.server's name
-        FakePyPI.seen.append(self.path)
-        parts = self.path.strip("/").split("/")  # pypi/<name>/json or pypi/<name>/<version>/json
-        if len(parts) == 3 and parts[0] == "pypi" and parts[1] in RELEASES:
-            rel = RELEASES[parts[1]]
-            body = {"info": {"name": parts[1], "version": sorted(rel)[-1]}, "releases": rel}
-            self._send(200, body)
-        else:
-            self._send(404, {"message": "Not Found"})
-
-    def _send(self, code: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def pypi(monkeypatch):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakePyPI)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    monkeypatch.setattr(lock, "PYPI_VERSION_JSON", base + "/pypi/{name}/{version}/json")
-    monkeypatch.setattr(lock, "PYPI_PROJECT_JSON", base + "/pypi/{name}/json")
-    FakePyPI.seen = []
-    yield base
-    server.shutdown()
-    server.server_close()
 
 
 class Engine:
@@ -140,7 +73,8 @@ def write_matrix(tmp_path: Path, tag="13.0.1", digest=None, vllm_sha=None, extra
 # --- PyPI ------------------------------------------------------------------------------------------
 
 
-def test_sdist_sha256_comes_from_pypi_json_with_the_project_fallback(pypi):
+@pytest.mark.usefixtures("pypi")
+def test_sdist_sha256_comes_from_pypi_json_with_the_project_fallback():
     files = lock.pypi_files("vllm", "0.33.0")
     assert lock.pick_file(files, "vllm", "0.33.0", "sdist")["digests"]["sha256"] == VLLM_SDIST
     # the per-version URL was asked first, and its 404 sent us to the project document
@@ -153,11 +87,13 @@ def test_sdist_sha256_comes_from_pypi_json_with_the_project_fallback(pypi):
     ("flashinfer-python", "0.7.2.post1", "wheel", "aarch64", "flashinfer_python-0.7.2.post1-py3-none-any.whl"),
     ("flashinfer-python", "0.7.2.post1", "sdist", "x86_64", "flashinfer_python-0.7.2.post1.tar.gz"),
 ])
-def test_the_right_file_is_picked(pypi, project, version, kind, arch, want):
+@pytest.mark.usefixtures("pypi")
+def test_the_right_file_is_picked(project, version, kind, arch, want):
     assert lock.pick_file(lock.pypi_files(project, version), project, version, kind, arch)["filename"] == want
 
 
-def test_a_version_pypi_does_not_have_is_named(pypi):
+@pytest.mark.usefixtures("pypi")
+def test_a_version_pypi_does_not_have_is_named():
     # flashinfer-cubin has no 0.7.x release: what the shipped matrices used to ask for
     with pytest.raises(ConfigError, match=r"flashinfer-cubin 0.7.2.post1 is not on PyPI") as exc:
         lock.pypi_files("flashinfer-cubin", "0.7.2.post1")
@@ -179,7 +115,8 @@ def test_a_per_version_answer_is_used_when_there_is_one():
 # --- locking and applying ----------------------------------------------------------------------------
 
 
-def test_lock_pins_every_stack_and_the_build_uses_it(pypi, tmp_path):
+@pytest.mark.usefixtures("pypi")
+def test_lock_pins_every_stack_and_the_build_uses_it(tmp_path):
     m = load_matrix(write_matrix(tmp_path))
     eng = Engine({"example/cuda:13.0.1": DIGEST_A})
     said = []
@@ -198,7 +135,8 @@ def test_lock_pins_every_stack_and_the_build_uses_it(pypi, tmp_path):
     assert again.spec.stacks["b"].base_image.digest == DIGEST_A
 
 
-def test_lock_file_says_what_each_entry_pins_and_when(pypi, tmp_path):
+@pytest.mark.usefixtures("pypi")
+def test_lock_file_says_what_each_entry_pins_and_when(tmp_path):
     m = load_matrix(write_matrix(tmp_path))
     lk = lock.resolve(m, engine_factory=lambda: Engine({"example/cuda:13.0.1": DIGEST_A}))
     lock.write_lock(lk, tmp_path / "t.lock")
@@ -220,7 +158,8 @@ def test_lock_file_says_what_each_entry_pins_and_when(pypi, tmp_path):
                 'torch = { version = "2" }\nvllm = { pypi = "0.33.0" }\nflashinfer = { version = "0.7.2.post1" }\n'),
      "stacks.c.base_image: x/y:1 is not in the lock"),
 ])
-def test_a_lock_that_no_longer_matches_names_what_moved_and_the_fix(pypi, tmp_path, edit, named):
+@pytest.mark.usefixtures("pypi")
+def test_a_lock_that_no_longer_matches_names_what_moved_and_the_fix(tmp_path, edit, named):
     m = load_matrix(write_matrix(tmp_path))
     lock.write_lock(lock.resolve(m, engine_factory=lambda: Engine({"example/cuda:13.0.1": DIGEST_A})),
                     tmp_path / "t.lock")
@@ -231,7 +170,8 @@ def test_a_lock_that_no_longer_matches_names_what_moved_and_the_fix(pypi, tmp_pa
     assert "harness lock -m " in exc.value.hint and exc.value.exit_code == 2
 
 
-def test_a_matrix_digest_wins_and_is_recorded_without_a_pull(pypi, tmp_path):
+@pytest.mark.usefixtures("pypi")
+def test_a_matrix_digest_wins_and_is_recorded_without_a_pull(tmp_path):
     m = load_matrix(write_matrix(tmp_path, digest=DIGEST_B))
     lk = lock.resolve(m, engine_factory=lambda: Engine({"example/cuda:13.0.1": DIGEST_A}))
     assert lk.stacks["a"]["base_image"].digest == DIGEST_B
@@ -240,13 +180,15 @@ def test_a_matrix_digest_wins_and_is_recorded_without_a_pull(pypi, tmp_path):
     assert lock.apply_lock(m, lk).spec.stacks["a"].base_image.digest == DIGEST_B
 
 
-def test_a_wrong_sha256_in_the_matrix_is_refused_when_locking(pypi, tmp_path):
+@pytest.mark.usefixtures("pypi")
+def test_a_wrong_sha256_in_the_matrix_is_refused_when_locking(tmp_path):
     m = load_matrix(write_matrix(tmp_path, vllm_sha="1" * 64))
     with pytest.raises(ConfigError, match=r"stacks.a.vllm.sdist_sha256: 1{64} is not the sha256"):
         lock.resolve(m, engine_factory=lambda: Engine({"example/cuda:13.0.1": DIGEST_A}))
 
 
-def test_relocking_when_the_tag_moved_fails_until_update(pypi, tmp_path):
+@pytest.mark.usefixtures("pypi")
+def test_relocking_when_the_tag_moved_fails_until_update(tmp_path):
     m = load_matrix(write_matrix(tmp_path))
     first = lock.resolve(m, engine_factory=lambda: Engine({"example/cuda:13.0.1": DIGEST_A}))
     moved = Engine({"example/cuda:13.0.1": DIGEST_B})
@@ -259,7 +201,8 @@ def test_relocking_when_the_tag_moved_fails_until_update(pypi, tmp_path):
     assert accepted.stacks["a"]["base_image"].digest == DIGEST_B
 
 
-def test_an_edited_pin_is_relocked_without_complaint(pypi, tmp_path):
+@pytest.mark.usefixtures("pypi")
+def test_an_edited_pin_is_relocked_without_complaint(tmp_path):
     m = load_matrix(write_matrix(tmp_path))
     first = lock.resolve(m, engine_factory=lambda: Engine({"example/cuda:13.0.1": DIGEST_A}))
     edited = load_matrix(write_matrix(tmp_path, tag="13.0.2"))
@@ -286,7 +229,8 @@ def test_local_only_matrix_needs_no_lock(root, capsys):
     assert not (root / "matrix" / "h200-local.lock").exists()
 
 
-def test_lock_command_writes_and_checks(pypi, tmp_path, monkeypatch, capsys):
+@pytest.mark.usefixtures("pypi")
+def test_lock_command_writes_and_checks(tmp_path, monkeypatch, capsys):
     path = write_matrix(tmp_path, digest=DIGEST_A)
     text = path.read_text().replace('base_image = { repository = "example/cuda", tag = "13.0.1" }',
                                     f'base_image = {{ repository = "example/cuda", tag = "13.0.1", digest = "{DIGEST_A}" }}')

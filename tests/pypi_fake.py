@@ -70,7 +70,7 @@ class FakePyPI(BaseHTTPRequestHandler):
 @pytest.fixture
 def pypi(monkeypatch):
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakePyPI)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     monkeypatch.setattr(lock, "PYPI_VERSION_JSON", base + "/pypi/{name}/{version}/json")

@@ -10,6 +10,7 @@ controllers left (containers, run directories marked running), and can be resume
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 import traceback
 from collections.abc import Callable
@@ -98,6 +99,9 @@ class RunOptions:
     argv: tuple[str, ...] = ()
     # How a runner is made for a stack; tests swap it.
     runner_for: Callable[[Cell], Runner] | None = None
+    # Whether this host has a GPU for the cells that need one (serve.gpus != "none"); None
+    # asks the GPU probe (NVML, then nvidia-smi). Without one, cells are skipped, not failed.
+    gpu_present: Callable[[], str | None] | None = None
     progress: Progress = field(default_factory=QuietProgress)
 
 
@@ -161,12 +165,27 @@ def _build_verdicts(build: BuildOutcome | None) -> list[Verdict]:
             for p in (build.arch_problems if build else ())]
 
 
+# The engine could not get the base image: a registry, network or login problem on this host,
+# not a bug in the stack (docker 20.10-29 wordings).
+_NO_BASE = re.compile(r"pull access denied|manifest unknown|manifest for \S+ not found|"
+                      r"no such host|dial tcp|i/o timeout|failed to resolve|TLS handshake timeout|"
+                      r"unauthorized: |repository does not exist|toomanyrequests", re.IGNORECASE)
+
+
 def build_failed_cell(cell: Cell, build: BuildOutcome) -> CellResult:
     why = build.reason or (build.log_tail[-1] if build.log_tail else "(no log)")
+    base = cell.stack.base_image.reference if cell.stack.base_image else None
+    text = " ".join([why, *build.log_tail[-10:]])
+    if base and _NO_BASE.search(text):
+        verdict = Verdict(check="build.base", status=VerdictStatus.FAIL,
+                          message=f"could not get base image {base}: {why.strip()[-300:]} "
+                          "(a registry or network problem on this host, not a bug in the stack)")
+    else:
+        verdict = Verdict(check="build", status=VerdictStatus.FAIL,
+                          message=f"image for stack {cell.stack_name} did not build: {why}")
     return CellResult(
         **_base(cell), status=Status.BUILD_FAILED,
-        verdicts=(Verdict(check="build", status=VerdictStatus.FAIL,
-                          message=f"image for stack {cell.stack_name} did not build: {why}"),),
+        verdicts=(verdict,),
         image=ImageInfo(ref=build.image_ref), started_at=now_iso(), finished_at=now_iso(),
         build=BuildInfo(log=build.log_path, log_tail=tuple(build.log_tail[-40:])),
     )
@@ -200,6 +219,13 @@ class _Ctx:
     store: RunStore
     opts: RunOptions
     runner_for: Callable[[Cell], Runner]
+    _gpu: list = field(default_factory=list)
+
+    def no_gpu(self) -> str | None:
+        """Probed once per run, on the first cell that needs a GPU."""
+        if not self._gpu:
+            self._gpu.append((self.opts.gpu_present or no_gpu_reason)())
+        return self._gpu[0]
 
 
 def serve_cell(cell: Cell, ctx: _Ctx, build: BuildOutcome | None) -> CellResult:
@@ -361,10 +387,36 @@ def run_matrix(matrix: Matrix, *, k: str | None, opts: RunOptions,
     return store
 
 
+def no_gpu_reason() -> str | None:
+    """None when this host has an NVIDIA GPU; else why not (what the probe said)."""
+    from harness import gpus
+
+    p = gpus.probe()
+    return None if p.ok else p.reason
+
+
+def skipped_cell(cell: Cell, why: str, build: BuildOutcome | None) -> CellResult:
+    """Not served: this host has no GPU. Its build was still checked: the arch trap in the
+    build log fails the cell all the same."""
+    trap = _build_verdicts(build)
+    return CellResult(
+        **_base(cell), status=Status.FAIL if trap else Status.SKIPPED,
+        verdicts=(Verdict(check="host.gpu", status=VerdictStatus.WARN,
+                          message=f"skipped: no GPU on this host ({why})"),
+                  *trap),
+        image=_image(cell, build), audit=(build.audit_summary or build.audit) if build else None,
+        started_at=now_iso(), finished_at=now_iso(),
+    )
+
+
 def _guarded(cell: Cell, ctx: _Ctx, build: BuildOutcome | None) -> CellResult:
     """One cell; whatever it raises (but Ctrl-C / SIGTERM / a full disk) is its result."""
     if build is not None and build.failed:
         result = build_failed_cell(cell, build)
+        ctx.store.write_cell(result)
+        return result
+    if ctx.matrix.spec.serve.gpus != "none" and (why := ctx.no_gpu()) is not None:
+        result = skipped_cell(cell, why, build)
         ctx.store.write_cell(result)
         return result
     started = now_iso()
@@ -374,6 +426,10 @@ def _guarded(cell: Cell, ctx: _Ctx, build: BuildOutcome | None) -> CellResult:
         raise
     except Exception as exc:  # noqa: BLE001 - a failed cell is a result, not a crash
         store = ctx.store
+        written = store.read_cell(cell.id)
+        if written is not None and written.started_at == started:
+            # it broke while stopping the server, after its result was written: keep that
+            return written
         log = store.log_path(cell.id)
         tail: tuple[str, ...] = ()
         if log.is_file():
@@ -426,5 +482,9 @@ def reap_dead(results_root: Path, engine_if_needed: _Engine | None = None) -> di
 
 
 def exit_code(store: RunStore) -> int:
+    """0 when every cell passed or was skipped and every build and audit passed."""
     cells = store.cells()
-    return 0 if cells and all(c.status.ok for c in cells) else 1
+    builds_ok = all(not b.failed and (b.audit_summary or b.audit or {}).get("status") != "fail"
+                    and (b.audit_summary or {}).get("audit.status") != "fail"
+                    for b in store.builds().values())
+    return 0 if cells and builds_ok and all(c.status.ok and not c.reasons for c in cells) else 1

@@ -201,7 +201,7 @@ def test_built_stack_whose_build_log_shows_the_arch_trap_fails_its_cells(fake_im
     path.write_text(_matrix(tmp_path, fake_image).read_text().replace(
         f'[stacks.img]\nimage = "{fake_image}"',
         '[stacks.built]\ntorch_cuda_arch_list = "12.1a"\n'
-        'base_image = { repository = "harness-test/fakevllm", tag = "latest" }\n'
+        f'base_image = {{ repository = "{fake_image.split(":")[0]}", tag = "{fake_image.split(":")[1]}" }}\n'
         'torch = { version = "0" }\nvllm = { pypi = "0.33.0" }\nflashinfer = { version = "0.7.2.post1" }\n'))
     run_id = f"pipe-{os.getpid()}-{time.monotonic_ns() % 100000}"
     store = run_matrix(load_matrix(path), k="qwen-fp8/auto", opts=RunOptions(
@@ -222,3 +222,21 @@ def test_built_stack_whose_build_log_shows_the_arch_trap_fails_its_cells(fake_im
         assert any("12.0f" in v.message for v in trap), trap
     finally:
         connect().remove_image(json.loads((store.dir / "builds" / "built.json").read_text())["image_ref"])
+
+
+def test_a_base_image_that_cannot_be_pulled_is_named_in_one_line(fake_image, tmp_path):
+    path = tmp_path / "nobase.toml"
+    path.write_text(_matrix(tmp_path, fake_image).read_text().replace(
+        f'[stacks.img]\nimage = "{fake_image}"',
+        '[stacks.built]\ntorch_cuda_arch_list = "12.1a"\n'
+        'base_image = { repository = "harness-test/no-such-base", tag = "never" }\n'
+        'torch = { version = "0" }\nvllm = { pypi = "0.33.0" }\nflashinfer = { version = "0.7.2.post1" }\n'))
+    store = run_matrix(load_matrix(path), k="qwen-fp8/auto", opts=RunOptions(
+        results_root=tmp_path / "results", allow_unpinned=True, bench=False,
+        build_template=ROOT / "tests" / "fixtures" / "build" / "Dockerfile.fakevllm.in",
+        build_template_values={"RUN_ID": "nobase"}))
+    cell = store.cells()[0]
+    assert cell.status == "build-failed"
+    (verdict,) = cell.verdicts
+    assert verdict.check == "build.base"
+    assert "harness-test/no-such-base:never" in verdict.message and "\n" not in verdict.message

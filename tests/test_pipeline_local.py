@@ -101,6 +101,7 @@ linear_kernel = "MarlinNvFp4LinearKernel"
 
 [serve]
 port = {port}
+gpus = "none"  # the stand-in needs no GPU: serve it on any host
 startup_timeout_s = 30
 quiet_period_s = 8
 
@@ -417,3 +418,76 @@ def test_live_progress_names_the_phase_and_the_last_server_line(tmp_path):
     assert shown[0].startswith("[1/3] fake/qwen-fp8/auto: start-up")
     assert "Capturing CUDA graphs" in shown[1] and all(len(x) <= 80 for x in shown)
     log.close()
+
+
+def test_a_host_without_gpu_builds_audits_and_skips(matrix_file, tmp_path):
+    """No GPU: the half of the job that needs none still runs (the local stack's audit), every
+    cell is `skipped` with the reason, the report is written, and that is not a failure."""
+    text = matrix_file.read_text().replace('gpus = "none"', 'gpus = "all"')
+    matrix_file.write_text(text)
+    store = run_matrix(load_matrix(matrix_file), k=None, opts=RunOptions(
+        results_root=tmp_path / "results", gpu_present=lambda: "no NVIDIA driver on this host"))
+    cells = store.cells()
+    assert [c.status for c in cells] == [Status.SKIPPED] * 3
+    assert all(c.reasons == () for c in cells)
+    assert cells[0].verdicts[0].message == "skipped: no GPU on this host (no NVIDIA driver on this host)"
+    assert store.builds()["fake"].status == "local"  # the audit of the install ran
+    assert not list((store.dir / "logs").glob("*.server.log"))  # nothing was served
+
+
+def test_planted_secrets_reach_no_file_and_no_line_the_tool_writes(matrix_file, tmp_path):
+    """Secrets in every input form: stack env, config env, a CLI flag (which vLLM echoes in its
+    log), a list-valued flag, the cross-check command and what it prints. None may survive in
+    any file of the run directory, the report, or the tool's own output."""
+    secrets = {
+        "hf": "hf_" + "Q" * 34,
+        "api": "sk-plantedapikey0000000001",
+        "list": "sk-plantedlistvalue000002",
+        "env": "plantedenvsecret000003",
+        "bearer": "plantedbearer000004",
+        "cc": "plantedcrosscheck000005",
+    }
+    text = matrix_file.read_text().replace(
+        'HARNESS_FAKESERVER = "', f'HF_TOKEN = "{secrets["hf"]}", HARNESS_FAKESERVER = "').replace(
+        '[configs.auto]\nattention_backend = "TRITON_ATTN"',
+        '[configs.auto]\nattention_backend = "TRITON_ATTN"\n'
+        f'args = ["--api-key", "{secrets["api"]}", "--middleware-token={secrets["list"]}"]\n'
+        f'env = {{ MY_SERVICE_PASSWORD = "{secrets["env"]}" }}')
+    matrix_file.write_text(text)
+    cc = (f"echo 'Authorization: Bearer {secrets['bearer']}'; "
+          f"echo token={secrets['cc']}; echo '{{}}' > \"$HARNESS_OUT\"")
+    env = {**os.environ, "COLUMNS": "100"}
+    r = subprocess.run([sys.executable, "-m", "harness", "run", "-m", str(matrix_file), "-k",
+                        "qwen-fp8/auto", "--results", str(tmp_path / "results"), "--no-bench",
+                        "--cross-check", cc], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    run_dir = next((tmp_path / "results").iterdir())
+    log = next((run_dir / "logs").glob("*.server.log")).read_text()
+    assert "api_key" in log  # vLLM echoed its arguments: the mask had something to do
+    written = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert any(p.name == "report.md" for p in written)
+    everything = r.stdout + r.stderr + "".join(p.read_text(errors="replace") for p in written)
+    leaked = {k: v for k, v in secrets.items() if v in everything}
+    assert not leaked, leaked
+
+
+def test_rejudge_derives_every_verdict_again_from_the_stored_logs(tmp_path, capsys):
+    """The shipped H200 example, judged again: today's fingerprint finds the Triton JIT
+    signature in its stored logs, which the run itself did not know."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(ROOT / "examples" / "h200" / "run", run_dir)
+    before = {c.id: c for c in RunStore.open(run_dir).cells()}
+    assert main(["rejudge", str(run_dir)]) == 0
+    after = {c.id: c for c in RunStore.open(run_dir).cells()}
+    for cid, cell in after.items():
+        assert cell.verdict("signature:triton-jit-during-inference") is not None, cid
+        assert cell.status == before[cid].status
+        assert cell.bench == before[cid].bench  # figures are kept, only verdicts are derived
+        sel = cell.verdict("moe_backend")
+        assert sel.got == cell.fingerprint.moe_backend
+    assert "+ signature:triton-jit-during-inference" in capsys.readouterr().out
+    nv = after["vllm-0251/qwen3moe-nvfp4/auto"]
+    assert nv.verdict("expect.nvfp4_over_fp8").status == "pass"  # the tie within noise

@@ -8,10 +8,11 @@ set -euo pipefail
 BUSYBOX_IMAGE=${BUSYBOX_IMAGE:-harness-test/busybox:latest}
 DEBIAN_IMAGE=${DEBIAN_IMAGE:-harness-test/debian-python:bookworm}
 have() { docker image inspect "$1" >/dev/null 2>&1; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT  # every scratch tree lives under here
 
 if ! have "$BUSYBOX_IMAGE"; then
   command -v busybox >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static >/dev/null; }
-  root=$(mktemp -d); trap 'rm -rf "$root"' EXIT
+  root="$tmp/busybox"
   mkdir -p "$root/bin" "$root/tmp" "$root/etc"
   cp "$(command -v busybox)" "$root/bin/busybox"
   for applet in $("$root/bin/busybox" --list); do
@@ -23,15 +24,13 @@ fi
 
 if ! have "$DEBIAN_IMAGE"; then
   command -v debootstrap >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
-  root=$(mktemp -d)
-  log=$(mktemp)
+  root="$tmp/debian"
+  log="$tmp/debootstrap.log"
   debootstrap --variant=minbase --include=python3 bookworm "$root" >"$log" 2>&1 \
     || { tail -20 "$log" >&2; exit 1; }
-  rm -f "$log"
   rm -rf "$root/var/cache/apt/archives/"*.deb "$root/var/lib/apt/lists/"*
   tar -C "$root" -c . | docker import \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     - "$DEBIAN_IMAGE" >/dev/null
-  rm -rf "$root"
   echo "base-images: $DEBIAN_IMAGE"
 fi

@@ -242,3 +242,17 @@ def test_lock_command_writes_and_checks(tmp_path, monkeypatch, capsys):
     path.write_text(text.replace('pypi = "0.33.0" }\nflashinfer', 'pypi = "0.33.0", sdist_sha256 = "'
                                  + VLLM_SDIST + '" }\nflashinfer', 1))
     assert main(["lock", "-m", str(path), "--check"]) == 0  # the same value written in the matrix
+
+
+@pytest.mark.usefixtures("pypi")
+def test_run_refuses_a_stale_lock_before_anything_starts(tmp_path, capsys):
+    m = load_matrix(write_matrix(tmp_path))
+    lock.write_lock(lock.resolve(m, engine_factory=lambda: Engine({"example/cuda:13.0.1": DIGEST_A})),
+                    tmp_path / "t.lock")
+    write_matrix(tmp_path, tag="13.0.2")
+    results = tmp_path / "results"
+    assert main(["run", "-m", str(tmp_path / "t.toml"), "--results", str(results)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "stacks.a.base_image: the matrix asks for example/cuda:13.0.2" in err
+    assert "fix: `harness lock -m " in err
+    assert not results.exists()  # refused: no run directory marked interrupted

@@ -111,7 +111,10 @@ def wants(matrix: Matrix, stacks: list[str] | None = None) -> list[Want]:
         if (stacks is not None and name not in stacks) or s.runner != "docker" or s.image:
             continue
         b = s.base_image
-        out.append(Want(stack=name, key="base_image", what=f"{b.repository}:{b.tag}", given=b.digest))
+        # An image made on this host (`local = true` where the matrix model has it) has no
+        # registry digest: the build pins it by image ID.
+        if b is not None and not getattr(b, "local", False):
+            out.append(Want(stack=name, key="base_image", what=f"{b.repository}:{b.tag}", given=b.digest))
         if s.vllm and s.vllm.pypi:
             out.append(Want(stack=name, key="vllm", what=f"vllm=={s.vllm.pypi} (sdist)", kind="sdist",
                             project="vllm", version=s.vllm.pypi, given=s.vllm.sdist_sha256))
@@ -348,7 +351,7 @@ def apply_lock(matrix: Matrix, lock: LockFile, stacks: list[str] | None = None) 
             continue
         update = {}
         img = pins.get("base_image")
-        if isinstance(img, LockedImage) and s.base_image.digest is None:
+        if isinstance(img, LockedImage) and s.base_image is not None and s.base_image.digest is None:
             update["base_image"] = s.base_image.model_copy(update={"digest": img.digest})
         for key, field in (("vllm", s.vllm), ("flashinfer", s.flashinfer)):
             pin = pins.get(key)

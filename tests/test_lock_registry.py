@@ -18,15 +18,20 @@ import subprocess
 import time
 import urllib.request
 import uuid
+from pathlib import Path
 
 import pytest
 from pypi_fake import FI_SDIST, VLLM_SDIST, pypi  # noqa: F401 - pypi is a fixture
 
+from harness.build.builder import build_stacks
 from harness.cli import main
+from harness.engine import connect
+from harness.matrix.load import load_matrix
 
 pytestmark = [pytest.mark.docker]
 
 BASE = "harness-test/busybox:latest"
+TEMPLATE = Path(__file__).resolve().parent / "fixtures" / "build" / "Dockerfile.tiny.in"
 MANIFEST_TYPES = ", ".join([
     "application/vnd.docker.distribution.manifest.v2+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -151,7 +156,7 @@ def test_lock_resolves_through_the_engine_and_notices_a_moved_tag(registry, clie
     ref = f"{repo}:{tag}"
     matrix = tmp_path / "reg.toml"
     matrix.write_text(MATRIX.format(repo=repo, tag=tag, sha=VLLM_SDIST, fsha=FI_SDIST))
-    moved_id = None
+    moved_id = built_ref = None
     try:
         push(client, BASE, ref)
         first = served_digest(url, "harness-test/busybox", tag)
@@ -161,6 +166,13 @@ def test_lock_resolves_through_the_engine_and_notices_a_moved_tag(registry, clie
         lock_text = (tmp_path / "reg.lock").read_text()
         assert f'digest = "{first}"' in lock_text
         assert 'source = "engine"' in lock_text
+
+        # the build takes the locked digest (no --allow-unpinned: unlocked, it would refuse)
+        built = build_stacks(load_matrix(matrix), ["s"], engine=connect(timeout=10), log_dir=tmp_path / "logs",
+                             template=TEMPLATE, template_values={"RUN_ID": tag}, audit=False)["s"]
+        built_ref = built.image_ref
+        assert built.status == "built", built.log_tail
+        assert built.labels["harness.base-image"] == f"{ref}@{first}"
 
         moved_id = other_image(client, tag)
         push(client, moved_id, ref)
@@ -177,7 +189,7 @@ def test_lock_resolves_through_the_engine_and_notices_a_moved_tag(registry, clie
         assert main(["lock", "-m", str(matrix), "--update"]) == 0
         assert f'digest = "{second}"' in (tmp_path / "reg.lock").read_text()
     finally:
-        _remove_registry_refs(client, host, f"harness-test/moved:{tag}")
+        _remove_registry_refs(client, host, f"harness-test/moved:{tag}", *([built_ref] if built_ref else []))
 
 
 def _remove_registry_refs(client, host: str, *also: str) -> None:

@@ -111,6 +111,33 @@ class Engine:
         except docker.errors.ImageNotFound:
             return None
 
+    @retry_transient
+    def pull_digest(self, repository: str, tag: str) -> str:
+        """Pull repository:tag and return the registry digest it resolved to: the pull's
+        `Digest:` line, confirmed by the image's RepoDigests (the engine's own record)."""
+        ref = f"{repository}:{tag}"
+        told = None
+        try:
+            for event in self.api.pull(repository, tag=tag, stream=True, decode=True):
+                if event.get("error"):
+                    raise EngineError(f"cannot pull {ref}: {event['error']}", hint=PULL_HINT)
+                status = event.get("status") or ""
+                if status.startswith("Digest: "):
+                    told = status.split()[1]
+            attrs = self.api.inspect_image(ref)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot pull {ref}: {exc.explanation or exc}", hint=PULL_HINT) from None
+        want = _short_repo(repository)
+        digests = [d.split("@", 1)[1] for d in attrs.get("RepoDigests") or ()
+                   if _short_repo(d.split("@", 1)[0]) == want]
+        if told in digests or (told and not digests):
+            return told
+        if told is None and len(digests) == 1:
+            return digests[0]
+        raise EngineError(f"cannot tell which digest {ref} resolved to (pull said {told}, "
+                          f"RepoDigests list {', '.join(digests) or 'none'})",
+                          hint=f"`docker image rm {ref}` and run again")
+
     def remove_image(self, ref: str) -> None:
         try:
             self.client.images.remove(ref, force=True)
@@ -380,6 +407,30 @@ class RunningContainer:
         self._c.put_archive(dest_dir, buf.getvalue())
 
 
+PULL_HINT = ("check the image name and that this host reaches its registry (`docker pull` it by "
+             "hand); or write base_image.digest in the matrix from a host that can")
+
+
+def _short_repo(name: str) -> str:
+    """'docker.io/library/ubuntu' and 'ubuntu' are one repository, as RepoDigests write it."""
+    name = name.removeprefix("docker.io/").removeprefix("index.docker.io/")
+    return name.removeprefix("library/")
+
+
+def _why_no_engine(exc: BaseException) -> str:
+    """A sentence for the usual reasons, instead of the client's nested exception tuple."""
+    text = str(exc)
+    for needle, why in (("FileNotFoundError", "its socket does not exist (no dockerd is running)"),
+                        ("No such file or directory", "its socket does not exist (no dockerd is running)"),
+                        ("PermissionError", "permission denied on its socket (root, or the docker group)"),
+                        ("Permission denied", "permission denied on its socket (root, or the docker group)"),
+                        ("Connection refused", "nothing listens there (dockerd stopped)"),
+                        ("timed out", "it did not answer in time (dockerd busy or hung)")):
+        if needle in text:
+            return why
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
 def connect(timeout: int = 30) -> Engine:
     """The engine from DOCKER_HOST (or the local socket); a clear error when none answers."""
     try:
@@ -388,8 +439,9 @@ def connect(timeout: int = 30) -> Engine:
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         raise EnvironmentProblem(
-            f"no Docker engine answers at {where}: {exc}",
-            hint="start dockerd (or `sudo systemctl start docker`), or set DOCKER_HOST; "
+            f"no Docker engine answers at {where}: {_why_no_engine(exc)}",
+            hint="`make docker-up` (as root with apt: installs Debian's docker.io and starts dockerd), "
+            "or start dockerd yourself (`sudo systemctl start docker`), or set DOCKER_HOST; "
             "then `harness doctor`",
         ) from None
     return Engine(client)

@@ -58,7 +58,7 @@ def dry_run(matrix, stacks: list[str]) -> int:
     for name in stacks:
         r = render(matrix, name)
         exists = "?" if engine is None else ("yes" if engine.image_labels(r.image_ref) is not None else "no")
-        pinned = "yes" if matrix.spec.stacks[name].base_image.digest else "NO (needs --allow-unpinned)"
+        pinned = "yes" if matrix.spec.stacks[name].base_image.digest else "NO (`harness lock`, or --allow-unpinned)"
         lines = []
         for series in preflight_stack(matrix, name):
             if not series.patches:
@@ -86,11 +86,15 @@ def run(args: argparse.Namespace) -> int:
     stacks = _stacks(matrix, args.k)
     if not stacks:
         raise ConfigError("no docker stack in the selected cells", hint="check -k and `harness plan`")
+    from harness.lock import locked_matrix
+
+    matrix = locked_matrix(matrix, stacks, lock_if_missing=not (args.dry_run or args.allow_unpinned),
+                           say=lambda s: err.print(s, markup=False))
     if args.dry_run:
         return dry_run(matrix, stacks)
     if not args.allow_unpinned and (problems := unpinned(matrix, stacks)):
         raise ConfigError("unpinned base image(s):\n  - " + "\n  - ".join(problems),
-                          hint="record base_image.digest, or pass --allow-unpinned")
+                          hint=f"`harness lock -m {args.matrix}`, or pass --allow-unpinned")
     if not args.no_preflight:
         _check_patches(matrix, stacks)
     from harness.engine import connect

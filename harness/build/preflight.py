@@ -130,7 +130,7 @@ def preflight_stack(matrix, stack_name: str) -> list[SeriesResult]:
 
     stack = matrix.spec.stacks[stack_name]
     out = []
-    series = [("vllm", sources.vllm_source(stack), [(Path(p).name, matrix.patch_path(p)) for p in stack.vllm.patches])]
+    series = [("vllm", sources.vllm_source(stack), [(Path(p.path).name, matrix.patch_path(p)) for p in stack.vllm.patches])]
     if stack.flashinfer:
         series.append(("flashinfer", sources.flashinfer_source(stack),
                        [(Path(pr.patch).name, matrix.patch_path(pr.patch)) for pr in stack.flashinfer.prs]))

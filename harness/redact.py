@@ -30,8 +30,6 @@ _NOT_SECRET_TAIL = frozenset({
 })
 _ALWAYS = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN", "HUGGINGFACEHUB_API_TOKEN"})
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
-# (vLLM FrontendArgs, vllm/entrypoints/openai/cli_args.py: `api_key: list[str] | None`, so its
-# "non-default args" log line prints the keys as a list.)
 # values that are secrets by their shape, whatever name (or none) they come with
 _TOKEN_SHAPES = re.compile(
     r"\bhf_[A-Za-z0-9]{30,}\b"
@@ -52,7 +50,8 @@ _AUTH = re.compile(
 _BEARER = re.compile(r"(?i)\b(?P<scheme>bearer)\s+(?P<cred>[A-Za-z0-9._~+/=-]{8,})")
 _URL_CREDS = re.compile(r"(?P<pre>\b[a-z][a-z0-9+.-]*://[^\s:/@'\"]+:)(?P<cred>[^\s/@'\"]+)(?P<at>@)")
 # NAME=VALUE, NAME: VALUE, 'name': value, "name": value, \"name\": value; the value quoted,
-# a [list], a (tuple) or bare.
+# a [list], a (tuple) or bare. (vLLM FrontendArgs, vllm/entrypoints/openai/cli_args.py, has
+# `api_key: list[str] | None`: its "non-default args" log line prints the keys as a list.)
 _PAIR = re.compile(
     r"(?P<nq>\\?['\"]?)(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*)(?P=nq)(?P<sep>\s*[=:]\s*)"
     r"(?P<value>\\\"[^\"\n]*?\\\"|'[^'\n]*'|\"[^\"\n]*\"|\[[^\]\n]*\]|\([^)\n]*\)|[^\s'\",;&)}\]]+)"

@@ -97,7 +97,7 @@ def redact_text(text: str) -> str:
     def flag(m: re.Match[str]) -> str:
         if not is_secret_name(m["flag"]):
             return m.group(0)
-        return f"{m['flag']}{m['sep']}{_mask_value(m['value'])}"
+        return f"{m['flag']}{m['sep']}{MASK}"  # shell quotes around the value go with it
 
     text = _AUTH.sub(auth, text)
     text = _BEARER.sub(lambda m: f"{m['scheme']} {MASK}", text)

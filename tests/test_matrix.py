@@ -71,6 +71,8 @@ def problems(tmp_path: Path, text: str) -> list[str]:
         load_matrix(write(tmp_path, text))
     assert info.value.path.endswith("m.toml")
     assert info.value.exit_code == 2
+    for p in info.value.problems:  # every problem says how to fix it, pydantic's own included
+        assert "\n      fix: " in p, p
     return info.value.problems
 
 

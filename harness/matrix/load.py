@@ -92,6 +92,8 @@ def _fix_for(error: dict, loc: tuple) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
         return "remove the key, or correct its spelling to one of the valid keys"
+    if loc and loc[-1] == "[key]":
+        return "a name is lowercase letters, digits and . _ = , + - (at most 64), e.g. spark-121a"
     field = _field_at(loc)
     described = field.description if field is not None and field.description else None
     if kind == "missing":
@@ -226,13 +228,14 @@ def _checkpoint_problems(spec: MatrixFile, matrix_dir: Path, root: Path) -> list
         if not is_local_checkpoint(model.checkpoint):
             continue
         where = f"models.{name}.checkpoint"
-        folder = (matrix_dir / model.checkpoint).resolve()
+        named = matrix_dir / model.checkpoint
+        folder = named.resolve()
         if not model.allow_outside and not is_inside(folder, root):
             problems.append(problem(where, f"'{model.checkpoint}' resolves to {folder}, outside the matrix's "
                                     f"repository {root}",
                                     f"set models.{name}.allow_outside = true if this folder is meant, "
                                     "or move the checkpoint into the repository"))
-        elif (why := mount_problem(folder)) is not None:
+        elif (why := mount_problem(named)) is not None:
             problems.append(problem(where, why, "name the model's own folder (the one with config.json)"))
     if (cache := spec.serve.model_cache) is not None and (why := mount_problem(Path(cache))) is not None:
         problems.append(problem("serve.model_cache", why,

@@ -117,13 +117,6 @@ class Engine:
         except docker.errors.ImageNotFound:
             pass
 
-    def import_rootfs(self, tar_bytes: bytes, ref: str, changes: list[str] | None = None) -> str:
-        """`docker import`: a base image from a root filesystem tarball (no registry needed)."""
-        repo, _, tag = ref.partition(":")
-        result = self.api.import_image_from_data(tar_bytes, repository=repo, tag=tag or "latest",
-                                                 changes=changes)
-        return str(result)
-
     def build(
         self,
         context: bytes,
@@ -228,9 +221,14 @@ class Engine:
                     created.remove(force=True, v=True)
                 except docker.errors.NotFound:
                     pass
+                except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
+                    # the engine is gone or failing: the labels let the next run reap it
+                    log.warning("could not remove container %s: %s", created.name, exc)
 
     @retry_transient
     def _create(self, spec: ContainerSpec):
+        from harness import controller
+
         device_requests = None
         if spec.gpus:
             ids = None if spec.gpus == "all" else spec.gpus.split(",")
@@ -241,7 +239,8 @@ class Engine:
             command=list(spec.command) if spec.command is not None else None,
             entrypoint=list(spec.entrypoint) if spec.entrypoint is not None else None,
             environment=dict(spec.env),
-            labels=dict(spec.labels),
+            # who started it: a dead controller's containers are reaped by the next run
+            labels={**dict(spec.labels), **controller.labels()},
             ports={f"{p}/tcp": ("127.0.0.1", hp) for p, hp in spec.ports.items()},
             volumes={h: {"bind": c, "mode": m} for h, c, m in spec.volumes},
             device_requests=device_requests,
@@ -251,16 +250,24 @@ class Engine:
             detach=True,
         )
 
-    def reap(self, labels: dict[str, str]) -> list[str]:
-        """Remove every container carrying all these labels; returns their names."""
-        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+    def reap(self, *, run_id: str | None = None) -> list[str]:
+        """Remove what dead controllers left: every container carrying our controller labels
+        whose controller (host + pid + start time) is no longer alive on this host, or every
+        container of `run_id`. Returns the names removed."""
+        from harness import controller
+
+        filters = {"label": [f"{LABEL_RUN}={run_id}"] if run_id else [controller.LABEL_HOST]}
         removed = []
         for c in self.client.containers.list(all=True, filters=filters):
-            removed.append(c.name)
+            owner = controller.from_labels(c.labels or {})
+            if run_id is None and (owner is None or controller.alive(owner) is not False):
+                continue  # alive, or another host's: not ours to remove
+            log.info("reaping container %s (run %s)", c.name, (c.labels or {}).get(LABEL_RUN))
             try:
                 c.remove(force=True, v=True)
             except docker.errors.NotFound:
-                pass
+                continue
+            removed.append(c.name)
         return removed
 
     def containers(self, labels: dict[str, str]) -> list[str]:
@@ -308,14 +315,6 @@ class RunningContainer:
             raise EngineError(f"container {self.name}: port {port} is not published")
         return int(bindings[0]["HostPort"])
 
-    def ip_address(self) -> str | None:
-        self._c.reload()
-        nets = self._c.attrs["NetworkSettings"].get("Networks") or {}
-        for net in nets.values():
-            if net.get("IPAddress"):
-                return net["IPAddress"]
-        return None
-
     def logs(self) -> str:
         return self._c.logs(stdout=True, stderr=True).decode("utf-8", "replace")
 
@@ -347,9 +346,26 @@ class RunningContainer:
         except docker.errors.NotFound:
             pass
 
-    def exec(self, cmd: list[str]) -> tuple[int, str]:
-        res = self._c.exec_run(cmd, stdout=True, stderr=True)
-        return res.exit_code, res.output.decode("utf-8", "replace")
+    def exec(self, cmd: list[str], *, timeout_s: float = 120) -> tuple[int, str]:
+        """Run `cmd` inside; (124, ...) when it outlasts `timeout_s` (the container's removal
+        ends it)."""
+        box: dict = {}
+
+        def go() -> None:
+            try:
+                res = self._c.exec_run(cmd, stdout=True, stderr=True)
+                box["res"] = (res.exit_code, res.output.decode("utf-8", "replace"))
+            except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
+                box["exc"] = exc
+
+        t = threading.Thread(target=go, daemon=True, name=f"exec-{self.name}")
+        t.start()
+        t.join(timeout_s)
+        if t.is_alive():
+            return 124, f"timed out after {timeout_s:.0f} s"
+        if "exc" in box:
+            raise EngineError(f"container {self.name}: exec failed: {box['exc']}")
+        return box["res"]
 
     def put_file(self, dest_dir: str, name: str, data: bytes) -> None:
         buf = io.BytesIO()

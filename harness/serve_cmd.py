@@ -30,6 +30,7 @@ class ServeCommand:
     model_path: str  # what vLLM is given as the model (a path inside the container for docker)
     served_name: str
     port: int
+    identity: str | None = None  # a second served name, unique to this cell: proves whose server answers
 
     def shell(self, python: str = "python3") -> str:
         import shlex
@@ -100,14 +101,17 @@ def model_cache(serve: Serve) -> str | None:
 
 
 def build(cell: Cell, serve: Serve, *, matrix_dir: Path, port: int, host: str = "127.0.0.1",
-          model_override: str | None = None) -> ServeCommand:
+          model_override: str | None = None, identity: str | None = None) -> ServeCommand:
     if not 1 <= port <= 65535:
         raise ConfigError(f"port {port} is not a TCP port", hint="use 1..65535 (serve.port / serve.host_port)")
     model = model_override or model_path(cell, matrix_dir)
     served = cell.served_name
+    # vLLM serves every name given (and lists each in /v1/models): the second one is the cell's
+    # own, so readiness can tell this cell's server from another left on the same port.
+    names = [served, identity] if identity else [served]
     args: list[str] = [
         "serve", model,
-        "--served-model-name", served,
+        "--served-model-name", *names,
         "--host", host,
         "--port", str(port),
         "--max-model-len", str(cell.model.max_model_len),
@@ -132,4 +136,4 @@ def build(cell: Cell, serve: Serve, *, matrix_dir: Path, port: int, host: str = 
         args += ["--compilation-config", json.dumps({"cudagraph_mode": cfg.cudagraph_mode})]
     args += list(cfg.args)
     env.update(cfg.env)
-    return ServeCommand(tuple(args), env, model, served, port)
+    return ServeCommand(tuple(args), env, model, served, port, identity)

@@ -28,7 +28,8 @@ from harness.errors import ConfigError
 
 REPOS = {"vllm": "vllm-project/vllm", "flashinfer": "flashinfer-ai/flashinfer"}
 API = "https://api.github.com"
-PATCHES_DIR = Path(__file__).resolve().parent.parent.parent / "patches"
+# patches/<project>/ of the repository the command runs in (the matrix's repository)
+PATCHES_DIR = Path("patches")
 SLUG = re.compile(r"[^a-z0-9]+")
 HEAD_SHA = re.compile(r"^[0-9a-f]{40}$")
 # git format-patch's first line of each commit; the last one of a PR's series is its head.

@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 from harness.errors import ConfigError
@@ -20,7 +21,8 @@ from harness.matrix.load import Matrix
 from harness.matrix.model import Stack
 
 IMAGE_REPO = "vllm-bw"
-DOCKER_DIR = Path(__file__).resolve().parent.parent.parent / "docker"
+# Packaged with the tool (importlib.resources), so an installed harness builds without its checkout.
+DOCKER_DIR = Path(str(resources.files("harness").joinpath("data", "docker")))
 DEFAULT_TEMPLATE = DOCKER_DIR / "Dockerfile.vllm.in"
 LABEL = "harness"
 

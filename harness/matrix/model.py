@@ -272,7 +272,9 @@ class LocalEnv(Strict):
     env: Env = Field(default_factory=dict, description="Extra environment (PYTHONPATH, ...).")
 
 
-BUILD_FIELDS = ("base_image", "torch", "vllm", "flashinfer", "torch_cuda_arch_list", "flashinfer_cuda_arch_list")
+# What only a build reads: a prebuilt `image` stack that sets one would plan one image and run another.
+BUILD_FIELDS = ("base_image", "torch", "vllm", "flashinfer", "torch_cuda_arch_list", "flashinfer_cuda_arch_list",
+                "python", "max_jobs", "nvcc_threads")
 
 
 class Stack(Strict):
@@ -311,7 +313,7 @@ class Stack(Strict):
 
     @model_validator(mode="after")
     def _runner_fields(self) -> Stack:
-        build = [k for k in BUILD_FIELDS if getattr(self, k) is not None]
+        build = [k for k in BUILD_FIELDS if k in self.model_fields_set]
         if self.image is not None and build:
             raise ValueError(f"`image` (a prebuilt image) and the build field(s) {', '.join(build)} exclude "
                              "each other: plan would show one image and run would use the other "

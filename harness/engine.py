@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import docker
 import docker.errors
 import requests.exceptions
 from tenacity import (
@@ -28,7 +29,6 @@ from tenacity import (
     wait_exponential,
 )
 
-import docker
 from harness.errors import BuildFailed, EngineError, EnvironmentProblem
 
 log = logging.getLogger("harness.engine")

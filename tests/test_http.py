@@ -125,9 +125,11 @@ def test_reset_then_success(serve):
 
 
 def test_a_timeout_is_transient(serve):
-    script = Script(("stall", 2.0), ("ok", b"late"))
-    assert hh.get(serve(script) + "/x", timeout=0.3, wait_initial_s=0) == b"late"
-    assert script.count == 2
+    script = Script(("stall", 4.0), ("ok", b"late"))
+    # the first answer never comes in time; a retry gets the second (on a loaded machine a
+    # retry may time out too, so only "more than one try" is asserted, never a duration)
+    assert hh.get(serve(script) + "/x", timeout=1.0, wait_initial_s=0) == b"late"
+    assert script.count >= 2
 
 
 def test_refused_connection_is_not_retried():
@@ -135,13 +137,10 @@ def test_refused_connection_is_not_retried():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    hh_allow = hh.ALLOW_LOOPBACK_HTTP
-    hh.ALLOW_LOOPBACK_HTTP = True
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hh, "ALLOW_LOOPBACK_HTTP", True)
         with pytest.raises(hh.HttpError, match="refused"):
             hh.get(f"http://127.0.0.1:{port}/x", wait_initial_s=0)
-    finally:
-        hh.ALLOW_LOOPBACK_HTTP = hh_allow
 
 
 def test_size_cap_by_content_length(serve):

@@ -414,3 +414,22 @@ def test_fetch_source_in_the_image_checks_its_arguments(tmp_path, kind, what, pi
 def test_any_build_field_set_beside_image_is_refused(repo, field):
     path = write(repo, BASE + f'\n[stacks.img]\nimage = "vllm/vllm-openai:v0.33.0"\n{field}\n')
     assert any(p.startswith("stacks.img: `image` (a prebuilt image) and the build field(s)") for p in problems_of(path))
+
+
+def test_a_matrix_in_a_home_folder_cannot_reach_its_credentials(tmp_path):
+    # no git: the matrix's folder is the repository, here a home folder with ~/.ssh in it
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    path = write(home, BASE.replace('patches_dir = "patches"', 'patches_dir = ".ssh"').replace(
+        'vllm = { pypi = "0.33.0" }', 'vllm = { pypi = "0.33.0", patches = ["id_rsa"] }'))
+    (found,) = problems_of(path)
+    assert "in '.ssh' (credentials)" in found
+    found = problems_of(write(home, BASE + f'\n[serve]\nmodel_cache = "{home / ".ssh"}"\n'))
+    assert "a folder of credentials" in found[0]
+    found = problems_of(_model(home, "./.ssh"))
+    assert "a folder of credentials" in found[0]
+
+
+def test_the_huggingface_cache_folder_is_fine(repo, tmp_path):
+    load_matrix(write(repo, BASE + f'\n[serve]\nmodel_cache = "{tmp_path}/root/.cache/huggingface"\n'))

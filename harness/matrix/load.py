@@ -22,7 +22,7 @@ from pydantic.fields import FieldInfo
 
 from harness.errors import MatrixError
 from harness.matrix.model import MatrixFile, PatchRef, is_local_checkpoint
-from harness.matrix.paths import is_inside, mount_problem, repo_root, system_folder
+from harness.matrix.paths import is_inside, mount_problem, repo_root, secret_part, system_folder
 from harness.matrix.select import SelectionError, compile_expression
 
 MAX_FILE_BYTES = 4 << 20
@@ -216,6 +216,9 @@ def _patch_problem(where: str, rel: str, allow_outside: bool, patches_root: Path
     if (sysdir := system_folder(target)) is not None:
         return problem(where, f"'{rel}' resolves to {target}, under the system folder {sysdir}",
                        "a patch is never read from a system folder: copy it under patches/")
+    if (part := secret_part(target)) is not None:
+        return problem(where, f"'{rel}' resolves to {target}, in '{part}' (credentials)",
+                       "a patch is never read from a folder of credentials: copy it under patches/")
     if not target.is_file():
         return problem(where, f"patch file not found: {target}",
                        "add it under patches/, or fix the path; `harness patches add-pr` fetches a PR")

@@ -19,6 +19,16 @@ SYSTEM_TREES: tuple[Path, ...] = tuple(Path(p) for p in (
     "/lib", "/lib32", "/lib64", "/libx32", "/var/lib/docker", "/var/lib/containerd", "/var/log",
 ))
 SYSTEM_EXACT: frozenset[Path] = frozenset(Path(p) for p in ("/", "/var", "/root", "/home", "/tmp", "/opt", "/srv"))
+# Folders and files of credentials, wherever they sit (a home folder may be a matrix's folder).
+SECRET_NAMES: frozenset[str] = frozenset({
+    ".ssh", ".gnupg", ".aws", ".azure", ".docker", ".kube", ".netrc", ".git-credentials",
+    ".password-store", ".pypirc", ".config", ".git", ".huggingface", "id_rsa", "id_ed25519", "id_ecdsa",
+})
+
+
+def secret_part(path: Path) -> str | None:
+    """The credential folder or file that `path` is or lies in (`.ssh`, `.aws`, ...), or None."""
+    return next((part for part in path.parts if part in SECRET_NAMES), None)
 
 
 def repo_root(matrix_file: Path) -> Path:
@@ -56,6 +66,8 @@ def mount_problem(path: Path) -> str | None:
     if (sysdir := system_folder(real)) is not None:
         shown = f"{path} (-> {real})" if real != path else str(path)
         return f"{shown} is the system folder {sysdir} or lies under it: never mounted into a container"
+    if (part := secret_part(real)) is not None:
+        return f"{path} lies in '{part}', a folder of credentials: never mounted into a container"
     if real.name.endswith(".sock"):
         return f"{path} names a socket: never mounted into a container"
     try:

@@ -345,6 +345,9 @@ class RunningContainer:
             self._c.stop(timeout=timeout)
         except docker.errors.NotFound:
             pass
+        except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
+            # a dying engine: the removal that follows tries again, the reaper after that
+            log.warning("could not stop container %s: %s", self.name, exc)
 
     def exec(self, cmd: list[str], *, timeout_s: float = 120) -> tuple[int, str]:
         """Run `cmd` inside; (124, ...) when it outlasts `timeout_s` (the container's removal

@@ -354,3 +354,22 @@ def test_html_renders_in_a_real_browser(run_dir: Path, tmp_path: Path) -> None:
     assert (pixels.min(axis=2) < 128).mean() > 0.01, "too little dark ink: text did not render"
     # The mismatch highlight (#fde2e2) is on screen: the inline CSS was applied.
     assert (np.abs(pixels.astype(int) - (253, 226, 226)).sum(axis=2) < 6).any()
+
+
+def test_speculative_decoding_from_a_real_log_reaches_the_report(tmp_path):
+    """GB10 + DFlash drafter (corpus 001): method, tokens, acceptance and the drafter's MoE kernel
+    are facts of the fingerprint, shown in their own report section."""
+    from harness.fingerprint import fingerprint
+    from harness.report import write_report
+    from harness.results.model import CellResult, RunRecord
+    from harness.results.store import RunStore
+
+    log = LOGS / "corpus" / "001-gb10-v0251-dflash-laguna-nvfp4.log"
+    fp = fingerprint(log.read_text(errors="replace"))
+    assert fp.spec_method and fp.spec_acceptance_rate is not None
+    store = RunStore.create(tmp_path, RunRecord(run_id="spec", cells=["s/m/c"]))
+    store.write_cell(CellResult(id="s/m/c", stack="s", model="m", config="c", status="pass",
+                                fingerprint=fp.to_json()))
+    md = next(p for p in write_report(store.dir) if p.suffix == ".md").read_text()
+    assert "## Speculative decoding" in md
+    assert fp.spec_method in md and f"acceptance {fp.spec_acceptance_rate:.1%}" in md

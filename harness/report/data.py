@@ -65,6 +65,7 @@ class Cell:
     signatures: tuple[str, ...] = ()
     kv_cache_tokens: int | None = None
     autotuner: str = "n/a"  # "none", or "gemm2: 10" per op
+    spec: str | None = None  # speculative decoding: method, tokens, acceptance, drafter MoE
     per_stream_c1: Stat | None = None
     aggregate: Stat | None = None  # at top_concurrency
     top_concurrency: int | None = None
@@ -219,6 +220,22 @@ def _model_info(cell: CellResult, run: RunRecord) -> tuple[float | None, float |
     return (float(a) if a else None), (float(b) if b else None)
 
 
+def _spec(fp: FingerprintRecord | None) -> str | None:
+    """Speculative decoding as the log shows it (None when the cell had none)."""
+    if fp is None or not (fp.spec_method or fp.spec_acceptance_rate is not None):
+        return None
+    parts = [fp.spec_method or "method n/a"]
+    if fp.num_speculative_tokens:
+        parts.append(f"{fp.num_speculative_tokens} tokens")
+    if fp.spec_acceptance_rate is not None:
+        parts.append(f"acceptance {fp.spec_acceptance_rate:.1%}")
+    if fp.spec_acceptance_per_position:
+        parts.append("per position " + " ".join(f"{x:.0%}" for x in fp.spec_acceptance_per_position[:8]))
+    if fp.drafter_moe_backend:
+        parts.append(f"drafter MoE {fp.drafter_moe_backend}")
+    return ", ".join(parts)
+
+
 def _autotuner(fp: FingerprintRecord | None) -> str:
     if fp is None:
         return "n/a"
@@ -290,6 +307,7 @@ def _cell(cell: CellResult, run: RunRecord) -> Cell:
         kernels=_kernels(cell),
         kv_cache_tokens=fp.kv_cache_tokens if fp else None,
         autotuner=_autotuner(fp),
+        spec=_spec(fp),
         per_stream_c1=per_stream,
         aggregate=aggregate,
         top_concurrency=top_c,

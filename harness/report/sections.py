@@ -295,12 +295,29 @@ def _builds(r: Report) -> Section:
     )
 
 
+def _spec(r: Report) -> Section | None:
+    rows = tuple((Td(c.id), Td(c.spec)) for c in r.cells if c.spec)
+    if not rows:
+        return None
+    return Section(
+        "spec",
+        "Speculative decoding",
+        ("From the server log: the method and number of speculative tokens it was started with, "
+         "the acceptance rate of its last `SpecDecoding metrics` line, overall and per position, "
+         "and the drafter's own MoE kernel (kept apart from the main model's).",),
+        ("cell", "speculative decoding"),
+        rows,
+    )
+
+
 def sections(r: Report) -> list[Section]:
     errors = _errors(r)
+    spec = _spec(r)
     return [
         _overview(r),
         *([errors] if errors else []),
         _kernels(r),
+        *([spec] if spec else []),
         _decode(r),
         _pairs(r),
         _roofline(r),

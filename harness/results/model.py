@@ -107,6 +107,16 @@ class FingerprintRecord(Open):
     signatures: tuple[str, ...] = ()
     vllm_version: str | None = None
     evidence: dict[str, str] = Field(default_factory=dict)
+    # how the engine died, when it did (root cause = first exception that is not a wrapper)
+    fatal: bool = False
+    failure_class: str | None = None
+    root_cause: str | None = None
+    # speculative decoding: the drafter's own kernels and its acceptance
+    drafter_moe_backend: str | None = None
+    spec_method: str | None = None
+    num_speculative_tokens: int | None = None
+    spec_acceptance_rate: float | None = None
+    spec_acceptance_per_position: tuple[float, ...] = ()
 
 
 class BenchLevel(Open):

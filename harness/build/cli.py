@@ -36,7 +36,8 @@ def register(sub) -> None:
 
 def _stacks(matrix, k) -> list[str]:
     stacks = list(group_by_stack(expand(matrix, k)))
-    return [s for s in stacks if matrix.spec.stacks[s].runner == "docker"]
+    # a prebuilt `image` stack has nothing to build: `harness run` records what it is
+    return [s for s in stacks if matrix.spec.stacks[s].runner == "docker" and matrix.spec.stacks[s].image is None]
 
 
 def _engine_or_none():
@@ -85,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     stacks = _stacks(matrix, args.k)
     if not stacks:
-        raise ConfigError("no docker stack in the selected cells", hint="check -k and `harness plan`")
+        raise ConfigError("no docker stack to build in the selected cells (local and prebuilt-image stacks "
+                          "have none)", hint="check -k and `harness plan`")
     from harness.lock import locked_matrix
 
     matrix = locked_matrix(matrix, stacks, lock_if_missing=not (args.dry_run or args.allow_unpinned),

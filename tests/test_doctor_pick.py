@@ -89,10 +89,14 @@ def test_pick_matrix_without_a_gpu_is_the_default(monkeypatch, capsys):
 
 
 def _copy_spark(tmp_path: Path) -> Path:
-    dest = tmp_path / "spark.toml"
-    text = (ROOT / "matrix" / "spark.toml").read_text().replace('patches_dir = "../patches"', "")
-    dest.write_text(text.replace('hardware = "gb10"',
-                                 f'hardware = "gb10"\npatches_dir = "{ROOT / "patches"}"', 1))
+    """The shipped spark matrix in a repository of its own (patches may not leave a repository)."""
+    import shutil
+
+    (tmp_path / ".git").mkdir()
+    shutil.copytree(ROOT / "patches", tmp_path / "patches")
+    (tmp_path / "matrix").mkdir()
+    dest = tmp_path / "matrix" / "spark.toml"
+    shutil.copy(ROOT / "matrix" / "spark.toml", dest)
     return dest
 
 
@@ -113,7 +117,7 @@ def test_a_stale_lock_fails_doctor(tmp_path):
             lock.LockedFile(project=w.project, version=w.version, kind=w.kind, file="f", sha256=w.given,
                             source="matrix", locked="2026-12-01T00:00:00Z"))
     meta = lock.LockMeta(matrix="spark.toml", written="2026-12-01T00:00:00Z", tool="harness test")
-    lock.write_lock(lock.LockFile(lock=meta, stacks=pins), tmp_path / "spark.lock")
+    lock.write_lock(lock.LockFile(lock=meta, stacks=pins), tmp_path / "matrix" / "spark.lock")
     check = doctor.pins_check(m)
     assert not check.ok and check.required
     assert "the matrix asks for nvidia/cuda:13.0.1-devel-ubuntu24.04; the lock pinned nvidia/cuda:12.9.0" \

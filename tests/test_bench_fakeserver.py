@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -101,14 +100,21 @@ def test_hang_stops_at_graph_capture_and_never_listens():
         stdout=subprocess.PIPE,
         text=True,
     )
+    lines: list[str] = []
     try:
-        time.sleep(0.5)
+        # Read until the log reaches graph capture (where --hang stops), however slow the
+        # machine: no sleep that a busy box could outrun.
+        for line in p.stdout:
+            lines.append(line.rstrip("\n"))
+            if "Capturing CUDA graphs" in line:
+                break
         with pytest.raises(OSError):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
     finally:
         p.terminate()
-        out, _ = p.communicate(timeout=5)
-    assert out.splitlines()[-1].split("] ", 1)[1].startswith("Capturing CUDA graphs")
+        out, _ = p.communicate(timeout=30)
+    lines += out.splitlines()
+    assert lines[-1].split("] ", 1)[1].startswith("Capturing CUDA graphs")
 
 
 def test_keep_alive_serves_several_requests_on_one_connection():

@@ -95,6 +95,15 @@ def test_no_cuda_code_at_all_is_not_a_pass(tmp_path: Path, capsys: pytest.Captur
     assert "no loadable CUDA code in 1 candidate files" in " ".join(capsys.readouterr().err.split())
 
 
+def test_no_binaries_at_all_is_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("")
+    report = audit_path(tmp_path, [Target.from_cc("12.1")])
+    assert report.status == "warn" and report.complete
+    assert main(["audit", str(tmp_path), "--fail-on", "warn"]) == 1
+    assert main(["audit", str(tmp_path)]) == 0
+
+
 @pytest.mark.parametrize(
     ("argv", "code", "needle"),
     [

@@ -19,7 +19,7 @@ from harness.audit.scan import (
     arch_sort_key,
     audit_tree,
 )
-from harness.audit.verdict import FAIL, Check, Target, Verdict, judge, worst
+from harness.audit.verdict import FAIL, WARN, Check, Target, Verdict, judge, worst
 
 # The chips the project's matrices name. Not a default any more: a verdict is given only for
 # the targets a user asks for (`--cc`, or the matrix hardware), so a Blackwell-only build
@@ -196,11 +196,14 @@ def audit_path(
     problems = [
         Check("files", FAIL, f"{p}: no CUDA code, yet {why}") for p, why in scanned.empty_required
     ]
-    if not loadable and not scanned.unreadable:
+    if not loadable and not scanned.unreadable and stats.files_seen:
         reloc = " (only relocatable -rdc device code, which nothing loads as is)" if scanned.files else ""
         problems.append(
             Check("files", FAIL, f"no loadable CUDA code in {stats.files_seen} candidate files{reloc}")
         )
+    elif not stats.files_seen:
+        # No binary at all (a pure-Python package): nothing was proven either way.
+        problems.append(Check("files", WARN, f"no binaries to audit under {path} (.so/.o/.a/.cubin/.fatbin)"))
     return AuditReport(
         str(path),
         scanned.files,

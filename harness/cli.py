@@ -30,6 +30,7 @@ COMMANDS: tuple[str, ...] = (
     "harness.results.compare_cli",  # compare
     "harness.results.bug_cli",  # bug
     "harness.report.cli",  # report
+    "harness.bundle",  # bundle make|install
 )
 
 

@@ -231,25 +231,7 @@ class Engine:
 
     @retry_transient
     def _create(self, spec: ContainerSpec):
-        device_requests = None
-        if spec.gpus:
-            ids = None if spec.gpus == "all" else spec.gpus.split(",")
-            device_requests = [docker.types.DeviceRequest(count=-1 if ids is None else None,
-                                                          device_ids=ids, capabilities=[["gpu"]])]
-        return self.client.containers.create(
-            spec.image,
-            command=list(spec.command) if spec.command is not None else None,
-            entrypoint=list(spec.entrypoint) if spec.entrypoint is not None else None,
-            environment=dict(spec.env),
-            labels=dict(spec.labels),
-            ports={f"{p}/tcp": ("127.0.0.1", hp) for p, hp in spec.ports.items()},
-            volumes={h: {"bind": c, "mode": m} for h, c, m in spec.volumes},
-            device_requests=device_requests,
-            ipc_mode="host" if spec.ipc_host else None,
-            shm_size=None if spec.ipc_host else spec.shm_size,
-            name=spec.name,
-            detach=True,
-        )
+        return self.client.containers.create(**create_kwargs(spec))
 
     def reap(self, labels: dict[str, str]) -> list[str]:
         """Remove every container carrying all these labels; returns their names."""
@@ -281,10 +263,61 @@ class ContainerSpec:
     ipc_host: bool = False
     shm_size: str | None = None
     name: str | None = None
+    gpu_attach: str = "runtime"  # how `gpus` reaches the container: runtime | cdi | devices
+    devices: tuple[str, ...] = ()  # 'devices': "/dev/nvidia0:/dev/nvidia0:rwm", ...
+    cdi_devices: tuple[str, ...] = ()  # 'cdi': "nvidia.com/gpu=all", ...
+    network_mode: str | None = None  # None = the engine's default (bridge); "host"
+    security_opt: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.ports is None:
             object.__setattr__(self, "ports", {})
+        if self.gpu_attach not in GPU_ATTACH_MODES:
+            raise ValueError(f"gpu_attach must be one of {', '.join(GPU_ATTACH_MODES)}, not {self.gpu_attach!r}")
+
+
+GPU_ATTACH_MODES = ("runtime", "cdi", "devices")
+
+
+def create_kwargs(spec: ContainerSpec) -> dict:
+    """docker-py `containers.create` arguments for a spec: the one place a GPU is attached.
+
+    - runtime: a DeviceRequest with capability 'gpu' (what `docker run --gpus` sends); the NVIDIA
+      Container Toolkit's runtime hook injects devices and driver libraries.
+    - cdi: a DeviceRequest with driver 'cdi' and the CDI names (what `docker run --device
+      nvidia.com/gpu=all` sends to Docker >= 25, moby api/types/container DeviceRequest).
+    - devices: the device nodes themselves (`--device`); the driver's libraries come in as
+      read-only mounts and LD_LIBRARY_PATH, which the caller puts in `volumes`/`env`.
+    With network_mode 'host' nothing is published: the server's port is the host's.
+    """
+    device_requests = None
+    devices = None
+    if spec.gpus and spec.gpu_attach == "runtime":
+        ids = None if spec.gpus == "all" else spec.gpus.split(",")
+        device_requests = [docker.types.DeviceRequest(count=-1 if ids is None else None,
+                                                      device_ids=ids, capabilities=[["gpu"]])]
+    elif spec.gpus and spec.gpu_attach == "cdi":
+        device_requests = [docker.types.DeviceRequest(driver="cdi", device_ids=list(spec.cdi_devices))]
+    elif spec.gpus and spec.gpu_attach == "devices":
+        devices = list(spec.devices)
+    host_net = spec.network_mode == "host"
+    return dict(
+        image=spec.image,
+        command=list(spec.command) if spec.command is not None else None,
+        entrypoint=list(spec.entrypoint) if spec.entrypoint is not None else None,
+        environment=dict(spec.env),
+        labels=dict(spec.labels),
+        ports=None if host_net else {f"{p}/tcp": ("127.0.0.1", hp) for p, hp in spec.ports.items()},
+        volumes={h: {"bind": c, "mode": m} for h, c, m in spec.volumes},
+        device_requests=device_requests,
+        devices=devices,
+        network_mode=spec.network_mode,
+        security_opt=list(spec.security_opt) or None,
+        ipc_mode="host" if spec.ipc_host else None,
+        shm_size=None if spec.ipc_host else spec.shm_size,
+        name=spec.name,
+        detach=True,
+    )
 
 
 class RunningContainer:

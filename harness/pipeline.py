@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harness import __version__, serve_cmd
+from harness import __version__, gpu_attach, serve_cmd
 from harness.console import err
 from harness.errors import ConfigError
 from harness.fingerprint import fingerprint
@@ -75,6 +75,7 @@ def _spec(cell: Cell, matrix: Matrix, run_id: str, log_path: Path, image: str | 
         cmd = serve_cmd.build(cell, serve, matrix_dir=matrix.path.parent, port=serve.host_port or serve.port)
         argv = (stack.local.python, *serve_cmd.VLLM_MODULE, *cmd.args)
         mounts: tuple = ()
+        attach = None
     else:
         src = serve_cmd.model_path(cell, matrix.path.parent)
         mounts = []
@@ -84,16 +85,21 @@ def _spec(cell: Cell, matrix: Matrix, run_id: str, log_path: Path, image: str | 
             mounts.append((src, override, "ro"))
         if serve.model_cache:
             mounts.append((serve.model_cache, "/root/.cache/huggingface", "ro"))
-        cmd = serve_cmd.build(cell, serve, matrix_dir=matrix.path.parent, port=serve.port,
-                              host="0.0.0.0", model_override=override)
+        attach = gpu_attach.serve_fields(matrix)  # [host]: GPU attach mode, network, security options
+        host_net = attach["spec"]["network"] == "host"
+        cmd = serve_cmd.build(cell, serve, matrix_dir=matrix.path.parent,
+                              port=(serve.host_port or serve.port) if host_net else serve.port,
+                              host="127.0.0.1" if host_net else "0.0.0.0", model_override=override)
+        cmd = dataclasses.replace(cmd, env={**attach["env"], **cmd.env})
         argv = ("python3", *serve_cmd.VLLM_MODULE, *cmd.args)
-        mounts = tuple(mounts)
+        mounts = tuple(mounts) + attach["mounts"]
     header = (f"# harness {__version__} run {run_id} cell {cell.id}",
               "# command: " + " ".join(redact_args(list(argv))),
               *(f"{k}={v}" for k, v in sorted(redact_env(cmd.env).items())))
     spec = ServeSpec(cell_id=cell.id, argv=argv, env=cmd.env, port=cmd.port, log_path=log_path,
                      labels=labels, image=image, gpus=None if serve.gpus == "none" else serve.gpus, mounts=mounts,
-                     shm_size=serve.shm_size, keep_failed=opts.keep_failed, header=header)
+                     shm_size=serve.shm_size, keep_failed=opts.keep_failed, header=header,
+                     **({k: v for k, v in attach["spec"].items() if k != "gpus"} if attach else {}))
     return spec, cmd
 
 

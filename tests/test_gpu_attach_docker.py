@@ -1,0 +1,172 @@
+"""Each GPU attach mode, as the runner sends it, read back from the real engine.
+
+The CI engine has no GPU, no NVIDIA runtime and no CDI spec, so no container is started: each is
+CREATED (which stores the whole HostConfig) and `docker inspect`ed, then removed. 'runtime'
+mode's check is the DeviceRequest in HostConfig (the toolkit would act on it at start).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harness.engine import ContainerSpec, connect, create_kwargs
+from harness.gpu_attach import port_free, require_port_free, serve_fields
+from harness.errors import ConfigError, EngineError
+from harness.matrix.load import load_matrix
+from harness.runners.base import ServeSpec
+from harness.runners.docker import container_spec as runner_container_spec
+
+BUSYBOX = "harness-test/busybox:latest"
+DEVICES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+
+
+def matrix_text(host: str, serve: str = "") -> str:
+    return f"""
+[matrix]
+name = "t"
+hardware = "h"
+[hardware.h]
+cc = "9.0"
+bandwidth_gbs = 4800
+memory_gib = 141
+[stacks.s]
+image = "{BUSYBOX}"
+[models.m]
+checkpoint = "x/y"
+quantization = "fp8"
+active_params_b = 1
+bytes_per_param = 1
+[configs.auto]
+[host]
+{host}
+[serve]
+{serve}
+"""
+
+
+def load(tmp_path: Path, host: str, serve: str = ""):
+    p = tmp_path / "m.toml"
+    p.write_text(matrix_text(host, serve))
+    return load_matrix(p)
+
+
+def container_spec(matrix, run_id: str, port: int = 8000) -> ContainerSpec:
+    """What DockerRunner sends for the ServeSpec the pipeline makes from this matrix."""
+    attach = serve_fields(matrix)
+    s = ServeSpec(cell_id="c", argv=("python3", "-m", "vllm.entrypoints.cli.main", "serve"), env=attach["env"],
+                  port=port, log_path=Path("/dev/null"), labels={"harness.run-id": run_id},
+                  image=BUSYBOX, mounts=attach["mounts"], gpus=attach["spec"]["gpus"],
+                  **{k: v for k, v in attach["spec"].items() if k != "gpus"})
+    return runner_container_spec(s)
+
+
+@pytest.fixture
+def run_id():
+    return f"test-{uuid.uuid4().hex[:8]}"
+
+
+def created(spec: ContainerSpec, tmp_path: Path) -> dict:
+    engine = connect()
+    c = engine.client.containers.create(**create_kwargs(spec))
+    try:
+        out = subprocess.run(["docker", "inspect", c.id], capture_output=True, text=True, check=True).stdout
+        return json.loads(out)[0]
+    finally:
+        c.remove(force=True)
+
+
+# --- the spec alone (no engine) -----------------------------------------------------------------
+
+
+def test_devices_mode_fields(tmp_path):
+    m = load(tmp_path, 'gpu_attach = "devices"\ndriver_dirs = ["/usr/local/nvidia"]\nnetwork = "host"\n'
+                       'security_opt = ["seccomp=unconfined"]')
+    f = serve_fields(m)
+    assert f["spec"]["devices"] == tuple(f"{d}:{d}:rwm" for d in DEVICES)
+    assert f["mounts"] == (("/usr/local/nvidia", "/usr/local/nvidia", "ro"),)
+    assert f["env"] == {"LD_LIBRARY_PATH": "/usr/local/nvidia/lib64:/usr/local/nvidia/lib"}
+    assert f["spec"]["network"] == "host" and f["spec"]["security_opt"] == ("seccomp=unconfined",)
+
+
+def test_serve_network_overrides_host(tmp_path):
+    m = load(tmp_path, 'network = "host"', 'network = "bridge"')
+    assert serve_fields(m)["spec"]["network"] == "bridge"
+
+
+def test_bad_mode_names_the_key(tmp_path):
+    p = tmp_path / "m.toml"
+    p.write_text(matrix_text('gpu_attach = "nvidia"'))
+    with pytest.raises(ConfigError) as e:
+        load_matrix(p)
+    assert "host.gpu_attach" in str(e.value)
+
+
+def test_devices_mode_needs_devices(tmp_path):
+    m = load(tmp_path, 'gpu_attach = "devices"\ndevices = []')
+    with pytest.raises(ConfigError, match=r"\[host\].devices"):
+        serve_fields(m)
+
+
+def test_busy_port_is_refused_before_start():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert not port_free(port)
+        with pytest.raises(EngineError, match=f"port {port} is already in use"):
+            require_port_free(port)
+
+
+# --- on the real engine: created, inspected, removed --------------------------------------------
+
+
+@pytest.mark.docker
+def test_devices_mode_on_the_engine(tmp_path, run_id):
+    m = load(tmp_path, 'gpu_attach = "devices"\ndriver_dirs = ["/usr/local/nvidia"]\nnetwork = "host"\n'
+                       'security_opt = ["seccomp=unconfined"]')
+    info = created(container_spec(m, run_id), tmp_path)
+    hc = info["HostConfig"]
+    assert [(d["PathOnHost"], d["PathInContainer"], d["CgroupPermissions"]) for d in hc["Devices"]] == \
+        [(d, d, "rwm") for d in DEVICES]
+    assert hc["Binds"] == ["/usr/local/nvidia:/usr/local/nvidia:ro"]
+    assert hc["NetworkMode"] == "host"
+    assert not hc.get("PortBindings")
+    assert "seccomp=unconfined" in hc["SecurityOpt"]
+    assert not hc.get("DeviceRequests")
+    assert "LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/nvidia/lib" in info["Config"]["Env"]
+    assert info["Config"]["Labels"]["harness.run-id"] == run_id
+
+
+@pytest.mark.docker
+def test_runtime_mode_on_the_engine(tmp_path, run_id):
+    m = load(tmp_path, 'gpu_attach = "runtime"', 'gpus = "0,1"')
+    info = created(container_spec(m, run_id), tmp_path)
+    hc = info["HostConfig"]
+    assert [(r["Driver"], r["DeviceIDs"], r["Capabilities"]) for r in hc["DeviceRequests"]] == \
+        [("", ["0", "1"], [["gpu"]])]
+    assert not hc.get("Devices") and not hc.get("Binds")
+    assert hc["NetworkMode"] in ("default", "bridge")
+    assert hc["PortBindings"]["8000/tcp"][0]["HostIp"] == "127.0.0.1"
+
+
+@pytest.mark.docker
+def test_cdi_mode_on_the_engine(tmp_path, run_id):
+    m = load(tmp_path, 'gpu_attach = "cdi"\ncdi_devices = ["nvidia.com/gpu=all"]')
+    info = created(container_spec(m, run_id), tmp_path)
+    hc = info["HostConfig"]
+    assert [(r["Driver"], r["DeviceIDs"]) for r in hc["DeviceRequests"]] == [("cdi", ["nvidia.com/gpu=all"])]
+    assert not hc.get("Devices")
+
+
+@pytest.mark.docker
+def test_no_container_left(run_id):
+    out = subprocess.run(["docker", "ps", "-a", "-q", "--filter", f"label=harness.run-id={run_id}"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == ""

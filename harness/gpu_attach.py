@@ -67,6 +67,8 @@ def serve_fields(matrix) -> dict:
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # as uvicorn binds: SO_REUSEADDR, so a just-stopped server's TIME_WAIT is not "in use"
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness.engine import ContainerSpec, connect, create_kwargs
-from harness.gpu_attach import port_free, require_port_free, serve_fields
 from harness.errors import ConfigError, EngineError
+from harness.gpu_attach import port_free, require_port_free, serve_fields
 from harness.matrix.load import load_matrix
 from harness.runners.base import ServeSpec
 from harness.runners.docker import container_spec as runner_container_spec

@@ -7,8 +7,9 @@
 # the harness's own dependencies that machine lacks: docker, tenacity, pydantic).
 #   device.sh up            # kit + part_02: dockerd, base image, harness deps, doctor
 #   device.sh stage N       # part_0N to /tmp/stage
-#   device.sh build BUDGET  # part_01: bundle install, models, harness build, audit, first cell
-#   device.sh more K BUDGET # more cells of the same run (-k K)
+#   device.sh build DEADLINE  # part_01: bundle install, models, harness build, audit, first cell
+#   device.sh more K DEADLINE # more cells of the same run (-k K)
+# DEADLINE: seconds the whole command may take (the run is stopped with SIGINT before it).
 #   device.sh interrupt SECONDS K   # Ctrl-C (SIGINT) in the middle of a cell, then docker ps -a
 set -u
 DEV=${DEV:-$(cd "$(dirname "$0")/../../.." && pwd)}
@@ -22,6 +23,9 @@ harness() { PYTHONPATH="$PWD:/tmp/hsite" "$PY" -m harness "$@"; }
 # `timeout -s INT` stops a run as Ctrl-C would: the container is removed, finished cells stay.
 timed_harness() { local b=$1; shift; timeout -s INT "$b" env PYTHONPATH="$PWD:/tmp/hsite" "$PY" -m harness "$@"; }
 stamp() { date +%s.%N; }
+T_START=$(date +%s)
+# what is left of a command's DEADLINE seconds, less 25 s to pack the results
+left() { echo $(( $1 - ($(date +%s) - T_START) - 25 )); }
 containers() { echo "--- docker ps -a ($1):"; docker ps -a; echo "--- end"; }
 
 case "${1:-}" in
@@ -50,14 +54,14 @@ build)
   img=$(docker images vllm-bw --format '{{.Repository}}:{{.Tag}}' | head -1)
   docker image inspect "$img" > "$OUT/image.json"
   harness audit "$img" --image-path "$SITE/vllm" 2>&1 | tee "$OUT/audit.txt" | tail -25
-  timed_harness "$2" run -m "$MATRIX" -k "docker and fp8" --results /tmp/results
+  timed_harness "$(left "$2")" run -m "$MATRIX" -k "docker and fp8" --results /tmp/results
   echo "harness run exit: $?"; containers "after the run"
   tar czf "$OUT/results.tgz" -C /tmp results
   ;;
 more)
   run_dir=$(ls -d /tmp/results/*/ | head -1)
   [ -n "$run_dir" ] || { echo "no run to widen: the machine went cold"; exit 6; }
-  timed_harness "$3" run --resume "$run_dir" -k "$2"
+  timed_harness "$(left "$3")" run --resume "$run_dir" -k "$2"
   echo "harness run exit: $?"; containers "after the run"
   tar czf "$OUT/results.tgz" -C /tmp results
   ;;

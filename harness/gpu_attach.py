@@ -51,6 +51,8 @@ def serve_fields(matrix) -> dict:
         mounts = tuple((d, d, "ro") for d in host.driver_dirs)
         if lib := library_path(host):
             env["LD_LIBRARY_PATH"] = ":".join(lib)
+    if matrix.spec.serve.vllm_cache:
+        mounts += ((matrix.spec.serve.vllm_cache, "/root/.cache/vllm", "rw"),)
     return {
         "spec": {
             "gpus": gpus,
@@ -63,6 +65,17 @@ def serve_fields(matrix) -> dict:
         "env": env,
         "mounts": mounts,
     }
+
+
+def describe(spec: dict) -> str:
+    """One line for the server log's header: how the container got the GPU and the network."""
+    parts = [f"gpu_attach={spec['gpu_attach'] if spec['gpus'] else 'none'}", f"network={spec['network']}",
+             f"security_opt={','.join(spec['security_opt']) or 'default'}"]
+    if spec["devices"]:
+        parts.append("devices=" + ",".join(d.split(":")[0] for d in spec["devices"]))
+    if spec["cdi_devices"]:
+        parts.append("cdi=" + ",".join(spec["cdi_devices"]))
+    return "# container: " + " ".join(parts)
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:

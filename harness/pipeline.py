@@ -95,7 +95,8 @@ def _spec(cell: Cell, matrix: Matrix, run_id: str, log_path: Path, image: str | 
         mounts = tuple(mounts) + attach["mounts"]
     header = (f"# harness {__version__} run {run_id} cell {cell.id}",
               "# command: " + " ".join(redact_args(list(argv))),
-              *(f"{k}={v}" for k, v in sorted(redact_env(cmd.env).items())))
+              *(f"{k}={v}" for k, v in sorted(redact_env(cmd.env).items())),
+              *((gpu_attach.describe(attach["spec"]),) if attach else ()))
     spec = ServeSpec(cell_id=cell.id, argv=argv, env=cmd.env, port=cmd.port, log_path=log_path,
                      labels=labels, image=image, gpus=None if serve.gpus == "none" else serve.gpus, mounts=mounts,
                      shm_size=serve.shm_size, keep_failed=opts.keep_failed, header=header,

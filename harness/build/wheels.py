@@ -150,7 +150,7 @@ def render_wheels(matrix, stack_name: str, *, template: Path | None = None, temp
         f"{LABEL}.content-hash": digest,
         f"{LABEL}.base-image": base.reference + (f" local id {base_image_id}" if base.local else ""),
         f"{LABEL}.base-image-id": base_image_id or "",
-        f"{LABEL}.cuda": base.tag,
+        f"{LABEL}.cuda": "from the base image" if base.local else base.tag,
         f"{LABEL}.python": w.python,
         f"{LABEL}.torch": f"{stack.torch.version} (from the base image)" if stack.torch else "",
         f"{LABEL}.vllm.source": source,

@@ -299,6 +299,11 @@ class Serve(Strict):
     shm_size: str = Field("16g", description="Container /dev/shm size (ipc=host is used when possible).")
     model_cache: str | None = Field(None, description="Host directory mounted read-only as the model cache.")
     gpus: str = Field("all", description="GPUs to attach: 'all', 'none', or a comma list of indices.")
+    vllm_cache: str | None = Field(
+        None, description="Host folder mounted read-write as vLLM's cache in the container (/root/.cache/vllm: "
+        "torch.compile artifacts), so a repeated start of a cell is as warm as a local one; None: every "
+        "container compiles cold (its cache goes with it).",
+    )
     network: Literal["bridge", "host"] | None = Field(
         None, description="Container network: 'bridge' (the port published on 127.0.0.1) or 'host' (vLLM "
         "binds the port on the host itself); None takes [host].network.",

@@ -97,7 +97,8 @@ def install(a):
 
 
 def apply_patch(site, path):
-    """A strict unified-diff applier (exact context, no fuzz), for a base without git or patch."""
+    """A strict unified-diff applier (exact context, no fuzz; a hunk may have moved, as git apply
+    allows), for a base image without git or patch."""
     text = open(path).read()
     files = re.split(r"(?m)^(?=--- )", text)
     for block in files[1:]:
@@ -118,8 +119,11 @@ def apply_patch(site, path):
             dst = [ln[1:] for ln in lines if ln[0] in " +"]
             if start < 0:
                 start = 0
-            if old[start:start + len(src)] != src:
-                die("%s: hunk at line %d does not apply to %s (context differs)" % (path, start + 1, target))
+            if old[start:start + len(src)] != src:  # like git apply: the exact context, moved
+                found = [i for i in range(pos, len(old) - len(src) + 1) if old[i:i + len(src)] == src]
+                if not found:
+                    die("%s: hunk at line %d does not apply to %s (context differs)" % (path, start + 1, target))
+                start = min(found, key=lambda i: abs(i - start))
             out += old[pos:start] + dst
             pos = start + len(src)
         out += old[pos:]

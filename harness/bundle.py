@@ -303,6 +303,8 @@ def install_site(wheelhouse: Path, site: Path, python: str) -> list[str]:
     """Install every locked wheel into `site` with no index (pip, or unpacking where pip is absent)."""
     lock = check_lock(wheelhouse)
     files = [str(wheelhouse / w["file"]) for w in lock["wheels"]]
+    if shutil.which(python) is None:
+        raise ConfigError(f"--python {python}: no such interpreter", hint="give the Python that will import the site")
     site.mkdir(parents=True, exist_ok=True)
     has_pip = subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode == 0
     if has_pip:

@@ -170,3 +170,92 @@ def test_no_container_left(run_id):
     out = subprocess.run(["docker", "ps", "-a", "-q", "--filter", f"label=harness.run-id={run_id}"],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == ""
+
+
+# --- doctor: which mode works here, and why the others do not -----------------------------------
+
+
+def engine_info(version="20.10.24", runtimes=("runc",), cdi=()):
+    from harness.engine import EngineInfo
+
+    return EngineInfo(host="unix:///x", version=version, api_version="1.41", os="Linux", runtimes=runtimes,
+                      default_runtime="runc", cdi_spec_dirs=cdi, gpu_capable=False)
+
+
+def test_doctor_rows_for_an_engine_without_toolkit(tmp_path):
+    from harness.doctor import attach_checks
+
+    nodes = [tmp_path / "nvidia0", tmp_path / "nvidiactl"]
+    for n in nodes:
+        n.touch()
+    drv = tmp_path / "drv"
+    (drv / "lib64").mkdir(parents=True)
+    (drv / "lib64" / "libcuda.so.1").touch()
+    m = load(tmp_path, f'gpu_attach = "devices"\ndevices = {[str(n) for n in nodes]!r}\n'
+                       f'driver_dirs = ["{drv}"]\nnetwork = "host"'.replace("'", '"'))
+    rows = {c.name: c for c in attach_checks(engine_info(), m.spec.host, True, bridge=False)}
+    assert rows["gpu attach: devices"].ok and rows["gpu attach: devices"].required
+    assert not rows["gpu attach: runtime"].ok and not rows["gpu attach: runtime"].required
+    assert "could not select device driver" in rows["gpu attach: runtime"].detail
+    assert not rows["gpu attach: cdi"].ok and "< 25" in rows["gpu attach: cdi"].detail
+    assert rows["network: host"].ok and "no bridge" in rows["network: host"].detail
+    # the same host asking for 'runtime' and a bridge: both required, both fail with their fix
+    m2 = load(tmp_path, 'gpu_attach = "runtime"')
+    rows = {c.name: c for c in attach_checks(engine_info(), m2.spec.host, True, bridge=False)}
+    assert rows["gpu attach: runtime"].required and "nvidia-ctk runtime configure" in rows["gpu attach: runtime"].fix
+    assert not rows["network: bridge"].ok and 'network = "host"' in rows["network: bridge"].fix
+    # devices with a node missing: named
+    (nodes[1]).unlink()
+    rows = {c.name: c for c in attach_checks(engine_info(), m.spec.host, True)}
+    assert not rows["gpu attach: devices"].ok and str(nodes[1]) in rows["gpu attach: devices"].detail
+
+
+def test_doctor_cdi_needs_docker_25_and_a_spec(tmp_path):
+    from harness.doctor import attach_checks
+
+    (tmp_path / "cdi").mkdir()
+    (tmp_path / "cdi" / "nvidia.yaml").write_text("cdiVersion: 0.5.0\n")
+    m = load(tmp_path, 'gpu_attach = "cdi"')
+    rows = {c.name: c for c in attach_checks(engine_info("27.3.1", cdi=(str(tmp_path / "cdi"),)), m.spec.host, True)}
+    assert rows["gpu attach: cdi"].ok and rows["gpu attach: cdi"].required
+    rows = {c.name: c for c in attach_checks(engine_info("27.3.1", runtimes=("nvidia", "runc")), m.spec.host, True)}
+    assert rows["gpu attach: runtime"].ok and not rows["gpu attach: cdi"].ok
+
+
+# --- the pipeline's ServeSpec for a docker cell on such a host ----------------------------------
+
+
+def test_pipeline_spec_for_host_network_and_devices(tmp_path):
+    from harness.matrix.plan import expand
+    from harness.pipeline import RunOptions, _spec
+
+    m = load(tmp_path, 'gpu_attach = "devices"\ndriver_dirs = ["/usr/local/nvidia"]\nnetwork = "host"\n'
+                       'security_opt = ["seccomp=unconfined"]', 'port = 8123\nvllm_cache = "/var/cache/vllm-h"')
+    [cell] = expand(m)
+    spec, cmd = _spec(cell, m, "rid", tmp_path / "log", BUSYBOX, RunOptions())
+    args = list(cmd.args)
+    assert args[args.index("--host") + 1] == "127.0.0.1" and args[args.index("--port") + 1] == "8123"
+    assert spec.network == "host" and spec.port == 8123 and spec.gpu_attach == "devices"
+    assert spec.security_opt == ("seccomp=unconfined",)
+    assert ("/usr/local/nvidia", "/usr/local/nvidia", "ro") in spec.mounts
+    assert ("/var/cache/vllm-h", "/root/.cache/vllm", "rw") in spec.mounts
+    assert spec.env["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64:/usr/local/nvidia/lib"
+    assert "# container: gpu_attach=devices network=host security_opt=seccomp=unconfined" in spec.header[-1]
+    c = runner_container_spec(spec)
+    assert c.network_mode == "host" and c.ports == {} and len(c.devices) == 4
+
+
+def test_wheel_patch_applier(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("wheels_helper", Path(__file__).parent.parent / "docker" / "wheels.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text("a\nb\nc\nd\n")
+    p = tmp_path / "p.patch"
+    p.write_text("--- a/pkg/m.py\n+++ b/pkg/m.py\n@@ -1,2 +1,2 @@\n c\n-d\n+D\n")  # stated at line 1, found at 3
+    mod.apply_patch(str(tmp_path), str(p))
+    assert (tmp_path / "pkg" / "m.py").read_text() == "a\nb\nc\nD\n"
+    with pytest.raises(SystemExit):
+        mod.apply_patch(str(tmp_path), str(p))  # 'd' is gone: the context no longer matches

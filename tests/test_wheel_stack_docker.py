@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -12,8 +11,7 @@ from harness import bundle
 from harness.build.builder import build_stacks
 from harness.engine import connect
 from harness.matrix.load import load_matrix
-from tests.test_wheel_stack import PATCH, spec_file, wheel, wheel_matrix  # noqa: F401 (fixture helpers)
-from tests.test_wheel_stack import GUARD
+from tests.test_wheel_stack import GUARD, PATCH, spec_file, wheel, wheel_matrix  # noqa: F401 (fixture helpers)
 
 pytestmark = pytest.mark.docker
 BASE = "harness-test/debian-python:bookworm"  # tools/base-images.sh; Python without pip
@@ -48,7 +46,7 @@ def test_wheel_stack_builds_on_a_local_base(tmp_path):
         assert out.labels["harness.base-image-id"] == base_id
         assert out.labels["harness.stack-kind"] == "wheels"
         log = out.log_path.read_text()
-        assert f"FROM {base_id}" in log or f"FROM ${{BASE_IMAGE}}" in log
+        assert f"FROM {base_id}" in log or "FROM ${BASE_IMAGE}" in log
         assert f"wheel vllm 0.25.1 sha256 {sha} (re-packed: too large)" in log
         assert "patched vllm/vllm_flash_attn/__init__.py" in log and "installed vllm 0.25.1" in log
         site = (engine.export_path(ref, "/opt/build/site-packages.txt", tmp_path / "x",

@@ -1,7 +1,9 @@
 """`harness` command line: one sub-command per stage, and the only place that exits.
 
-Each command lives in its own module, which exposes `register(subparsers)`; the parser it
-adds sets `func(args) -> int`. Modules are imported only when listed here.
+Each command lives in its own module, which exposes `register(subparsers)`; the parser it adds
+sets `func(args) -> int`. Only the module of the command being run is imported (the others
+only for `--help`), so `harness --version` and a small command start in a fraction of a
+second. Exit codes are the same for every command: see harness/errors.py.
 """
 
 from __future__ import annotations
@@ -13,38 +15,52 @@ import sys
 import threading
 
 from harness import __version__
-from harness.console import err
-from harness.errors import BuildFailed, HarnessError
 
-# (module, one-line help) in pipeline order; each module defines register().
-COMMANDS: tuple[str, ...] = (
-    "harness.matrix.cli",  # plan
-    "harness.doctor",  # doctor
-    "harness.hostenv",  # env
-    "harness.run_cli",  # run
-    "harness.audit.cli",  # audit
-    "harness.fingerprint.cli",  # fingerprint
-    "harness.bench.cli",  # bench
-    "harness.build.cli",  # build
-    "harness.build.addpr",  # patches add-pr
-    "harness.results.compare_cli",  # compare
-    "harness.results.bug_cli",  # bug
-    "harness.report.cli",  # report
-    "harness.bundle",  # bundle make|install
-)
+# command -> (module that registers it, one-line help for the overview), in pipeline order
+COMMANDS: dict[str, tuple[str, str]] = {
+    "plan": ("harness.matrix.cli", "expand a matrix into cells"),
+    "doctor": ("harness.doctor", "check this host against a matrix"),
+    "env": ("harness.hostenv", "this host's fingerprint"),
+    "lock": ("harness.lock", "pin base-image digests and PyPI sha256s next to the matrix"),
+    "build": ("harness.build.cli", "build the stack images"),
+    "audit": ("harness.audit.cli", "the GPU archs really compiled in a binary, wheel or image"),
+    "run": ("harness.run_cli", "build, serve, fingerprint, benchmark and judge every cell"),
+    "rejudge": ("harness.run_cli", "judge a stored run again"),
+    "reap": ("harness.run_cli", "remove what dead runs left"),
+    "fingerprint": ("harness.fingerprint.cli", "what a vLLM log proves"),
+    "bench": ("harness.bench.cli", "benchmark a running server"),
+    "patches": ("harness.build.addpr", "take an upstream PR as a pinned patch"),
+    "compare": ("harness.results.compare_cli", "gate a rollout: two runs compared beyond noise"),
+    "bug": ("harness.results.bug_cli", "an upstream bug report for one cell"),
+    "report": ("harness.report.cli", "Markdown + HTML report of a run"),
+    "bundle": ("harness.bundle", "make / install a wheelhouse bundle for a host with no package index"),
+}
+
+EPILOG = """exit codes (every command):
+  0    done, every verdict passed
+  1    a verdict, build or comparison failed (the results say which)
+  2    bad input: a matrix, flag, file or run directory (nothing was started)
+  3    this host cannot do it: no Docker engine, no GPU, no room, an engine failure
+  130  interrupted (Ctrl-C / SIGTERM); what finished is on disk"""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="harness",
         description="Build, verify and measure vLLM stacks on Blackwell GPUs, in Docker.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"harness {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMANDS:
+    modules = [COMMANDS[only][0]] if only in COMMANDS else list(dict.fromkeys(m for m, _ in COMMANDS.values()))
+    for name in modules:
         importlib.import_module(name).register(sub)
     return parser
+
+
+def _command_of(argv: list[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def _term_as_interrupt(signum, frame) -> None:
@@ -53,14 +69,23 @@ def _term_as_interrupt(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] in (["--version"], ["-V"]):
+        print(f"harness {__version__}")
+        return 0
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _term_as_interrupt)
+
+    from harness.console import err
+    from harness.errors import BuildFailed, HarnessError
+
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        err.print("[red]interrupted[/red]: containers started by this run were removed")
+        err.print("[red]interrupted[/red]: containers started by this run were removed; "
+                  "finished cells are on disk (`harness run --resume RUN_DIR`)")
         return 130
     except BuildFailed as exc:
         err.print("[red]error:[/red]", end=" ")
@@ -72,6 +97,17 @@ def main(argv: list[str] | None = None) -> int:
         err.print("[red]error:[/red]", end=" ")
         err.print(str(exc), markup=False)
         return exc.exit_code
+    except OSError as exc:  # a path the user gave that cannot be read or written
+        import errno
+
+        host = exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT)
+        where = f"{exc.filename}: " if exc.filename else ""
+        err.print("[red]error:[/red]", end=" ")
+        err.print(f"{where}{exc.strerror or exc}", markup=False)
+        err.print("  fix: " + ("free space or write elsewhere" if host else
+                               "check the path: it must be a file you can read or write"),
+                  markup=False)
+        return 3 if host else 2
 
 
 if __name__ == "__main__":

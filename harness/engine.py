@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import docker
 import docker.errors
 import requests.exceptions
 from tenacity import (
@@ -28,7 +29,6 @@ from tenacity import (
     wait_exponential,
 )
 
-import docker
 from harness.errors import BuildFailed, EngineError, EnvironmentProblem
 
 log = logging.getLogger("harness.engine")
@@ -111,18 +111,38 @@ class Engine:
         except docker.errors.ImageNotFound:
             return None
 
+    @retry_transient
+    def pull_digest(self, repository: str, tag: str) -> str:
+        """Pull repository:tag and return the registry digest it resolved to: the pull's
+        `Digest:` line, confirmed by the image's RepoDigests (the engine's own record)."""
+        ref = f"{repository}:{tag}"
+        told = None
+        try:
+            for event in self.api.pull(repository, tag=tag, stream=True, decode=True):
+                if event.get("error"):
+                    raise EngineError(f"cannot pull {ref}: {event['error']}", hint=PULL_HINT)
+                status = event.get("status") or ""
+                if status.startswith("Digest: "):
+                    told = status.split()[1]
+            attrs = self.api.inspect_image(ref)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot pull {ref}: {exc.explanation or exc}", hint=PULL_HINT) from None
+        want = _short_repo(repository)
+        digests = [d.split("@", 1)[1] for d in attrs.get("RepoDigests") or ()
+                   if _short_repo(d.split("@", 1)[0]) == want]
+        if told in digests or (told and not digests):
+            return told
+        if told is None and len(digests) == 1:
+            return digests[0]
+        raise EngineError(f"cannot tell which digest {ref} resolved to (pull said {told}, "
+                          f"RepoDigests list {', '.join(digests) or 'none'})",
+                          hint=f"`docker image rm {ref}` and run again")
+
     def remove_image(self, ref: str) -> None:
         try:
             self.client.images.remove(ref, force=True)
         except docker.errors.ImageNotFound:
             pass
-
-    def import_rootfs(self, tar_bytes: bytes, ref: str, changes: list[str] | None = None) -> str:
-        """`docker import`: a base image from a root filesystem tarball (no registry needed)."""
-        repo, _, tag = ref.partition(":")
-        result = self.api.import_image_from_data(tar_bytes, repository=repo, tag=tag or "latest",
-                                                 changes=changes)
-        return str(result)
 
     def build(
         self,
@@ -228,21 +248,32 @@ class Engine:
                     created.remove(force=True, v=True)
                 except docker.errors.NotFound:
                     pass
+                except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
+                    # the engine is gone or failing: the labels let the next run reap it
+                    log.warning("could not remove container %s: %s", created.name, exc)
 
     @retry_transient
     def _create(self, spec: ContainerSpec):
         return self.client.containers.create(**create_kwargs(spec))
 
-    def reap(self, labels: dict[str, str]) -> list[str]:
-        """Remove every container carrying all these labels; returns their names."""
-        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+    def reap(self, *, run_id: str | None = None) -> list[str]:
+        """Remove what dead controllers left: every container carrying our controller labels
+        whose controller (host + pid + start time) is no longer alive on this host, or every
+        container of `run_id`. Returns the names removed."""
+        from harness import controller
+
+        filters = {"label": [f"{LABEL_RUN}={run_id}"] if run_id else [controller.LABEL_HOST]}
         removed = []
         for c in self.client.containers.list(all=True, filters=filters):
-            removed.append(c.name)
+            owner = controller.from_labels(c.labels or {})
+            if run_id is None and (owner is None or controller.alive(owner) is not False):
+                continue  # alive, or another host's: not ours to remove
+            log.info("reaping container %s (run %s)", c.name, (c.labels or {}).get(LABEL_RUN))
             try:
                 c.remove(force=True, v=True)
             except docker.errors.NotFound:
-                pass
+                continue
+            removed.append(c.name)
         return removed
 
     def containers(self, labels: dict[str, str]) -> list[str]:
@@ -290,6 +321,8 @@ def create_kwargs(spec: ContainerSpec) -> dict:
       read-only mounts and LD_LIBRARY_PATH, which the caller puts in `volumes`/`env`.
     With network_mode 'host' nothing is published: the server's port is the host's.
     """
+    from harness import controller
+
     device_requests = None
     devices = None
     if spec.gpus and spec.gpu_attach == "runtime":
@@ -306,7 +339,8 @@ def create_kwargs(spec: ContainerSpec) -> dict:
         command=list(spec.command) if spec.command is not None else None,
         entrypoint=list(spec.entrypoint) if spec.entrypoint is not None else None,
         environment=dict(spec.env),
-        labels=dict(spec.labels),
+        # who started it: a dead controller's containers are reaped by the next run
+        labels={**dict(spec.labels), **controller.labels()},
         ports=None if host_net else {f"{p}/tcp": ("127.0.0.1", hp) for p, hp in spec.ports.items()},
         volumes={h: {"bind": c, "mode": m} for h, c, m in spec.volumes},
         device_requests=device_requests,
@@ -341,14 +375,6 @@ class RunningContainer:
             raise EngineError(f"container {self.name}: port {port} is not published")
         return int(bindings[0]["HostPort"])
 
-    def ip_address(self) -> str | None:
-        self._c.reload()
-        nets = self._c.attrs["NetworkSettings"].get("Networks") or {}
-        for net in nets.values():
-            if net.get("IPAddress"):
-                return net["IPAddress"]
-        return None
-
     def logs(self) -> str:
         return self._c.logs(stdout=True, stderr=True).decode("utf-8", "replace")
 
@@ -379,10 +405,30 @@ class RunningContainer:
             self._c.stop(timeout=timeout)
         except docker.errors.NotFound:
             pass
+        except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
+            # a dying engine: the removal that follows tries again, the reaper after that
+            log.warning("could not stop container %s: %s", self.name, exc)
 
-    def exec(self, cmd: list[str]) -> tuple[int, str]:
-        res = self._c.exec_run(cmd, stdout=True, stderr=True)
-        return res.exit_code, res.output.decode("utf-8", "replace")
+    def exec(self, cmd: list[str], *, timeout_s: float = 120) -> tuple[int, str]:
+        """Run `cmd` inside; (124, ...) when it outlasts `timeout_s` (the container's removal
+        ends it)."""
+        box: dict = {}
+
+        def go() -> None:
+            try:
+                res = self._c.exec_run(cmd, stdout=True, stderr=True)
+                box["res"] = (res.exit_code, res.output.decode("utf-8", "replace"))
+            except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
+                box["exc"] = exc
+
+        t = threading.Thread(target=go, daemon=True, name=f"exec-{self.name}")
+        t.start()
+        t.join(timeout_s)
+        if t.is_alive():
+            return 124, f"timed out after {timeout_s:.0f} s"
+        if "exc" in box:
+            raise EngineError(f"container {self.name}: exec failed: {box['exc']}")
+        return box["res"]
 
     def put_file(self, dest_dir: str, name: str, data: bytes) -> None:
         buf = io.BytesIO()
@@ -394,6 +440,30 @@ class RunningContainer:
         self._c.put_archive(dest_dir, buf.getvalue())
 
 
+PULL_HINT = ("check the image name and that this host reaches its registry (`docker pull` it by "
+             "hand); or write base_image.digest in the matrix from a host that can")
+
+
+def _short_repo(name: str) -> str:
+    """'docker.io/library/ubuntu' and 'ubuntu' are one repository, as RepoDigests write it."""
+    name = name.removeprefix("docker.io/").removeprefix("index.docker.io/")
+    return name.removeprefix("library/")
+
+
+def _why_no_engine(exc: BaseException) -> str:
+    """A sentence for the usual reasons, instead of the client's nested exception tuple."""
+    text = str(exc)
+    for needle, why in (("FileNotFoundError", "its socket does not exist (no dockerd is running)"),
+                        ("No such file or directory", "its socket does not exist (no dockerd is running)"),
+                        ("PermissionError", "permission denied on its socket (root, or the docker group)"),
+                        ("Permission denied", "permission denied on its socket (root, or the docker group)"),
+                        ("Connection refused", "nothing listens there (dockerd stopped)"),
+                        ("timed out", "it did not answer in time (dockerd busy or hung)")):
+        if needle in text:
+            return why
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
 def connect(timeout: int = 30) -> Engine:
     """The engine from DOCKER_HOST (or the local socket); a clear error when none answers."""
     try:
@@ -402,8 +472,9 @@ def connect(timeout: int = 30) -> Engine:
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         raise EnvironmentProblem(
-            f"no Docker engine answers at {where}: {exc}",
-            hint="start dockerd (or `sudo systemctl start docker`), or set DOCKER_HOST; "
+            f"no Docker engine answers at {where}: {_why_no_engine(exc)}",
+            hint="`make docker-up` (as root with apt: installs Debian's docker.io and starts dockerd), "
+            "or start dockerd yourself (`sudo systemctl start docker`), or set DOCKER_HOST; "
             "then `harness doctor`",
         ) from None
     return Engine(client)

@@ -1,10 +1,21 @@
-"""Every error the tool raises on purpose, one class per exit code.
+"""Every error the tool raises on purpose, and the exit code of each.
 
-Only `harness.cli.main` turns these into a message and an exit code. Each message says
-what went wrong and what to do next.
+Only `harness.cli.main` turns these into a message and an exit code. Each message says what
+went wrong and what to do next. The exit codes, the same for every command:
+
+| code | meaning |
+|------|---------|
+| 0    | done, and every verdict passed (or the command judges nothing) |
+| 1    | done, and a verdict, a build or a comparison failed: the results say which |
+| 2    | bad input: a matrix, a flag, a file or a run directory; nothing was started |
+| 3    | this host cannot do it: no Docker engine, no GPU, no room on disk, an engine failure |
+| 130  | interrupted (Ctrl-C or SIGTERM); what finished is on disk |
 """
 
 from __future__ import annotations
+
+EXIT_CODES = {0: "ok", 1: "a verdict, build or comparison failed", 2: "bad input",
+              3: "this host cannot run it", 130: "interrupted"}
 
 
 class HarnessError(Exception):
@@ -43,16 +54,26 @@ class EnvironmentProblem(HarnessError):
     exit_code = 3
 
 
-class EngineError(HarnessError):
+class EngineError(EnvironmentProblem):
     """The Docker engine refused or failed an operation."""
 
-    exit_code = 4
+
+class StorageError(EnvironmentProblem):
+    """The results could not be written (disk full, read-only, removed under the run)."""
+
+    def __init__(self, path, exc: OSError) -> None:
+        why = exc.strerror or str(exc)
+        super().__init__(
+            f"{path}: cannot write the results ({why})",
+            hint="free space or give --results another folder, then `harness run --resume "
+            "<run dir>`: every cell written before this one is kept",
+        )
 
 
 class BuildFailed(HarnessError):
     """An image build failed; the log tail says where."""
 
-    exit_code = 5
+    exit_code = 1
 
     def __init__(self, message: str, *, log_tail: list[str] | None = None, hint: str | None = None):
         super().__init__(message, hint=hint)
@@ -61,12 +82,6 @@ class BuildFailed(HarnessError):
 
 class PatchError(ConfigError):
     """A patch series does not apply to the pinned source."""
-
-
-class NotBuiltYet(HarnessError):
-    """A pipeline stage that this version of the tool does not implement."""
-
-    exit_code = 6
 
 
 class CellsFailed(HarnessError):

@@ -1,39 +1,84 @@
-"""`harness run`: load → expand → build → audit → serve → fingerprint → bench → verdict → report.
+"""`harness run`, top to bottom: build -> serve -> measure -> judge -> store, cell by cell.
 
-Each cell ends as a result (status, reasons, fingerprint, bench, durations), written atomically
-as soon as it is known; a failed cell never stops the run. The run directory can be resumed:
-finished cells are skipped, the interrupted one is redone. Ctrl-C stops the current server,
-removes its container, marks the run interrupted and leaves every finished cell on disk.
+Each stage is a module of harness/stages returning a typed outcome; this module only strings
+them together. A cell ends as a `CellResult`, written (masked, atomically) before its server is
+stopped. Anything a cell raises makes that cell `error` with the exception and the log tail, and
+the run goes on: only Ctrl-C / SIGTERM stop a run. A run starts by reaping what dead
+controllers left (containers, run directories marked running), and can be resumed.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
+import re
 import time
+import traceback
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, Protocol
 
-from harness import __version__, gpu_attach, serve_cmd
-from harness.console import err
-from harness.errors import ConfigError
+from harness import __version__, controller
+from harness.errors import ConfigError, StorageError
 from harness.fingerprint import fingerprint
 from harness.matrix.load import Matrix
-from harness.matrix.plan import Cell, expand, group_by_stack
-from harness.redact import redact_args, redact_env
-from harness.runners.base import Runner, ServeSpec
+from harness.matrix.plan import Cell, expand
+from harness.results.model import (
+    BuildInfo,
+    BuildOutcome,
+    CellError,
+    CellResult,
+    ImageInfo,
+    MatrixInfo,
+    MemoryRecord,
+    ModelInfo,
+    Requested,
+    RunRecord,
+    ServeInfo,
+    Status,
+    Verdict,
+    VerdictStatus,
+)
+from harness.results.store import RunStore, cell_key, new_run_id
+from harness.runners.base import Runner
 from harness.runners.readiness import wait_ready
-from harness.verdict import add_verdict, apply_format_rule, judge
-
-PROBE = Path(__file__).resolve().parent / "probe_image.py"
-CONTAINER_MODEL_DIR = "/models"
+from harness.stages import judge as judge_stage
+from harness.stages import measure as measure_stage
+from harness.stages import serve as serve_stage
+from harness.stages.build import build_stage
 
 
 def now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Progress(Protocol):
+    """What `harness run` shows while it works; every method is optional to act on."""
+
+    def build_event(self, event: Any) -> None: ...
+    def cell_started(self, cell: Cell, index: int, total: int) -> None: ...
+    def cell_phase(self, cell: Cell, phase: str, log: Any = None) -> None: ...
+    def cell_finished(self, result: CellResult, index: int, total: int) -> None: ...
+    def cell_updated(self, result: CellResult, before: Status) -> None: ...
+
+
+class QuietProgress:
+    def build_event(self, event: Any) -> None:
+        pass
+
+    def cell_started(self, cell: Cell, index: int, total: int) -> None:
+        pass
+
+    def cell_phase(self, cell: Cell, phase: str, log: Any = None) -> None:
+        pass
+
+    def cell_finished(self, result: CellResult, index: int, total: int) -> None:
+        pass
+
+    def cell_updated(self, result: CellResult, before: Status) -> None:
+        pass
 
 
 @dataclass
@@ -48,370 +93,398 @@ class RunOptions:
     # A shell command run against each ready server after the benchmark (another client, to
     # hold our figures against): it sees HARNESS_URL, HARNESS_MODEL and HARNESS_OUT (a JSON path).
     cross_check: str | None = None
-    # A Dockerfile template other than docker/Dockerfile.vllm.in (tests use a small one).
+    # A Dockerfile template other than the packaged one (tests use a small one).
     build_template: Path | None = None
     build_template_values: dict | None = None
     argv: tuple[str, ...] = ()
-    # How a runner is made for a stack; tests and `--runner` swap it.
+    # How a runner is made for a stack; tests swap it.
     runner_for: Callable[[Cell], Runner] | None = None
-    on_cell: Callable[[dict], None] = field(default=lambda _c: None)
+    # Whether this host has a GPU for the cells that need one (serve.gpus != "none"); None
+    # asks the GPU probe (NVML, then nvidia-smi). Without one, cells are skipped, not failed.
+    gpu_present: Callable[[], str | None] | None = None
+    progress: Progress = field(default_factory=QuietProgress)
 
 
-# --- stage: serve + fingerprint + bench, one cell ---------------------------------------------
+class _Engine:
+    """The Docker engine, connected on first use: a run of local stacks never needs one."""
+
+    def __init__(self) -> None:
+        self._engine = None
+
+    def __call__(self):
+        if self._engine is None:
+            from harness.engine import connect
+
+            self._engine = connect()
+        return self._engine
+
+    @property
+    def connected(self):
+        return self._engine
 
 
-def _requested(cell: Cell) -> dict:
-    c = cell.config
-    return {"moe_backend": c.moe_backend, "linear_backend": c.linear_backend,
-            "attention_backend": c.attention_backend, "cudagraph_mode": c.cudagraph_mode}
-
-
-def _spec(cell: Cell, matrix: Matrix, run_id: str, log_path: Path, image: str | None,
-          opts: RunOptions) -> tuple[ServeSpec, serve_cmd.ServeCommand]:
-    serve = matrix.spec.serve
-    stack = cell.stack
-    labels = {"harness.run-id": run_id, "harness.role": "serve", "harness.cell": cell.id}
-    if stack.runner == "local":
-        cmd = serve_cmd.build(cell, serve, matrix_dir=matrix.path.parent, port=serve.host_port or serve.port)
-        argv = (stack.local.python, *serve_cmd.VLLM_MODULE, *cmd.args)
-        mounts: tuple = ()
-        attach = None
-    else:
-        src = serve_cmd.model_path(cell, matrix.path.parent)
-        mounts = []
-        override = None
-        if Path(src).is_dir():  # a local checkpoint: mount it read-only where vLLM reads it
-            override = f"{CONTAINER_MODEL_DIR}/{cell.model_name}"
-            mounts.append((src, override, "ro"))
-        if serve.model_cache:
-            mounts.append((serve.model_cache, "/root/.cache/huggingface", "ro"))
-        attach = gpu_attach.serve_fields(matrix)  # [host]: GPU attach mode, network, security options
-        host_net = attach["spec"]["network"] == "host"
-        cmd = serve_cmd.build(cell, serve, matrix_dir=matrix.path.parent,
-                              port=(serve.host_port or serve.port) if host_net else serve.port,
-                              host="127.0.0.1" if host_net else "0.0.0.0", model_override=override)
-        cmd = dataclasses.replace(cmd, env={**attach["env"], **cmd.env})
-        argv = ("python3", *serve_cmd.VLLM_MODULE, *cmd.args)
-        mounts = tuple(mounts) + attach["mounts"]
-    header = (f"# harness {__version__} run {run_id} cell {cell.id}",
-              "# command: " + " ".join(redact_args(list(argv))),
-              *(f"{k}={v}" for k, v in sorted(redact_env(cmd.env).items())),
-              *((gpu_attach.describe(attach["spec"]),) if attach else ()))
-    spec = ServeSpec(cell_id=cell.id, argv=argv, env=cmd.env, port=cmd.port, log_path=log_path,
-                     labels=labels, image=image, gpus=None if serve.gpus == "none" else serve.gpus, mounts=mounts,
-                     shm_size=serve.shm_size, keep_failed=opts.keep_failed, header=header,
-                     **({k: v for k, v in attach["spec"].items() if k != "gpus"} if attach else {}))
-    return spec, cmd
-
-
-def _image_fingerprint(cell: Cell, server, spec: ServeSpec) -> dict | None:
-    """Versions and env from inside the image (or the local env), via probe_image.py."""
-    from harness import proc
-
-    try:
+def _default_runner_for(engine: _Engine) -> Callable[[Cell], Runner]:
+    def make(cell: Cell) -> Runner:
         if cell.stack.runner == "local":
-            import os
+            from harness.runners.local import LocalRunner
 
-            r = proc.run([cell.stack.local.python, str(PROBE)], timeout=120,
-                         env={**os.environ, **spec.env})
-            text = r.stdout if r.ok else ""
-        else:
-            server.container.put_file("/tmp", "harness_probe.py", PROBE.read_bytes())
-            code, text = server.container.exec(["python3", "/tmp/harness_probe.py"])
-            text = text if code == 0 else ""
-        return json.loads(text) if text.strip() else None
-    except (json.JSONDecodeError, OSError, ValueError):
+            return LocalRunner()
+        from harness.runners.docker import DockerRunner
+
+        return DockerRunner(engine())
+
+    return make
+
+
+# --- one cell ---------------------------------------------------------------------------------
+
+
+def _base(cell: Cell) -> dict[str, Any]:
+    c = cell.config
+    m = cell.model
+    return {
+        "id": cell.id, "stack": cell.stack_name, "model": cell.model_name,
+        "config": cell.config_name, "quantization": cell.quantization, "runner": cell.stack.runner,
+        "requested": Requested(moe_backend=c.moe_backend, linear_backend=c.linear_backend,
+                               attention_backend=c.attention_backend,
+                               cudagraph_mode=c.cudagraph_mode),
+        "model_info": ModelInfo(active_params_b=m.active_params_b, bytes_per_param=m.bytes_per_param,
+                                checkpoint=m.checkpoint, load_format=m.load_format),
+    }
+
+
+def _image(cell: Cell, build: BuildOutcome | None) -> ImageInfo | None:
+    if build is None or cell.stack.runner != "docker":
         return None
+    return ImageInfo(ref=build.image_ref, id=build.image_id, labels=build.labels)
 
 
-def _memwatch():
-    try:
-        from harness.results.memwatch import MemWatch
-    except ImportError:
-        return None
-    return MemWatch(interval_s=5)
+def _build_verdicts(build: BuildOutcome | None) -> list[Verdict]:
+    # the build log says the archs asked for are not the archs built: THE trap
+    return [Verdict(check="build.archs", status=VerdictStatus.FAIL, message=p)
+            for p in (build.arch_problems if build else ())]
 
 
-def serve_cell(cell: Cell, matrix: Matrix, store, run_id: str, runner: Runner, image: str | None,
-               opts: RunOptions) -> dict:
+# The engine could not get the base image: a registry, network or login problem on this host,
+# not a bug in the stack (docker 20.10-29 wordings).
+_NO_BASE = re.compile(r"pull access denied|manifest unknown|manifest for \S+ not found|"
+                      r"no such host|dial tcp|i/o timeout|failed to resolve|TLS handshake timeout|"
+                      r"unauthorized: |repository does not exist|toomanyrequests", re.IGNORECASE)
+
+
+def build_failed_cell(cell: Cell, build: BuildOutcome) -> CellResult:
+    why = build.reason or (build.log_tail[-1] if build.log_tail else "(no log)")
+    base = cell.stack.base_image.reference if cell.stack.base_image else None
+    text = " ".join([why, *build.log_tail[-10:]])
+    if base and _NO_BASE.search(text):
+        verdict = Verdict(check="build.base", status=VerdictStatus.FAIL,
+                          message=f"could not get base image {base}: {why.strip()[-300:]} "
+                          "(a registry or network problem on this host, not a bug in the stack)")
+    else:
+        verdict = Verdict(check="build", status=VerdictStatus.FAIL,
+                          message=f"image for stack {cell.stack_name} did not build: {why}")
+    return CellResult(
+        **_base(cell), status=Status.BUILD_FAILED,
+        verdicts=(verdict,),
+        image=ImageInfo(ref=build.image_ref), started_at=now_iso(), finished_at=now_iso(),
+        build=BuildInfo(log=build.log_path, log_tail=tuple(build.log_tail[-40:])),
+    )
+
+
+def error_cell(cell: Cell, exc: BaseException, *, started: str, log_tail: tuple[str, ...] = (),
+               partial: dict | None = None, log_rel: str | None = None) -> CellResult:
+    """A cell the tool itself failed on: the exception is the result, the run goes on."""
+    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    hint = getattr(exc, "hint", None)
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    extra: dict[str, Any] = {}
+    if partial:  # whatever was measured before it broke
+        for key in ("bench", "image_fingerprint", "cross_check"):
+            if partial.get(key) is not None:
+                extra[key] = partial[key]
+    return CellResult(
+        **_base(cell), status=Status.ERROR,
+        verdicts=(Verdict(check="error", status=VerdictStatus.FAIL,
+                          message=f"{type(exc).__name__}: {message}" + (f" (fix: {hint})" if hint else "")),),
+        error=CellError(type=type(exc).__name__, message=message,
+                        traceback=tuple("".join(tb).splitlines()[-30:])),
+        serve=ServeInfo(log=log_rel, log_tail=log_tail) if (log_tail or log_rel) else None,
+        started_at=started, finished_at=now_iso(), **extra,
+    )
+
+
+@dataclass
+class _Ctx:
+    matrix: Matrix
+    store: RunStore
+    opts: RunOptions
+    runner_for: Callable[[Cell], Runner]
+    _gpu: list = field(default_factory=list)
+
+    def no_gpu(self) -> str | None:
+        """Probed once per run, on the first cell that needs a GPU."""
+        if not self._gpu:
+            self._gpu.append((self.opts.gpu_present or no_gpu_reason)())
+        return self._gpu[0]
+
+
+def serve_cell(cell: Cell, ctx: _Ctx, build: BuildOutcome | None) -> CellResult:
+    """serve -> measure -> judge -> store for one cell. The result is written before the server
+    is stopped; this function may raise (the caller turns that into an `error` cell)."""
+    store, opts, matrix = ctx.store, ctx.opts, ctx.matrix
+    progress = opts.progress
     t0 = time.monotonic()
     started = now_iso()
     log_path = store.log_path(cell.id)
-    spec, cmd = _spec(cell, matrix, run_id, log_path, image, opts)
-    result: dict = {
-        "format": 1, "id": cell.id, "stack": cell.stack_name, "model": cell.model_name,
-        "config": cell.config_name, "quantization": cell.quantization, "runner": cell.stack.runner,
-        "requested": _requested(cell),
-        "model_info": {"active_params_b": cell.model.active_params_b,
-                       "bytes_per_param": cell.model.bytes_per_param,
-                       "checkpoint": cell.model.checkpoint, "load_format": cell.model.load_format},
-        "status": None, "reasons": [], "verdicts": [], "fingerprint": None, "bench": None,
-        "image": None, "image_fingerprint": None, "audit": None, "memory": None,
-        "serve": {"command": redact_args(list(spec.argv)), "env": redact_env(spec.env),
-                  "log": str(log_path.relative_to(store.dir)), "startup_s": None, "exit_code": None,
-                  "state": None, "log_tail": []},
-        "durations": {}, "started_at": started, "finished_at": None,
-    }
-    bench_cfg = matrix.spec.bench
-    watch = _memwatch()
-    with runner.serve(spec) as server:
-        if watch is not None:
-            watch.__enter__()
-        try:
-            ready = wait_ready(server, timeout_s=matrix.spec.serve.startup_timeout_s,
-                               quiet_s=matrix.spec.serve.quiet_period_s)
-            result["serve"].update(startup_s=round(ready.startup_s, 1), exit_code=ready.exit_code,
-                                   state=ready.state, log_tail=list(ready.tail))
-            result["durations"]["startup_s"] = round(ready.startup_s, 1)
-            if ready.ready:
-                if watch is not None:
-                    watch.mark_steady()
-                result["image_fingerprint"] = _image_fingerprint(cell, server, spec)
-                if opts.bench:
-                    from harness.bench import bench as run_bench_sync
+    image = build.image_ref if (build and cell.stack.runner == "docker") else None
+    planned = serve_stage.plan(cell, matrix, run_id=store.run_id, log_path=log_path, image=image,
+                               keep_failed=opts.keep_failed)
+    spec, cmd = planned.spec, planned.command
+    partial: dict[str, Any] = {"started_at": started}
 
-                    tb = time.monotonic()
-                    result["bench"] = run_bench_sync(
-                        server.base_url, cmd.served_name, concurrency=bench_cfg.concurrency,
-                        max_tokens=bench_cfg.max_tokens, repeats=bench_cfg.repeats,
-                        prompt_tokens=bench_cfg.prompt_tokens, prefill=bench_cfg.prefill,
-                        long_prompt_tokens=bench_cfg.long_prompt_tokens,
-                    ).to_dict()
-                    result["durations"]["bench_s"] = round(time.monotonic() - tb, 1)
-                if opts.cross_check:
-                    result["cross_check"] = _cross_check(opts.cross_check, server.base_url,
-                                                         cmd.served_name, store.dir / "logs", cell)
-                if opts.soak_s > 0:
-                    _soak(server.base_url, cmd.served_name, opts.soak_s)
-            else:
-                server.mark_failed()
-        finally:
-            if watch is not None:
-                watch.__exit__(None, None, None)
-                result["memory"] = watch.result()
-        text = server.log.text()
-    fp = fingerprint(text, process_ended=not ready.ready)
-    result["fingerprint"] = fp.to_json()
-    judge(cell, matrix, result, fp, ready)
-    result["durations"]["total_s"] = round(time.monotonic() - t0, 1)
-    result["finished_at"] = now_iso()
+    def save(key: str, value: Any) -> None:
+        partial[key] = value
+        store.write_partial(cell.id, partial)
+
+    serve_cfg = matrix.spec.serve
+    with ExitStack() as stack:
+        server = stack.enter_context(ctx.runner_for(cell).serve(spec))
+        save("server", server.record())
+        watch = stack.enter_context(_memwatch())
+        progress.cell_phase(cell, "start-up", server.log)
+        ready = wait_ready(server, timeout_s=serve_cfg.startup_timeout_s,
+                           quiet_s=serve_cfg.quiet_period_s, identity=cmd.identity)
+        save("readiness", {"state": ready.state, "startup_s": round(ready.startup_s, 1)})
+        serve_info = ServeInfo(
+            command=spec.argv, env=spec.env, log=str(log_path.relative_to(store.dir)),
+            startup_s=round(ready.startup_s, 1), exit_code=ready.exit_code, state=ready.state,
+            log_tail=ready.tail, url=server.base_url, served_model=cmd.served_name)
+        m = measure_stage.Measurement()
+        if ready.ready:
+            watch.mark_steady()
+            m = measure_stage.measure(
+                server, cmd.served_name, matrix.spec.bench, bench=opts.bench,
+                cross_check_cmd=opts.cross_check,
+                cross_check_out=store.dir / "logs" / f"{cell_key(cell.id)}.cross-check.json",
+                soak_s=opts.soak_s, on_partial=save,
+                on_phase=lambda p: progress.cell_phase(cell, p, server.log))
+        watch.stop()
+        memory = MemoryRecord.model_validate(watch.result())
+        progress.cell_phase(cell, "judge", None)
+        fp = fingerprint(server.log.text(), process_ended=not ready.ready)
+        verdict = judge_stage.judge(judge_stage.Subject.of(cell), matrix.spec.expect, fp, ready_state=ready.state,
+                                    exit_code=ready.exit_code, detail=ready.detail, bench=m.bench,
+                                    memory=memory, extra=_build_verdicts(build))
+        result = CellResult(
+            **_base(cell), status=verdict.status, verdicts=verdict.verdicts,
+            fingerprint=fp.to_json(), bench=m.bench, image=_image(cell, build),
+            image_fingerprint=m.image_fingerprint, memory=memory, serve=serve_info,
+            audit=(build.audit_summary or build.audit) if build else None,
+            cross_check=m.cross_check,
+            durations={"startup_s": round(ready.startup_s, 1), **m.durations,
+                       "total_s": round(time.monotonic() - t0, 1)},
+            started_at=started, finished_at=now_iso(),
+        )
+        store.write_cell(result)  # before the server stops: nothing measured is lost
+        if not result.status.ok:
+            server.mark_failed()
     return result
 
 
-def _cross_check(command: str, url: str, model: str, log_dir: Path, cell: Cell) -> dict:
-    import os
+def _memwatch():
+    from harness.results.memwatch import MemWatch
 
-    from harness import proc
-    from harness.results.store import cell_key
-
-    out_json = log_dir / f"{cell_key(cell.id)}.cross-check.json"
-    t0 = time.monotonic()
-    r = proc.run(["bash", "-c", command], timeout=1800,
-                 env={**os.environ, "HARNESS_URL": url, "HARNESS_MODEL": model, "HARNESS_OUT": str(out_json)})
-    data = None
-    if out_json.is_file():
-        try:
-            data = json.loads(out_json.read_text())
-        except json.JSONDecodeError:
-            data = None
-    return {"command": command, "exit_code": r.returncode, "duration_s": round(time.monotonic() - t0, 1),
-            "output_tail": (r.stdout + r.stderr).strip().splitlines()[-20:], "result": data}
-
-
-def _soak(url: str, model: str, seconds: float) -> None:
-    """Steady load for the memory watch: rounds of concurrency-8 decode until time is up."""
-    from harness.bench import bench as run_bench_sync
-
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        run_bench_sync(url, model, concurrency=(8,), max_tokens=128, repeats=1, warmup=False,
-                       prefill=False)
+    return MemWatch(interval_s=5)
 
 
 # --- the run ----------------------------------------------------------------------------------
 
 
-def _engine(engine_box: dict):
-    """The Docker engine, connected on first use: a run of local stacks never needs one."""
-    if "engine" not in engine_box:
-        from harness.engine import connect
+def _new_store(matrix: Matrix, k: str | None, cells: list[Cell], opts: RunOptions) -> RunStore:
+    from harness.hostenv import host_fingerprint
 
-        engine_box["engine"] = connect()
-    return engine_box["engine"]
-
-
-def _default_runner_for(engine_box: dict) -> Callable[[Cell], Runner]:
-    from harness.runners.local import LocalRunner
-
-    def make(cell: Cell) -> Runner:
-        if cell.stack.runner == "local":
-            return LocalRunner()
-        from harness.runners.docker import DockerRunner
-
-        return DockerRunner(_engine(engine_box))
-
-    return make
+    spec = matrix.spec
+    hw = spec.hardware[spec.matrix.hardware]
+    run = RunRecord(
+        run_id=new_run_id(spec.matrix.name), tool_version=__version__, argv=list(opts.argv), k=k,
+        matrix=MatrixInfo(path=str(matrix.path), sha256=hashlib.sha256(matrix.source_bytes).hexdigest(),
+                          name=spec.matrix.name, hardware_name=spec.matrix.hardware,
+                          hardware=hw.model_dump(mode="json"),
+                          expect=spec.expect.model_dump(mode="json"),
+                          bench=spec.bench.model_dump(mode="json")),
+        host=host_fingerprint(), cells=[c.id for c in cells], controller=controller.me(),
+    )
+    return RunStore.create(opts.results_root, run)
 
 
-def run_matrix(matrix: Matrix, *, k: str | None, opts: RunOptions, resume_dir: Path | None = None):
+def execution_order(cells: list[Cell]) -> list[Cell]:
+    """Plan order, except that within a stack the NVFP4 cells run after the others: the
+    NVFP4-vs-FP8 rule can then judge an NVFP4 cell the moment it ends, so the status shown live
+    is its final one."""
+    stacks = list(dict.fromkeys(c.stack_name for c in cells))
+    return sorted(cells, key=lambda c: (stacks.index(c.stack_name), c.quantization == "nvfp4"))
+
+
+def apply_format_rule(store: RunStore) -> list[tuple[CellResult, Status]]:
+    """(Re)apply the cross-cell FP8-vs-NVFP4 rule to the stored cells of a run, from its
+    run.json. Idempotent. Returns the cells it wrote, with their status before."""
+    run = store.run
+    floor = run.matrix.noise_floor if run.matrix.noise_floor is not None else 0.02
+    cells = {c.id: c for c in store.cells()}
+    changed = []
+    for cell_id, verdict in judge_stage.compare_formats(cells.values(), run.matrix.min_ratio, floor):
+        before = cells[cell_id]
+        after = judge_stage.with_verdict(before, verdict)
+        if after != before:
+            store.write_cell(after)
+        changed.append((after, before.status))
+    return changed
+
+
+def run_matrix(matrix: Matrix, *, k: str | None, opts: RunOptions,
+               resume_dir: Path | None = None) -> RunStore:
     """Run the selected cells; returns the store (its run dir holds every result)."""
-    from harness.results.store import RunStore, new_run_id
-
     cells = expand(matrix, k)
     if not cells:
         raise ConfigError(f"{matrix.path}: no cell matches -k {k!r}", hint="see `harness plan -m ... --list`")
+    engine = _Engine()
+    reap_dead(opts.results_root, engine_if_needed=engine if _needs_docker(cells) else None)
     if resume_dir is not None:
         store = RunStore.open(resume_dir)
-        done = store.finished_ids()
-        planned = list(store.run.get("cells", []))
+        planned = list(store.run.cells)
         added = [c.id for c in cells if c.id not in planned]
         # `--resume DIR -k EXPR` widens a run with more cells of the same matrix
-        store.update_run(cells=planned + added, status="running", finished_at=None)
-        err.print(f"resuming {store.dir}: {len(done)} of {len(cells)} cells already finished")
+        store.update_run(cells=planned + added, status="running", finished_at=None,
+                         controller=controller.me())
     else:
-        from harness.hostenv import host_fingerprint
-
-        run_id = new_run_id(matrix.spec.matrix.name)
-        hw = matrix.spec.hardware[matrix.spec.matrix.hardware]
-        store = RunStore.create(opts.results_root, run_id, {
-            "format": 1, "run_id": run_id, "tool_version": __version__, "argv": list(opts.argv),
-            "k": k,
-            "matrix": {"path": str(matrix.path), "sha256": hashlib.sha256(matrix.source_bytes).hexdigest(),
-                       "name": matrix.spec.matrix.name, "hardware_name": matrix.spec.matrix.hardware,
-                       "hardware": hw.model_dump(mode="json"),
-                       "expect": matrix.spec.expect.model_dump(mode="json"),
-                       "bench": matrix.spec.bench.model_dump(mode="json")},
-            "host": host_fingerprint(),
-            "cells": [c.id for c in cells],
-            "started_at": now_iso(), "finished_at": None,
-        })
-        done = set()
-    run_id = store.run["run_id"]
-    engine_box: dict = {}
-    runner_for = opts.runner_for or _default_runner_for(engine_box)
+        store = _new_store(matrix, k, cells, opts)
+    done = store.finished_ids()
+    ctx = _Ctx(matrix, store, opts, opts.runner_for or _default_runner_for(engine))
+    progress = opts.progress
     try:
-        images = _build_stage(matrix, cells, store, opts, engine_box)
-        for cell in cells:
-            if cell.id in done:
-                continue
-            outcome = images.get(cell.stack_name)
-            docker = cell.stack.runner == "docker"
-            if outcome is not None and outcome.get("status") == "failed":
-                result = _build_failed_cell(cell, outcome)
-            else:
-                image = outcome.get("image_ref") if outcome and docker else None
-                result = serve_cell(cell, matrix, store, run_id, runner_for(cell), image, opts)
-                if outcome:
-                    result["audit"] = outcome.get("audit_summary") or outcome.get("audit")
-                if outcome and docker:
-                    result["image"] = {"ref": outcome.get("image_ref"), "id": outcome.get("image_id"),
-                                       "labels": outcome.get("labels", {})}
-                    for problem in outcome.get("arch_problems") or ():
-                        # the build log says the archs asked for are not the archs built: THE trap
-                        add_verdict(result, {"check": "build.archs", "status": "fail",
-                                              "message": problem, "lines": []})
-            store.write_cell(result)
-            opts.on_cell(result)
-        apply_format_rule(store)
+        builds = build_stage(matrix, cells, store, engine=engine, force=opts.force_build,
+                             allow_unpinned=opts.allow_unpinned, audit_local=opts.audit_local,
+                             template=opts.build_template, template_values=opts.build_template_values,
+                             on_event=progress.build_event)
+        order = [c for c in execution_order(cells) if c.id not in done]
+        for i, cell in enumerate(order, 1):
+            progress.cell_started(cell, i, len(order))
+            result = _guarded(cell, ctx, builds.get(cell.stack_name))
+            for after, before in apply_format_rule(store):
+                if after.id == result.id:
+                    result = after
+                elif after.status != before:
+                    progress.cell_updated(after, before)
+            progress.cell_finished(result, i, len(order))
         store.finish("finished")
-    except BaseException:  # Ctrl-C, SIGTERM, or a refusal before any cell: say the run stopped
-        store.finish("interrupted")
+    except BaseException as exc:  # Ctrl-C, SIGTERM, a refusal before any cell: the run stopped
+        note = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+        try:
+            store.finish("interrupted", note=note[:500])
+        except StorageError:
+            pass  # the disk itself is the problem: the original error says so
         raise
     return store
 
 
-def _build_failed_cell(cell: Cell, outcome: dict) -> dict:
-    return {
-        "format": 1, "id": cell.id, "stack": cell.stack_name, "model": cell.model_name,
-        "config": cell.config_name, "quantization": cell.quantization, "runner": cell.stack.runner,
-        "requested": _requested(cell),
-        "model_info": {"active_params_b": cell.model.active_params_b,
-                       "bytes_per_param": cell.model.bytes_per_param},
-        "status": "build-failed",
-        "reasons": [f"image for stack {cell.stack_name} did not build: "
-                    + (outcome.get("reason") or (outcome.get("log_tail") or ["(no log)"])[-1])],
-        "verdicts": [], "fingerprint": None, "bench": None,
-        "image": {"ref": outcome.get("image_ref"), "id": None, "labels": {}},
-        "image_fingerprint": None, "audit": None, "memory": None,
-        "serve": None, "durations": {}, "started_at": now_iso(), "finished_at": now_iso(),
-        "build": {"log": outcome.get("log_path"), "log_tail": outcome.get("log_tail", [])[-40:]},
-    }
+def no_gpu_reason() -> str | None:
+    """None when this host has an NVIDIA GPU; else why not (what the probe said)."""
+    from harness import gpus
+
+    p = gpus.probe()
+    return None if p.ok else p.reason
 
 
-def audit_local_stack(matrix: Matrix, stack_name: str) -> dict:
-    """What a local install really holds: run the arch audit on its vllm package directory."""
-    import os
+def skipped_cell(cell: Cell, why: str, build: BuildOutcome | None) -> CellResult:
+    """Not served: this host has no GPU. Its build was still checked: the arch trap in the
+    build log fails the cell all the same."""
+    trap = _build_verdicts(build)
+    return CellResult(
+        **_base(cell), status=Status.FAIL if trap else Status.SKIPPED,
+        verdicts=(Verdict(check="host.gpu", status=VerdictStatus.WARN,
+                          message=f"skipped: no GPU on this host ({why})"),
+                  *trap),
+        image=_image(cell, build), audit=(build.audit_summary or build.audit) if build else None,
+        started_at=now_iso(), finished_at=now_iso(),
+    )
 
-    from harness import proc
 
-    stack = matrix.spec.stacks[stack_name]
-    env = {**os.environ, **stack.local.env}
-    r = proc.run([stack.local.python, "-c", "import os, vllm; print(os.path.dirname(vllm.__file__))"],
-                 timeout=300, env=env)
-    outcome = {"stack": stack_name, "image_ref": f"local:{stack.local.python}", "image_id": None,
-               "status": "local", "labels": {}, "log_path": None, "log_tail": [], "duration_s": 0.0,
-               "audit": None}
-    if not r.ok:
-        outcome["log_tail"] = (r.stderr or r.stdout).strip().splitlines()[-5:]
-        return outcome
-    vllm_dir = r.stdout.strip().splitlines()[-1]
-    outcome["labels"] = {"harness.local.vllm_dir": vllm_dir}
+def _guarded(cell: Cell, ctx: _Ctx, build: BuildOutcome | None) -> CellResult:
+    """One cell; whatever it raises (but Ctrl-C / SIGTERM / a full disk) is its result."""
+    if build is not None and build.failed:
+        result = build_failed_cell(cell, build)
+        ctx.store.write_cell(result)
+        return result
+    if ctx.matrix.spec.serve.gpus != "none" and (why := ctx.no_gpu()) is not None:
+        result = skipped_cell(cell, why, build)
+        ctx.store.write_cell(result)
+        return result
+    started = now_iso()
     try:
-        from harness.audit import Target, audit_path
-    except ImportError:
-        return outcome
-    hw = matrix.spec.hardware[matrix.spec.matrix.hardware]
-    t0 = time.monotonic()
-    report = audit_path(Path(vllm_dir), [Target.from_cc(hw.cc)])
-    outcome["audit"] = report.to_json()
-    outcome["audit"].pop("files", None)  # per-file detail stays out of every cell; totals remain
-    outcome["audit_summary"] = report.summary()
-    outcome["duration_s"] = round(time.monotonic() - t0, 1)
-    return outcome
+        return serve_cell(cell, ctx, build)
+    except (KeyboardInterrupt, SystemExit, StorageError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a failed cell is a result, not a crash
+        store = ctx.store
+        written = store.read_cell(cell.id)
+        if written is not None and written.started_at == started:
+            # it broke while stopping the server, after its result was written: keep that
+            return written
+        log = store.log_path(cell.id)
+        tail: tuple[str, ...] = ()
+        if log.is_file():
+            tail = tuple(log.read_text(errors="replace").splitlines()[-40:])
+        result = error_cell(cell, exc, started=started, log_tail=tail,
+                            partial=store.read_partial(cell.id),
+                            log_rel=str(log.relative_to(store.dir)) if log.is_file() else None)
+        store.write_cell(result)
+        return result
 
 
-def _build_stage(matrix: Matrix, cells: list[Cell], store, opts: RunOptions, engine_box: dict) -> dict:
-    """Build (or reuse) the image of every docker stack the cells need; outcomes by stack.
+def _needs_docker(cells: list[Cell]) -> bool:
+    return any(c.stack.runner == "docker" for c in cells)
 
-    Local stacks are audited instead (the arch audit of their installed vllm package)."""
-    needed = list(group_by_stack(cells))
-    for s in needed:
-        if matrix.spec.stacks[s].runner == "local" and s not in store.builds() and opts.audit_local:
-            store.write_build(s, audit_local_stack(matrix, s))
-    stacks = [s for s in needed if matrix.spec.stacks[s].runner == "docker"]
-    known = store.builds()
-    for s in stacks:  # prebuilt images: record what they are, build nothing
-        image = matrix.spec.stacks[s].image
-        if image and s not in known:
-            labels = _engine(engine_box).image_labels(image)
-            outcome = {"stack": s, "image_ref": image, "image_id": _engine(engine_box).image_id(image),
-                       "status": "reused" if labels is not None else "failed", "labels": labels or {},
-                       "log_path": None, "log_tail": [] if labels is not None else
-                       [f"image {image} does not exist on this engine (build or load it first)"],
-                       "duration_s": 0.0, "audit": None}
-            store.write_build(s, outcome)
-    known = store.builds()
-    todo = [s for s in stacks if s not in known]
-    if todo:
+
+def reap_dead(results_root: Path, engine_if_needed: _Engine | None = None) -> dict[str, list[str]]:
+    """Remove what dead controllers left: their containers (when an engine is at hand) and the
+    `running` mark of their run directories under `results_root` (now `interrupted`, so
+    `--resume` finishes them). Returns what was done, for `harness reap` to print."""
+    from harness.errors import EnvironmentProblem
+    from harness.runners.local import kill_group
+
+    done: dict[str, list[str]] = {"containers": [], "runs": [], "servers": []}
+    if engine_if_needed is not None:
         try:
-            from harness.build.builder import build_stacks
-        except ImportError as exc:
-            from harness.errors import NotBuiltYet
+            done["containers"] = engine_if_needed().reap()
+        except EnvironmentProblem:
+            pass  # no engine: nothing of ours can be running there either
+    root = Path(results_root)
+    for run_json in sorted(root.glob("*/run.json")) if root.is_dir() else ():
+        try:
+            store = RunStore.open(run_json.parent)
+        except ConfigError:
+            continue
+        owner = store.run.controller
+        if store.run.status != "running" or owner is None or controller.alive(owner) is not False:
+            continue
+        for cell_id in store.run.cells:
+            server = (store.read_partial(cell_id) or {}).get("server") or {}
+            if server.get("kind") == "local" and isinstance(server.get("pgid"), int) and \
+                    kill_group(server["pgid"], server.get("started")):
+                done["servers"].append(f"{cell_id} (process group {server['pgid']})")
+        try:
+            store.finish("interrupted", note=f"controller pid {owner.pid} on {owner.host} died; "
+                         "reaped by a later run")
+        except StorageError:
+            continue
+        done["runs"].append(str(run_json.parent))
+    return done
 
-            raise NotBuiltYet("the build stage is not available in this checkout",
-                              hint="use a stack with runner = \"local\"") from exc
-        extra = {}
-        if opts.build_template is not None:
-            extra = {"template": opts.build_template, "template_values": opts.build_template_values}
-        outcomes = build_stacks(matrix, todo, engine=_engine(engine_box), log_dir=store.dir / "logs",
-                                force=opts.force_build, allow_unpinned=opts.allow_unpinned, **extra)
-        for name, outcome in outcomes.items():
-            data = json.loads(json.dumps(dataclasses.asdict(outcome), default=str))
-            store.write_build(name, data)
-        known = store.builds()
-    return {s: known[s] for s in needed if s in known}
 
-
-def exit_code(store) -> int:
+def exit_code(store: RunStore) -> int:
+    """0 when every cell passed or was skipped and every build and audit passed."""
     cells = store.cells()
-    return 0 if cells and all(c and c["status"] in ("pass", "skipped") for c in cells) else 1
+    builds_ok = all(not b.failed and (b.audit_summary or b.audit or {}).get("status") != "fail"
+                    and (b.audit_summary or {}).get("audit.status") != "fail"
+                    for b in store.builds().values())
+    return 0 if cells and builds_ok and all(c.status.ok and not c.reasons for c in cells) else 1

@@ -1,21 +1,18 @@
-"""`harness run`: the whole pipeline over the selected cells, with live progress."""
+"""`harness run`, `harness rejudge`, `harness reap`: the pipeline with live progress."""
 
 from __future__ import annotations
 
-import json
 import sys
+import textwrap
+import time
 from pathlib import Path
-
-from rich.table import Table
 
 from harness.console import err, out
 from harness.errors import CellsFailed, ConfigError
 from harness.matrix.cli import add_matrix_args
-from harness.matrix.load import load_matrix
-from harness.matrix.plan import expand
 
 STATUS_STYLE = {"pass": "green", "fail": "red", "build-failed": "red", "crashed": "red",
-                "hung": "red", "timeout": "red", "skipped": "yellow"}
+                "hung": "red", "timeout": "red", "error": "magenta", "skipped": "yellow"}
 
 
 def register(sub) -> None:
@@ -24,7 +21,7 @@ def register(sub) -> None:
     p.add_argument("--results", default="results", help="results root (default ./results)")
     p.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted run (skips finished cells)")
     p.add_argument("--keep-failed", action="store_true", help="keep the container of a failed cell")
-    p.add_argument("--soak", type=float, default=0.0, metavar="SECONDS",
+    p.add_argument("--soak", type=_seconds, default=0.0, metavar="SECONDS",
                    help="after the benchmark, keep a steady load this long while watching memory")
     p.add_argument("--no-bench", action="store_true", help="serve and fingerprint only")
     p.add_argument("--force-build", action="store_true", help="rebuild images even if they exist")
@@ -35,83 +32,301 @@ def register(sub) -> None:
     p.add_argument("--no-report", action="store_true", help="do not write report.md/html at the end")
     p.set_defaults(func=run)
 
-    r = sub.add_parser("rejudge", help="re-apply the cross-cell FP8-vs-NVFP4 rule to a stored run")
+    r = sub.add_parser("rejudge", help="judge a stored run again from its logs, with today's rules")
     r.add_argument("run_dir", help="a results/<run-id> directory")
     r.set_defaults(func=rejudge)
 
+    k = sub.add_parser("reap", help="remove containers of dead runs; mark their run directories interrupted")
+    k.add_argument("--results", default="results", help="results root to look in (default ./results)")
+    k.add_argument("--run", metavar="RUN_ID", help="remove every container of this run, dead or alive")
+    k.set_defaults(func=reap)
 
-def rejudge(args) -> int:
-    from harness.results.store import RunStore
-    from harness.verdict import apply_format_rule
 
-    store = RunStore.open(Path(args.run_dir))
-    applied = apply_format_rule(store)
-    for v in applied:
-        style = "green" if v["status"] == "pass" else "red"
-        out.print(f"[{style}]{v['status']:>4}[/{style}] {v['cell']}: ", end="")
-        out.print(v["message"], markup=False)
-    if not applied:
-        out.print("no stack+config has both an FP8 and an NVFP4 cell with decode figures")
-    return 0
+def _seconds(text: str) -> float:
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0 or value > 7 * 86400:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 0 to 604800 seconds")
+    return value
+
+
+# --- live progress ----------------------------------------------------------------------------
+
+
+def _wrap(text: str, indent: int, width: int) -> list[str]:
+    """Lines of at most `width`, broken between words only (ids and paths are never cut)."""
+    return textwrap.wrap(text, width=max(20, width - indent), break_long_words=False,
+                         break_on_hyphens=False) or [""]
+
+
+def cell_lines(c, width: int) -> list[str]:
+    """A finished cell as plain lines: status and id, then what ran and why it failed."""
+    solo = c.decode_c1
+    fp = c.fingerprint
+    facts = []
+    if fp is not None:
+        facts += [f"moe {fp.moe_backend or '-'}",
+                  f"linear {', '.join(fp.linear_kernels) or '-'}",
+                  f"attention {fp.attention_backend or '-'}"]
+    if solo:
+        facts.append(f"decode@1 {solo:.1f} tok/s")
+    lines = [f"{c.status.value:>12}  {c.id}"]
+    pad = " " * 14
+    if facts:
+        lines += [pad + x for x in _wrap(" · ".join(facts), 14, width)]
+    for reason in c.reasons[:4]:
+        lines += [pad + x for x in _wrap("- " + reason, 14, width)]
+    return lines
+
+
+class LiveProgress:
+    """What `harness run` shows on a terminal: the build step and its last line, the start-up
+    clock and the server's last log line, the benchmark phase; a block per finished cell."""
+
+    def __init__(self, total: int) -> None:
+        from rich.live import Live
+        from rich.text import Text
+
+        self._Text = Text
+        self.total = total
+        self.current: str = ""
+        self.phase: str = ""
+        self.log = None
+        self.since = time.monotonic()
+        self.build_line = ""
+        self.live = Live(self._render(), console=err, refresh_per_second=4, transient=True,
+                         get_renderable=self._render)
+
+    def _render(self):
+        width = err.size.width
+        if self.build_line:
+            head = self.build_line
+        elif self.current:
+            head = f"{self.current}: {self.phase} {time.monotonic() - self.since:.0f} s"
+        else:
+            head = "starting"
+        text = self._Text(_fit(head, width), style="bold")
+        last = self.log.tail(1) if self.log is not None else []
+        if last:
+            text.append("\n" + _fit("  " + last[-1].strip(), width), style="dim")
+        return text
+
+    def __enter__(self):
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.live.__exit__(*exc)
+
+    def build_event(self, event) -> None:
+        if event.kind == "done":
+            self.build_line = ""
+            self.live.console.print(f"build {event.stack}: {event.text} ({event.elapsed_s:.0f} s)",
+                                    markup=False)
+        elif event.kind == "step":
+            self.build_step = event.text
+            self.build_line = f"build {event.stack}: {event.text} ({event.elapsed_s:.0f} s)"
+        elif event.kind == "line":
+            step = getattr(self, "build_step", "")
+            self.build_line = f"build {event.stack}: {step} | {event.text.strip()}"
+        else:
+            self.build_line = f"build {event.stack}: starting {event.text}"
+
+    def cell_started(self, cell, index: int, total: int) -> None:
+        self.current = f"[{index}/{total}] {cell.id}"
+        self.phase = "starting"
+        self.log = None
+        self.since = time.monotonic()
+
+    def cell_phase(self, cell, phase: str, log=None) -> None:
+        self.phase = phase
+        self.since = time.monotonic()
+        if log is not None:
+            self.log = log
+
+    def cell_finished(self, result, index: int, total: int) -> None:
+        self.current, self.log = "", None
+        _print_cell(self.live.console, result, f"[{index}/{total}]")
+
+    def cell_updated(self, result, before) -> None:
+        self.live.console.print(f"  {result.id}: {before.value} -> {result.status.value} "
+                                "(NVFP4-vs-FP8 rule, now that both cells ran)", markup=False)
+
+
+class PlainProgress(LiveProgress):
+    """The same blocks, no live line: for logs and pipes."""
+
+    def __init__(self, total: int) -> None:  # noqa: D107 - no Live here
+        self.total = total
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def build_event(self, event) -> None:
+        if event.kind in ("step", "done"):
+            err.print(f"build {event.stack}: {event.text} ({event.elapsed_s:.0f} s)", markup=False)
+
+    def cell_started(self, cell, index: int, total: int) -> None:
+        err.print(f"[{index}/{total}] {cell.id}: starting", markup=False)
+
+    def cell_phase(self, cell, phase: str, log=None) -> None:
+        err.print(f"  {phase}", markup=False)
+
+    def cell_finished(self, result, index: int, total: int) -> None:
+        _print_cell(err, result, f"[{index}/{total}]")
+
+    def cell_updated(self, result, before) -> None:
+        err.print(f"  {result.id}: {before.value} -> {result.status.value} (NVFP4-vs-FP8 rule)",
+                  markup=False)
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width - 1 else text[: max(0, width - 2)] + "…"
+
+
+def _print_cell(console, result, prefix: str) -> None:
+    style = STATUS_STYLE.get(result.status.value, "white")
+    lines = cell_lines(result, console.size.width)
+    console.print(f"{prefix} ", end="", markup=False)
+    console.print(lines[0], style=style, markup=False, highlight=False)
+    for line in lines[1:]:
+        console.print(line, markup=False, highlight=False)
+
+
+# --- commands ---------------------------------------------------------------------------------
 
 
 def run(args) -> int:
+    from harness.matrix.load import load_matrix
+    from harness.matrix.plan import expand
     from harness.pipeline import RunOptions, exit_code, run_matrix
-    from harness.verdict import per_stream
+    from harness.results.store import RunStore
 
     resume = Path(args.resume) if args.resume else None
     k = args.k
     matrix_path = args.matrix
     if resume is not None:
-        run_json = resume / "run.json"
-        if not run_json.is_file():
-            raise ConfigError(f"{resume}: not a run directory (no run.json)",
-                              hint="pass the results/<run-id> directory of the run to resume")
-        meta = json.loads(run_json.read_text())
-        matrix_path = meta["matrix"]["path"]
+        stored = RunStore.open(resume)  # a missing or broken run.json is exit 2, named
+        matrix_path = stored.run.matrix.path or matrix_path
         if k is None:  # an explicit -k widens the run; without one, finish what it planned
-            k = meta.get("k")
+            k = stored.run.k
+        if not matrix_path:
+            raise ConfigError(f"{resume}/run.json records no matrix path",
+                              hint="pass -m MATRIX with --resume")
+        err.print(f"resuming {resume}: {len(stored.finished_ids())} of {len(stored.run.cells)} "
+                  "cells already finished", markup=False)
     matrix = load_matrix(matrix_path)
+    from harness.lock import locked_matrix
+    from harness.matrix.plan import group_by_stack
+
+    # Pins first: a stale lock is refused before anything starts; no lock yet is written now.
+    matrix = locked_matrix(matrix, list(group_by_stack(expand(matrix, k))),
+                           lock_if_missing=not args.allow_unpinned,
+                           say=lambda s: err.print(s, markup=False))
     total = len(expand(matrix, k))
-    seen = {"n": 0}
-
-    def on_cell(cell: dict) -> None:
-        seen["n"] += 1
-        style = STATUS_STYLE.get(cell["status"], "white")
-        solo = per_stream(cell.get("bench") or {}, 1)
-        extra = f" decode@1 {solo:.1f} tok/s" if solo else ""
-        err.print(f"[{seen['n']}/{total}] [{style}]{cell['status']:>12}[/{style}] {cell['id']}{extra}")
-        for reason in cell["reasons"][:3]:
-            err.print(f"      {reason}", markup=False)
-
-    opts = RunOptions(results_root=Path(args.results), keep_failed=args.keep_failed, soak_s=args.soak,
-                      bench=not args.no_bench, force_build=args.force_build,
-                      allow_unpinned=args.allow_unpinned, cross_check=args.cross_check, argv=tuple(sys.argv), on_cell=on_cell)
-    err.print(f"[bold]harness run[/bold] {matrix.path.name}: {total} cells")
-    store = run_matrix(matrix, k=k, opts=opts, resume_dir=resume)
-    cells = [c for c in store.cells() if c]
-    table = Table(title=f"run {store.run['run_id']}")
-    for col in ("cell", "status", "moe", "linear", "attention", "decode@1", "reasons"):
-        table.add_column(col, overflow="fold")
-    for c in cells:
-        fp = c.get("fingerprint") or {}
-        solo = per_stream(c.get("bench") or {}, 1)
-        style = STATUS_STYLE.get(c["status"], "white")
-        table.add_row(c["id"], f"[{style}]{c['status']}[/{style}]", fp.get("moe_backend") or "-",
-                      ", ".join(fp.get("linear_kernels") or []) or "-", fp.get("attention_backend") or "-",
-                      f"{solo:.1f}" if solo else "-", "; ".join(c["reasons"])[:300])
-    out.print(table)
+    progress_cls = LiveProgress if err.is_terminal else PlainProgress
+    err.print(f"harness run {matrix.path.name}: {total} cells", markup=False)
+    with progress_cls(total) as progress:
+        opts = RunOptions(results_root=Path(args.results), keep_failed=args.keep_failed,
+                          soak_s=args.soak, bench=not args.no_bench, force_build=args.force_build,
+                          allow_unpinned=args.allow_unpinned, cross_check=args.cross_check,
+                          argv=tuple(sys.argv), progress=progress)
+        store = run_matrix(matrix, k=k, opts=opts, resume_dir=resume)
+    cells = store.cells()
+    out.print(f"run {store.run_id}: " + ", ".join(
+        f"{sum(1 for c in cells if c.status == s)} {s.value}"
+        for s in dict.fromkeys(c.status for c in cells)), markup=False)
     if not args.no_report:
+        from harness.report import write_report
+
+        paths = write_report(store.dir)
+        err.print(f"report: {', '.join(str(p) for p in paths)}", markup=False)
+    out.print(f"results: {store.dir}", markup=False)
+    if exit_code(store):
+        bad = [c for c in cells if not c.status.ok or c.reasons]
+        if bad and all(c.verdict("build.base") for c in bad):
+            hint = ("make the base image reachable from this engine (a registry login, the network, "
+                    "or `docker load` of a saved image), then `harness run --resume " f"{store.dir}`")
+        else:
+            hint = f"read {store.dir}/report.md, or `harness bug {store.dir} <cell>`"
+        raise CellsFailed(f"{len(bad)} of {len(cells)} cells did not pass", hint=hint)
+    return 0
+
+
+def rejudge(args) -> int:
+    """Every verdict of a stored run derived again from its stored logs and figures, with the
+    fingerprint and rules of this version; the cross-cell rule applied last."""
+    from harness.matrix.model import Expect
+    from harness.pipeline import apply_format_rule
+    from harness.results.store import RunStore
+    from harness.stages.judge import rejudge as rejudge_cell
+
+    store = RunStore.open(Path(args.run_dir))
+    try:
+        expect = Expect.model_validate(store.run.matrix.expect)
+    except ValueError as exc:
+        raise ConfigError(f"{store.dir}/run.json: matrix.expect is not valid ({exc})",
+                          hint="re-run the matrix") from None
+    before = {c.id: c for c in store.cells()}
+    for cell in before.values():
+        log = store.dir / cell.serve.log if cell.serve and cell.serve.log else None
+        text = log.read_text(errors="replace") if log is not None and log.is_file() else None
+        after = rejudge_cell(cell, expect, text)
+        if after != cell:
+            store.write_cell(after)
+    apply_format_rule(store)
+    changed = 0
+    for c in store.cells():
+        old = before[c.id]
+        _print_cell(out, c, "")
+        was = {(v.check, v.status): v.message for v in old.verdicts}
+        now = {(v.check, v.status): v.message for v in c.verdicts}
+        if c.status != old.status:
+            out.print(f"              status {old.status.value} -> {c.status.value}", markup=False)
+        for check, status in sorted(now.keys() - was.keys()):
+            out.print(f"              + {check} ({status.value})", markup=False)
+        for check, status in sorted(was.keys() - now.keys()):
+            out.print(f"              - {check} ({status.value})", markup=False)
+        reworded = sorted(k for k in now.keys() & was.keys() if now[k] != was[k])
+        for check, status in reworded:
+            out.print(f"              ~ {check} ({status.value}): reworded", markup=False)
+        changed += now != was or c.status != old.status
+    out.print(f"{changed} cell(s) changed verdicts", markup=False)
+    return 0
+
+
+def reap(args) -> int:
+    from harness.engine import connect
+    from harness.errors import EnvironmentProblem
+    from harness.pipeline import reap_dead
+
+    done = {"containers": [], "runs": []}
+    if args.run:
+        done["containers"] = connect().reap(run_id=args.run)
+    else:
+        class _Lazy:
+            def __call__(self):
+                return connect()
+
         try:
-            from harness.report import write_report
-        except ImportError:
-            write_report = None
-        if write_report is not None:
-            paths = write_report(store.dir)
-            err.print(f"report: {', '.join(str(p) for p in paths)}")
-    out.print(f"results: {store.dir}")
-    code = exit_code(store)
-    if code:
-        raise CellsFailed(f"{sum(1 for c in cells if c['status'] != 'pass')} of {len(cells)} cells did not pass",
-                          hint=f"read {store.dir}/report.md, or `harness bug {store.dir} <cell>`")
+            done = reap_dead(Path(args.results), engine_if_needed=_Lazy())
+        except EnvironmentProblem:
+            done = reap_dead(Path(args.results))
+    for name in done["containers"]:
+        out.print(f"removed container {name}", markup=False)
+    for server in done.get("servers", []):
+        out.print(f"stopped local server {server}", markup=False)
+    for run_dir in done["runs"]:
+        out.print(f"marked interrupted: {run_dir} (finish it with `harness run --resume {run_dir}`)",
+                  markup=False)
+    if not any(done.values()):
+        out.print("nothing to reap", markup=False)
     return 0

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from harness.verdict import compare_formats
+from harness.results.model import CellResult
+from harness.stages.judge import compare_formats
 
 
-def cell(quant: str, samples: list[float], config: str = "auto", stack: str = "s") -> dict:
-    return {"id": f"{stack}/{quant}/{config}", "stack": stack, "config": config, "quantization": quant,
-            "bench": {"levels": [{"concurrency": 1, "per_stream_tok_s": sorted(samples)[len(samples) // 2],
-                                  "samples": {"per_stream_tok_s": samples}}]}}
+def cell(quant: str, samples: list[float], config: str = "auto", stack: str = "s") -> CellResult:
+    return CellResult.model_validate({
+        "id": f"{stack}/{quant}/{config}", "stack": stack, "model": quant, "config": config,
+        "quantization": quant, "status": "pass",
+        "bench": {"levels": [{"concurrency": 1, "per_stream_tok_s": sorted(samples)[len(samples) // 2],
+                              "samples": {"per_stream_tok_s": samples}}]}})
 
 
 @pytest.mark.parametrize(
@@ -30,14 +33,14 @@ def test_ratio_rule(fp8, nvfp4, ratio, status, words):
     assert len(out) == 1
     cell_id, verdict = out[0]
     assert cell_id == "s/nvfp4/auto"
-    assert verdict["status"] == status, verdict["message"]
-    assert words in verdict["message"]
+    assert verdict.status == status, verdict.message
+    assert words in verdict.message
 
 
 def test_wide_spread_widens_the_band():
     # repeats that disagree by 10 % cannot prove a 5 % loss
     out = compare_formats([cell("fp8", [100.0, 110.0, 105.0]), cell("nvfp4", [99.0, 100.0, 101.0])], 1.0, 0.02)
-    assert out[0][1]["status"] == "pass" and "±9.5%" in out[0][1]["message"]
+    assert out[0][1].status == "pass" and "±9.5%" in out[0][1].message
 
 
 def test_only_same_stack_and_config_pair_up():

@@ -227,12 +227,13 @@ def test_doctor_cdi_needs_docker_25_and_a_spec(tmp_path):
 
 def test_pipeline_spec_for_host_network_and_devices(tmp_path):
     from harness.matrix.plan import expand
-    from harness.pipeline import RunOptions, _spec
+    from harness.stages.serve import plan
 
     m = load(tmp_path, 'gpu_attach = "devices"\ndriver_dirs = ["/usr/local/nvidia"]\nnetwork = "host"\n'
                        'security_opt = ["seccomp=unconfined"]', 'port = 8123\nvllm_cache = "/var/cache/vllm-h"')
     [cell] = expand(m)
-    spec, cmd = _spec(cell, m, "rid", tmp_path / "log", BUSYBOX, RunOptions())
+    planned = plan(cell, m, run_id="rid", log_path=tmp_path / "log", image=BUSYBOX)
+    spec, cmd = planned.spec, planned.command
     args = list(cmd.args)
     assert args[args.index("--host") + 1] == "127.0.0.1" and args[args.index("--port") + 1] == "8123"
     assert spec.network == "host" and spec.port == 8123 and spec.gpu_attach == "devices"
@@ -248,7 +249,7 @@ def test_pipeline_spec_for_host_network_and_devices(tmp_path):
 def test_wheel_patch_applier(tmp_path):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("wheels_helper", Path(__file__).parent.parent / "docker" / "wheels.py")
+    spec = importlib.util.spec_from_file_location("wheels_helper", Path(__file__).parent.parent / "harness" / "data" / "docker" / "wheels.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     (tmp_path / "pkg").mkdir()

@@ -51,16 +51,17 @@ def _context() -> bytes:
 @pytest.fixture(scope="module")
 def fake_image():
     engine = connect()
-    tag = "harness-test/fakevllm:latest"
+    tag = f"harness-test/fakevllm:{os.getpid()}"
     engine.build(_context(), tag, labels={"harness.role": "test-image"})
-    return tag
+    yield tag
+    engine.remove_image(tag)  # tests leave no image behind, tagged or dangling
 
 
-def _matrix(tmp_path: Path, image: str, extra: str = "", quiet: int = 6) -> Path:
+def _matrix(tmp_path: Path, image: str, extra: str = "", quiet: int = 6, name: str = "fake-docker") -> Path:
     path = tmp_path / "docker.toml"
     path.write_text(f"""
 [matrix]
-name = "fake-docker"
+name = "{name}"
 hardware = "gpu"
 
 [hardware.gpu]
@@ -116,30 +117,39 @@ def _labelled(run_id: str) -> list[str]:
     return connect().containers({"harness.run-id": run_id})
 
 
+def _mine(engine, name: str, cell: str) -> list[str]:
+    """Containers of `cell` started by runs of the matrix called `name` (run ids carry it): the
+    engine is shared, other sessions' runs must not count."""
+    return [c.name for c in engine.client.containers.list(all=True, filters={"label": f"harness.cell={cell}"})
+            if f"-{name}-" in (c.labels or {}).get("harness.run-id", "")]
+
+
 def test_docker_cells_pass_fail_crash_hang_and_clean_up(fake_image, tmp_path):
     matrix = load_matrix(_matrix(tmp_path, fake_image))
     store = run_matrix(matrix, k="(qwen-fp8 and (auto or crash or hang)) or (nvfp4 and flashinfer)",
                        opts=RunOptions(results_root=tmp_path / "results"))
-    cells = {c["id"]: c for c in store.cells()}
+    cells = {c.id: c for c in store.cells()}
     ok = cells["img/qwen-fp8/auto"]
-    assert ok["status"] == "pass", ok["reasons"]
-    assert ok["image"]["ref"] == fake_image and ok["image"]["labels"]["harness.test"] == "fakevllm"
-    assert ok["image_fingerprint"]["vllm"]["version"] == "0.0.0+fake"
-    assert ok["bench"]["levels"][0]["per_stream_tok_s"] > 300
+    assert ok.status == "pass", ok.reasons
+    assert ok.image.ref == fake_image and ok.image.labels["harness.test"] == "fakevllm"
+    assert ok.image_fingerprint["vllm"]["version"] == "0.0.0+fake"
+    lv = ok.bench.levels[0]
+    assert lv.per_stream_tok_s > 0 and lv.failed == 0 and lv.requests > 0
     mismatch = cells["img/qwen-nvfp4/moe=flashinfer_cutlass"]
-    assert mismatch["status"] == "fail"
-    assert any("asked flashinfer_cutlass, got MARLIN" in r for r in mismatch["reasons"])
+    assert mismatch.status == "fail"
+    assert "asked flashinfer_cutlass, got MARLIN" in mismatch.reasons
     crash = cells["img/qwen-fp8/crash"]
-    assert crash["status"] == "crashed" and crash["serve"]["exit_code"] == 3
-    assert any("illegal memory access" in line for line in crash["serve"]["log_tail"])
+    assert crash.status == "crashed" and crash.serve.exit_code == 3
+    assert any("illegal memory access" in line for line in crash.serve.log_tail)
     hang = cells["img/qwen-fp8/hang"]
-    assert hang["status"] == "hung"
-    assert _labelled(store.run["run_id"]) == []
+    assert hang.status == "hung"
+    assert _labelled(store.run_id) == []
     assert json.loads((store.dir / "builds" / "img.json").read_text())["status"] == "reused"
 
 
 def test_sigint_leaves_no_container_and_an_interrupted_run(fake_image, tmp_path):
-    path = _matrix(tmp_path, fake_image, quiet=600)
+    name = f"sigint{os.getpid()}"
+    path = _matrix(tmp_path, fake_image, quiet=600, name=name)
     results = tmp_path / "results"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-m", str(path), "-k", "qwen-fp8/hang",
@@ -149,17 +159,47 @@ def test_sigint_leaves_no_container_and_an_interrupted_run(fake_image, tmp_path)
     deadline = time.monotonic() + 60
     names: list[str] = []
     while time.monotonic() < deadline and not names:
-        names = engine.containers({"harness.cell": "img/qwen-fp8/hang"})
+        names = _mine(engine, name, "img/qwen-fp8/hang")
         time.sleep(0.3)
     assert names, "the run never started its container"
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     output = proc.communicate(timeout=60)[0].decode()
     assert proc.returncode == 130, output
-    assert engine.containers({"harness.cell": "img/qwen-fp8/hang"}) == []
+    assert _mine(engine, name, "img/qwen-fp8/hang") == []
     run_dir = next(results.iterdir())
     assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
-    assert not list((run_dir / "cells").glob("*.json")) if (run_dir / "cells").exists() else True
+    assert not [p for p in (run_dir / "cells").glob("*.json") if not p.name.endswith(".partial.json")]
+
+
+def test_sigkill_of_the_controller_leaves_a_container_the_next_run_reaps(fake_image, tmp_path):
+    name = f"sigkill{os.getpid()}"
+    path = _matrix(tmp_path, fake_image, quiet=600, name=name)
+    results = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-m", str(path), "-k", "qwen-fp8/hang",
+                             "--results", str(results), "--no-report"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    engine = connect()
+    deadline = time.monotonic() + 60
+    names: list[str] = []
+    while time.monotonic() < deadline and not names:
+        names = _mine(engine, name, "img/qwen-fp8/hang")
+        time.sleep(0.3)
+    assert names, "the run never started its container"
+    labels = engine.client.containers.get(names[0]).labels
+    assert labels["harness.controller.pid"] == str(proc.pid)
+    proc.kill()  # SIGKILL: no cleanup can run in the controller
+    proc.wait(timeout=10)
+    assert _mine(engine, name, "img/qwen-fp8/hang") == names  # left behind
+    run_dir = next(results.iterdir())
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "running"
+    # the next run reaps what the dead one left before it starts its own cells
+    store = run_matrix(load_matrix(path), k="qwen-fp8/crash",
+                       opts=RunOptions(results_root=results, bench=False))
+    assert _mine(engine, name, "img/qwen-fp8/hang") == []
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
+    assert store.cells()[0].status == "crashed"
+    assert _labelled(store.run_id) == []
 
 
 
@@ -170,7 +210,7 @@ def test_built_stack_whose_build_log_shows_the_arch_trap_fails_its_cells(fake_im
     path.write_text(_matrix(tmp_path, fake_image).read_text().replace(
         f'[stacks.img]\nimage = "{fake_image}"',
         '[stacks.built]\ntorch_cuda_arch_list = "12.1a"\n'
-        'base_image = { repository = "harness-test/fakevllm", tag = "latest" }\n'
+        f'base_image = {{ repository = "{fake_image.split(":")[0]}", tag = "{fake_image.split(":")[1]}" }}\n'
         'torch = { version = "0" }\nvllm = { pypi = "0.33.0" }\nflashinfer = { version = "0.7.2.post1" }\n'))
     run_id = f"pipe-{os.getpid()}-{time.monotonic_ns() % 100000}"
     store = run_matrix(load_matrix(path), k="qwen-fp8/auto", opts=RunOptions(
@@ -181,11 +221,31 @@ def test_built_stack_whose_build_log_shows_the_arch_trap_fails_its_cells(fake_im
         cell = store.cells()[0]
         build = json.loads((store.dir / "builds" / "built.json").read_text())
         assert build["status"] == "built" and build["image_ref"].startswith("vllm-bw:built-")
-        assert cell["image"]["labels"]["harness.test-run"] == run_id
-        assert cell["fingerprint"]["moe_backend"] == "TRITON"  # it served: the log was read
-        assert cell["status"] == "fail"
-        trap = [v for v in cell["verdicts"] if v["check"] == "build.archs"]
-        assert trap and all(v["status"] == "fail" for v in trap)
-        assert any("12.0f" in v["message"] for v in trap), trap
+        assert not Path(build["log_path"]).is_absolute()  # the run directory travels
+        assert (store.dir / build["log_path"]).is_file()
+        assert cell.image.labels["harness.test-run"] == run_id
+        assert cell.fingerprint.moe_backend == "TRITON"  # it served: the log was read
+        assert cell.status == "fail"
+        trap = [v for v in cell.verdicts if v.check == "build.archs"]
+        assert trap and all(v.failed for v in trap)
+        assert any("12.0f" in v.message for v in trap), trap
     finally:
         connect().remove_image(json.loads((store.dir / "builds" / "built.json").read_text())["image_ref"])
+
+
+def test_a_base_image_that_cannot_be_pulled_is_named_in_one_line(fake_image, tmp_path):
+    path = tmp_path / "nobase.toml"
+    path.write_text(_matrix(tmp_path, fake_image).read_text().replace(
+        f'[stacks.img]\nimage = "{fake_image}"',
+        '[stacks.built]\ntorch_cuda_arch_list = "12.1a"\n'
+        'base_image = { repository = "harness-test/no-such-base", tag = "never" }\n'
+        'torch = { version = "0" }\nvllm = { pypi = "0.33.0" }\nflashinfer = { version = "0.7.2.post1" }\n'))
+    store = run_matrix(load_matrix(path), k="qwen-fp8/auto", opts=RunOptions(
+        results_root=tmp_path / "results", allow_unpinned=True, bench=False,
+        build_template=ROOT / "tests" / "fixtures" / "build" / "Dockerfile.fakevllm.in",
+        build_template_values={"RUN_ID": "nobase"}))
+    cell = store.cells()[0]
+    assert cell.status == "build-failed"
+    (verdict,) = cell.verdicts
+    assert verdict.check == "build.base"
+    assert "harness-test/no-such-base:never" in verdict.message and "\n" not in verdict.message

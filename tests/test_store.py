@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 
 import pytest
 
-from harness.errors import ConfigError
-from harness.results.store import RunStore, atomic_write_json, atomic_write_text, new_run_id
+from harness.errors import ConfigError, StorageError
+from harness.results.model import BuildOutcome, CellResult, RunRecord, Status
+from harness.results.store import (
+    RunStore,
+    atomic_write_json,
+    atomic_write_text,
+    cell_key,
+    check_writable,
+    new_run_id,
+)
 
 META = {
     "tool_version": "0.1.0",
@@ -19,13 +29,18 @@ META = {
 }
 
 
-def cell(cid: str, **extra) -> dict:
-    return {
-        "id": cid,
+def run(run_id: str = "r1", **extra) -> RunRecord:
+    return RunRecord.model_validate({**META, "run_id": run_id, **extra})
+
+
+def cell(cid: str, **extra) -> CellResult:
+    stack, model, config = cid.split("/")
+    return CellResult.model_validate({
+        "id": cid, "stack": stack, "model": model, "config": config,
         "status": "pass",
         "serve": {"command": ["vllm", "serve"], "env": {}},
         **extra,
-    }
+    })
 
 
 def test_run_id_shape():
@@ -36,21 +51,21 @@ def test_run_id_shape():
 
 
 def test_create_writes_running_run_json(tmp_path):
-    store = RunStore.create(tmp_path, "r1", META)
-    run = json.loads((tmp_path / "r1" / "run.json").read_text())
-    assert run["status"] == "running" and run["format"] == 1 and run["run_id"] == "r1"
-    assert run["finished_at"] is None and run["started_at"].endswith("Z")
-    assert store.dir == tmp_path / "r1" and store.run["cells"] == META["cells"]
+    store = RunStore.create(tmp_path, run())
+    data = json.loads((tmp_path / "r1" / "run.json").read_text())
+    assert data["status"] == "running" and data["format"] == 2 and data["run_id"] == "r1"
+    assert data["finished_at"] is None and data["started_at"].endswith("Z")
+    assert store.dir == tmp_path / "r1" and store.run.cells == META["cells"]
     for sub in ("cells", "logs", "builds"):
         assert (tmp_path / "r1" / sub).is_dir()
     with pytest.raises(ConfigError, match="already exists"):
-        RunStore.create(tmp_path, "r1", META)
+        RunStore.create(tmp_path, run())
 
 
 def test_paths_follow_the_format(tmp_path):
-    store = RunStore.create(tmp_path, "r1", META)
+    store = RunStore.create(tmp_path, run())
     cid = "vllm-0251/qwen3moe-nvfp4/moe=marlin"
-    assert store.cell_key(cid) == "vllm-0251__qwen3moe-nvfp4__moe=marlin"
+    assert cell_key(cid) == "vllm-0251__qwen3moe-nvfp4__moe=marlin"
     assert (
         store.log_path(cid)
         == store.dir / "logs" / "vllm-0251__qwen3moe-nvfp4__moe=marlin.server.log"
@@ -59,7 +74,7 @@ def test_paths_follow_the_format(tmp_path):
 
 
 def test_interrupted_run_reopens_with_two_finished(tmp_path):
-    store = RunStore.create(tmp_path, "r1", META)
+    store = RunStore.create(tmp_path, run())
     store.write_cell(cell("s/m/b"))
     store.write_cell(cell("s/m/a"))
     # The third cell was mid-flight: its log exists, its JSON does not, and a temp file is left.
@@ -67,13 +82,13 @@ def test_interrupted_run_reopens_with_two_finished(tmp_path):
     (store.dir / "cells" / ".s__m__c.json.123.tmp").write_text('{"id": "s/m/c"')
     del store
     again = RunStore.open(tmp_path / "r1")
-    assert again.run["status"] == "running"
+    assert again.run.status == "running"
     assert again.finished_ids() == {"s/m/a", "s/m/b"}
-    assert [c["id"] for c in again.cells()] == ["s/m/a", "s/m/b"]  # plan order
+    assert [c.id for c in again.cells()] == ["s/m/a", "s/m/b"]  # plan order
     assert again.read_cell("s/m/c") is None
     again.finish("interrupted")
-    run = json.loads((tmp_path / "r1" / "run.json").read_text())
-    assert run["status"] == "interrupted" and run["finished_at"]
+    data = json.loads((tmp_path / "r1" / "run.json").read_text())
+    assert data["status"] == "interrupted" and data["finished_at"]
     with pytest.raises(ValueError):
         again.finish("done")
 
@@ -83,19 +98,34 @@ def test_open_names_the_path_when_not_a_run(tmp_path):
         RunStore.open(tmp_path)
     assert "run.json" in str(exc.value) and exc.value.hint
     (tmp_path / "run.json").write_text("{not json")
-    with pytest.raises(ConfigError, match="cannot read it as JSON"):
+    with pytest.raises(ConfigError, match="not a run file"):
         RunStore.open(tmp_path)
     (tmp_path / "run.json").write_text('{"format": 9, "run_id": "x"}')
     with pytest.raises(ConfigError, match="format 9"):
         RunStore.open(tmp_path)
+    for wrong in ("[1, 2]", '{"run_id": ["x"]}', '{"cells": "s/m/a"}', "null"):
+        (tmp_path / "run.json").write_text(wrong)
+        with pytest.raises(ConfigError, match="run.json"):
+            RunStore.open(tmp_path)
+
+
+def test_a_wrong_shaped_cell_file_is_named(tmp_path):
+    store = RunStore.create(tmp_path, run())
+    for i, wrong in enumerate(('[{"id": "s/m/a"}]', '{"id": "s/m/a", "status": "banana"}',
+                               '{"id": "s/m/a", "status": "pass", "bench": 3}', "{half")):
+        path = store.dir / "cells" / f"s__m__a{i}.json"
+        path.write_text(wrong)
+        with pytest.raises(ConfigError, match=path.name):
+            store.cells()
+        path.unlink()
 
 
 def test_builds_round_trip(tmp_path):
-    store = RunStore.create(tmp_path, "r1", META)
-    store.write_build("spark-121a", {"status": "built", "image": {"ref": "vllm-bw:x"}})
-    assert store.builds() == {
-        "spark-121a": {"stack": "spark-121a", "status": "built", "image": {"ref": "vllm-bw:x"}}
-    }
+    store = RunStore.create(tmp_path, run())
+    built = BuildOutcome(stack="spark-121a", status="built", image_ref="vllm-bw:x",
+                         arch_problems=("asked 12.1a, built 12.0f",))
+    store.write_build(built)
+    assert store.builds() == {"spark-121a": built}
 
 
 def test_atomic_json_keeps_the_old_file_when_serialisation_fails(tmp_path):
@@ -125,26 +155,24 @@ def test_atomic_text_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatch
 
 def test_store_masks_secrets_itself(tmp_path):
     token = "hf_" + "abcdefghij" * 4
-    store = RunStore.create(
-        tmp_path, "r1", {**META, "argv": ["harness", "run", "--hf-token", token]}
-    )
+    store = RunStore.create(tmp_path, run(argv=["harness", "run", "--hf-token", token]))
     store.write_cell(
-        {
-            "id": "s/m/a",
-            "status": "fail",
-            "reasons": [f"saw HF_TOKEN={token}"],
-            "verdicts": [
+        cell(
+            "s/m/a",
+            status="fail",
+            verdicts=[
+                {"check": "y", "status": "fail", "message": f"saw HF_TOKEN={token}"},
                 {
                     "check": "x",
                     "status": "fail",
                     "message": "m",
                     "lines": ["--api-key sekrit-value-1"],
-                }
+                },
             ],
-            "fingerprint": {
+            fingerprint={
                 "evidence": {"requested": "non-default args: {'api_key': 'sekrit-value-2'}"}
             },
-            "serve": {
+            serve={
                 "command": [
                     "vllm",
                     "serve",
@@ -156,12 +184,57 @@ def test_store_masks_secrets_itself(tmp_path):
                 "env": {"HF_TOKEN": token, "DB_PASSWORD": "sekrit-value-4", "VLLM_X": "1"},
                 "log_tail": ["export MY_SECRET=sekrit-value-5"],
             },
-        }
+            cross_check={"command": "client --token sekrit-value-7",
+                         "output_tail": ["Authorization: Bearer sekrit-value-8"]},
+        )
     )
+    store.write_partial("s/m/b", {"bench": {"note": "api_key=sekrit-value-9"}})
     store.write_log("s/m/a", f"line with {token}\nexport AWS_SECRET_ACCESS_KEY=sekrit-value-6\n")
     text = "".join(p.read_text() for p in store.dir.rglob("*") if p.is_file())
     assert token not in text and "sekrit-value" not in text
     c = store.read_cell("s/m/a")
-    assert c["serve"]["env"]["VLLM_X"] == "1"
-    assert c["serve"]["command"][-2:] == ["--max-num-batched-tokens", "8192"]
-    assert c["format"] == 1
+    assert c.serve.env["VLLM_X"] == "1"
+    assert c.serve.command[-2:] == ("--max-num-batched-tokens", "8192")
+    assert c.format == 2 and c.status is Status.FAIL
+    assert c.reasons[0] == "saw HF_TOKEN=***"
+
+
+def test_v1_cells_are_read_as_v2(tmp_path):
+    """The first round's format: free-text reasons become verdicts, nothing is lost."""
+    store = RunStore.open(Path(__file__).parent.parent / "examples" / "h200" / "run")
+    assert store.run.format == 2 and store.run.matrix.min_ratio == 1.0
+    cells = store.cells()
+    assert [c.status for c in cells] == [Status.PASS] * 3
+    assert cells[0].decode_c1 and cells[0].fingerprint.moe_backend == "TRITON"
+    old = {"format": 1, "id": "s/m/c", "stack": "s", "model": "m", "config": "c",
+           "status": "crashed", "reasons": ["server exited with code 1 before it was ready"],
+           "verdicts": [{"check": "moe_backend", "status": "fail", "message": "asked a, got b",
+                         "lines": []}], "image": {"ref": None, "id": None, "labels": {}}}
+    lifted = CellResult.from_json(old)
+    assert lifted.reasons == ("server exited with code 1 before it was ready", "asked a, got b")
+    assert lifted.verdicts[0].check == "serve.ready" and lifted.image is None
+
+
+def test_a_full_or_readonly_disk_is_one_clear_error(tmp_path, monkeypatch):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if not os.access(ro, os.W_OK):  # root writes anywhere: only check where it bites
+            with pytest.raises(ConfigError, match="cannot write there"):
+                check_writable(ro)
+    finally:
+        ro.chmod(0o700)
+    with pytest.raises(ConfigError, match="exists and is not a folder"):
+        check_writable(Path("/etc/passwd"))
+    with pytest.raises(ConfigError, match="MiB free"):
+        check_writable(tmp_path, min_free=1 << 60)
+    store = RunStore.create(tmp_path, run())
+
+    def full(*_a, **_k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("harness.results.store.os.fsync", full)
+    with pytest.raises(StorageError, match="No space left") as exc:
+        store.write_cell(cell("s/m/a"))
+    assert exc.value.exit_code == 3 and "--resume" in exc.value.hint

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -45,7 +46,7 @@ def test_wheel_stack_builds_on_a_local_base(tmp_path):
         base_id = engine.image_id(tag)
         assert out.labels["harness.base-image-id"] == base_id
         assert out.labels["harness.stack-kind"] == "wheels"
-        log = out.log_path.read_text()
+        log = Path(out.log_path).read_text()
         assert f"FROM {base_id}" in log or "FROM ${BASE_IMAGE}" in log
         assert f"wheel vllm 0.25.1 sha256 {sha} (re-packed: too large)" in log
         assert "patched vllm/vllm_flash_attn/__init__.py" in log and "installed vllm 0.25.1" in log

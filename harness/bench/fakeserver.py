@@ -265,17 +265,20 @@ class Server:
         if method == "GET" and path == "/health":
             return await self.send(writer, 200, b"")
         if method == "GET" and path == "/v1/models":
-            card = {
-                "id": self.a.model,
-                "object": "model",
-                "created": int(time.time()),
-                "owned_by": "vllm",
-                "root": self.a.model,
-                "parent": None,
-                "max_model_len": 262144,
-            }
+            cards = [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": int(time.time()),
+                    "owned_by": "vllm",
+                    "root": self.a.model,
+                    "parent": None,
+                    "max_model_len": 262144,
+                }
+                for name in [self.a.model, *self.a.alias]
+            ]
             return await self.send(
-                writer, 200, json.dumps({"object": "list", "data": [card]}).encode()
+                writer, 200, json.dumps({"object": "list", "data": cards}).encode()
             )
         if method == "GET" and path == "/metrics":
             return await self.send(
@@ -593,6 +596,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1", help="bind address (Docker use passes 0.0.0.0)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--model", default="fake-model", help="served model name")
+    p.add_argument("--alias", action="append", default=[], help="more served names (vLLM takes several)")
     p.add_argument("--tokens-per-s", type=float, default=50.0, help="decode rate of each stream")
     p.add_argument(
         "--tokens-per-chunk",

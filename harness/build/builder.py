@@ -11,7 +11,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -19,6 +19,7 @@ from harness.build.buildlog import check_build_log
 from harness.build.render import Rendered, context_tar, render
 from harness.errors import BuildFailed, ConfigError, EngineError
 from harness.matrix.load import Matrix
+from harness.results.model import BuildOutcome
 
 SITE_PACKAGES = "/opt/venv/lib"
 VLLM_BUILD_LOG = "/opt/build/vllm-build.log"
@@ -30,21 +31,6 @@ class BuildEvent:
     kind: Literal["start", "step", "line", "done"]
     text: str
     elapsed_s: float
-
-
-@dataclass(frozen=True)
-class BuildOutcome:
-    stack: str
-    image_ref: str
-    image_id: str | None
-    status: Literal["built", "reused", "failed"]
-    log_path: Path | None
-    log_tail: tuple[str, ...]
-    duration_s: float
-    labels: dict[str, str] = field(default_factory=dict)
-    audit_summary: dict | None = None
-    arch_problems: tuple[str, ...] = ()
-    reason: str = ""
 
 
 def unpinned(matrix: Matrix, stack_names: list[str]) -> list[str]:
@@ -68,7 +54,7 @@ def local_base_id(matrix: Matrix, stack_name: str, engine) -> str | None:
 
 
 def image_site_packages(engine, ref: str, labels: dict[str, str]) -> str | None:
-    """Where a wheel-stack image installed vLLM (written by docker/wheels.py at build time)."""
+    """Where a wheel-stack image installed vLLM (written by harness/data/docker/wheels.py at build time)."""
     with tempfile.TemporaryDirectory(prefix="harness-site-") as tmp:
         try:
             dest = engine.export_path(ref, "/opt/build/site-packages.txt", Path(tmp), labels=labels)
@@ -82,11 +68,9 @@ def _step_of(line: str) -> str | None:
 
 
 def audit_image(engine, ref: str, labels: dict[str, str], path: str = SITE_PACKAGES) -> dict | None:
-    """Audit hook: the compiled archs of the image's Python packages (None if audit is absent)."""
-    try:
-        from harness.audit import audit_path
-    except ImportError:  # audit not installed in this checkout: the outcome says so
-        return None
+    """The compiled archs of the image's Python packages (copied out, never started)."""
+    from harness.audit import audit_path
+
     with tempfile.TemporaryDirectory(prefix="harness-audit-") as tmp:
         try:
             dest = engine.export_path(ref, path, Path(tmp), labels=labels)
@@ -116,7 +100,8 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
     existing = engine.image_labels(ref)
     if existing is not None and not force:
         emit(BuildEvent(name, "done", "reused", 0.0))
-        return BuildOutcome(name, ref, engine.image_id(ref), "reused", None, (), 0.0, existing)
+        return BuildOutcome(stack=name, image_ref=ref, image_id=engine.image_id(ref), status="reused",
+                            labels=existing)
     if existing is not None:
         engine.remove_image(ref)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -138,8 +123,9 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
         except BuildFailed as exc:
             took = time.monotonic() - start
             emit(BuildEvent(name, "done", "failed", took))
-            return BuildOutcome(name, ref, None, "failed", log_path, tuple(exc.log_tail[-40:] or tail), took,
-                                rendered.labels, reason=exc.message)
+            return BuildOutcome(stack=name, image_ref=ref, status="failed", log_path=str(log_path),
+                                log_tail=tuple(exc.log_tail[-40:] or tail), duration_s=took,
+                                labels=rendered.labels, reason=exc.message)
     took = time.monotonic() - start
     labels = engine.image_labels(ref) or rendered.labels
     audit_path = SITE_PACKAGES
@@ -150,7 +136,9 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
     problems = (build_log_problems(engine, ref, torch_cuda_arch_list, {"harness.role": "audit"})
                 if torch_cuda_arch_list else ())
     emit(BuildEvent(name, "done", "built", took))
-    return BuildOutcome(name, ref, image_id, "built", log_path, tuple(tail), took, labels, summary, problems)
+    return BuildOutcome(stack=name, image_ref=ref, image_id=image_id, status="built",
+                        log_path=str(log_path), log_tail=tuple(tail), duration_s=took, labels=labels,
+                        audit_summary=summary, arch_problems=tuple(problems))
 
 
 def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Path, force: bool = False,
@@ -158,11 +146,14 @@ def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Pat
                  template: Path | None = None, template_values: dict[str, str] | None = None,
                  audit: bool = True) -> dict[str, BuildOutcome]:
     """Each named docker stack once; 'local' stacks are skipped (they have no image)."""
+    from harness.lock import locked_matrix
+
     names = [n for n in dict.fromkeys(stack_names) if matrix.spec.stacks[n].runner == "docker"]
+    matrix = locked_matrix(matrix, names)  # the lock's digest where the matrix wrote none
     if not allow_unpinned and (problems := unpinned(matrix, names)):
         raise ConfigError("unpinned base image(s):\n  - " + "\n  - ".join(problems),
-                          hint="record base_image.digest (`docker buildx imagetools inspect <ref>`), "
-                          "or pass --allow-unpinned for a build you will not compare against")
+                          hint=f"`harness lock -m {matrix.path.name}` pins them (`harness run` does it "
+                          "itself), or pass --allow-unpinned for a build you will not compare against")
     out: dict[str, BuildOutcome] = {}
     for name in names:
         rendered = render(matrix, name, template=template, extra=template_values,

@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 from harness.errors import ConfigError
@@ -20,7 +21,8 @@ from harness.matrix.load import Matrix
 from harness.matrix.model import Stack
 
 IMAGE_REPO = "vllm-bw"
-DOCKER_DIR = Path(__file__).resolve().parent.parent.parent / "docker"
+# Packaged with the tool (importlib.resources), so an installed harness builds without its checkout.
+DOCKER_DIR = Path(str(resources.files("harness").joinpath("data", "docker")))
 DEFAULT_TEMPLATE = DOCKER_DIR / "Dockerfile.vllm.in"
 WHEELS_TEMPLATE = DOCKER_DIR / "Dockerfile.wheels.in"  # the wheel-stack sibling
 LABEL = "harness"
@@ -65,7 +67,8 @@ def patch_files(matrix: Matrix, stack: Stack) -> list[PatchFile]:
     """The stack's two patch series, in apply order, with their bytes."""
     out: list[PatchFile] = []
     if stack.vllm:
-        for i, rel in enumerate(stack.vllm.patches):
+        for i, entry in enumerate(stack.vllm.patches):
+            rel = entry.path
             data = matrix.patch_path(rel).read_bytes()
             out.append(PatchFile("vllm", rel, f"patches/vllm/{i:02d}-{Path(rel).name}",
                                  hashlib.sha256(data).hexdigest(), data))
@@ -185,6 +188,9 @@ def render(matrix: Matrix, stack_name: str, *, template: Path | None = None,
     if stack.runner != "docker":
         raise ConfigError(f"stacks.{stack_name}: a '{stack.runner}' stack has no image to build",
                           hint="leave it out of `harness build` (-k), it runs an existing install")
+    if stack.image is not None:
+        raise ConfigError(f"stacks.{stack_name}: serves the prebuilt image {stack.image}: nothing to build",
+                          hint="leave it out of `harness build` (-k); `harness run` records its labels")
     if stack.wheels is not None:
         from harness.build.wheels import render_wheels
 
@@ -192,9 +198,6 @@ def render(matrix: Matrix, stack_name: str, *, template: Path | None = None,
         return render_wheels(matrix, stack_name, template=None if same else template,
                              template_text=None if same else template_text,
                              buildkit=buildkit, extra=extra, base_image_id=base_image_id)
-    if stack.flashinfer is None:
-        raise ConfigError(f"stacks.{stack_name}: the vLLM template needs a [stacks.{stack_name}.flashinfer] pin",
-                          hint="add version = \"...\" (the release vLLM's requirements/cuda.txt pins)")
     template = template or DEFAULT_TEMPLATE
     text = template_text if template_text is not None else template.read_text()
     patches = patch_files(matrix, stack)

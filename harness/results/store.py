@@ -13,16 +13,17 @@ import json
 import os
 import re
 import secrets
+import shutil
 import tempfile
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, StorageError
 from harness.redact import redact_args, redact_env, redact_text
+from harness.results.model import BuildOutcome, CellResult, RunRecord, RunStatus
 
-FORMAT = 1
 RUN_FILE = "run.json"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=,+@-]")
 
@@ -72,34 +73,27 @@ def cell_key(cell_id: str) -> str:
     return _UNSAFE.sub("_", cell_id.replace("/", "__"))
 
 
-def redact_cell(cell: dict) -> dict:
-    """A copy of a cell record with secrets masked in everything that came from outside:
-    serve env and command, log lines quoted in the tail, verdicts, reasons and evidence."""
-    cell = json.loads(json.dumps(cell))  # deep copy, and proof that it is JSON
-    serve = cell.get("serve")
-    if isinstance(serve, dict):
-        if isinstance(serve.get("env"), dict):
-            serve["env"] = redact_env(serve["env"])
-        if isinstance(serve.get("command"), list):
-            serve["command"] = redact_args([str(a) for a in serve["command"]])
-        if isinstance(serve.get("log_tail"), list):
-            serve["log_tail"] = [redact_text(str(x)) for x in serve["log_tail"]]
-    if isinstance(cell.get("reasons"), list):
-        cell["reasons"] = [redact_text(str(r)) for r in cell["reasons"]]
-    for v in cell.get("verdicts") or []:
-        if isinstance(v, dict):
-            v["message"] = redact_text(str(v.get("message", "")))
-            v["lines"] = [redact_text(str(x)) for x in v.get("lines") or []]
-    fp = cell.get("fingerprint")
-    if isinstance(fp, dict) and isinstance(fp.get("evidence"), dict):
-        fp["evidence"] = {k: redact_text(str(x)) for k, x in fp["evidence"].items()}
-    return cell
+def mask(obj: Any, key: str = "") -> Any:
+    """A copy of JSON data with every secret masked: env maps by variable name,
+    command lines (lists of strings under `command`/`argv`), and secrets inside any free text.
+    The one place results are redacted: everything the store writes goes through it."""
+    if isinstance(obj, dict):
+        if key == "env":
+            return redact_env({str(k): str(v) for k, v in obj.items()})
+        return {k: mask(v, str(k)) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        if key in ("command", "argv") and all(isinstance(a, str) for a in obj):
+            return redact_args(list(obj))
+        return [mask(v, key) for v in obj]
+    if isinstance(obj, str):
+        return redact_text(obj)
+    return obj
 
 
 class RunStore:
     """One `results/<run-id>/` directory. Safe to call from several threads."""
 
-    def __init__(self, run_dir: Path, run: dict) -> None:
+    def __init__(self, run_dir: Path, run: RunRecord) -> None:
         self._dir = Path(run_dir)
         self._run = run
         self._lock = threading.Lock()
@@ -107,27 +101,25 @@ class RunStore:
     # -- opening -------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, results_root: Path, run_id: str, run_meta: dict) -> RunStore:
-        """Make `results_root/run_id/` and write run.json with status "running"."""
-        run_dir = Path(results_root) / run_id
+    def create(cls, results_root: Path, run: RunRecord) -> RunStore:
+        """Make `results_root/<run id>/` and write run.json with status "running"."""
+        run_dir = Path(results_root) / run.run_id
+        check_writable(Path(results_root))
         try:
             run_dir.mkdir(parents=True, exist_ok=False)
+            for sub in ("cells", "logs", "builds"):
+                (run_dir / sub).mkdir()
         except FileExistsError:
             raise ConfigError(
                 f"{run_dir} already exists",
                 hint="use a fresh run id (new_run_id) or `--resume` that run",
             ) from None
-        for sub in ("cells", "logs", "builds"):
-            (run_dir / sub).mkdir()
-        run = {"format": FORMAT, "run_id": run_id, **run_meta}
-        run["run_id"] = run_id
-        run["format"] = FORMAT
-        if isinstance(run.get("argv"), list):
-            run["argv"] = redact_args([str(a) for a in run["argv"]])
-        run.setdefault("cells", [])
-        run["status"] = "running"
-        run["started_at"] = run.get("started_at") or utc_now()
-        run["finished_at"] = None
+        except OSError as exc:
+            raise ConfigError(f"{run_dir}: cannot create the run directory ({exc.strerror})",
+                              hint="give --results a folder you can write to") from None
+        run.status = RunStatus.RUNNING
+        run.started_at = run.started_at or utc_now()
+        run.finished_at = None
         store = cls(run_dir, run)
         store._save_run()
         return store
@@ -137,19 +129,12 @@ class RunStore:
         run_dir = Path(run_dir)
         path = run_dir / RUN_FILE
         hint = "give a results/<run-id>/ directory made by `harness run` (it holds run.json)"
-        if not path.is_file():
+        if not run_dir.is_dir() or not path.is_file():
             raise ConfigError(f"{run_dir} is not a run directory: no {RUN_FILE} in it", hint=hint)
         try:
-            run = json.loads(path.read_text(encoding="utf-8"))
+            run = RunRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError) as exc:
-            raise ConfigError(f"{path}: cannot read it as JSON ({exc})", hint=hint) from exc
-        if not isinstance(run, dict) or "run_id" not in run:
-            raise ConfigError(f"{path}: not a run file (no run_id)", hint=hint)
-        if run.get("format") != FORMAT:
-            raise ConfigError(
-                f"{path}: results format {run.get('format')!r}, this tool reads format {FORMAT}",
-                hint="open it with the harness version that wrote it",
-            )
+            raise ConfigError(f"{path}: not a run file ({_short(exc)})", hint=hint) from None
         return cls(run_dir, run)
 
     # -- run ------------------------------------------------------------------------------
@@ -159,25 +144,29 @@ class RunStore:
         return self._dir
 
     @property
-    def run(self) -> dict:
+    def run(self) -> RunRecord:
         return self._run
 
     @property
     def run_id(self) -> str:
-        return self._run["run_id"]
+        return self._run.run_id
 
     def update_run(self, **fields: Any) -> None:
-        """Merge top-level fields into run.json (e.g. `cells=` after a resume adds some)."""
+        """Set top-level fields of run.json (e.g. `cells=` after a resume adds some)."""
         with self._lock:
-            self._run.update(fields)
+            for k, v in fields.items():
+                setattr(self._run, k, v)
             self._save_run_locked()
 
-    def finish(self, status: Literal["finished", "interrupted"]) -> None:
-        if status not in ("finished", "interrupted"):
-            raise ValueError(f"finish status must be 'finished' or 'interrupted', not {status!r}")
+    def finish(self, status: RunStatus | str, note: str | None = None) -> None:
+        status = RunStatus(status)
+        if status is RunStatus.RUNNING:
+            raise ValueError("a run finishes as 'finished' or 'interrupted'")
         with self._lock:
-            self._run["status"] = status
-            self._run["finished_at"] = utc_now()
+            self._run.status = status
+            self._run.finished_at = utc_now()
+            if note:
+                self._run.note = note
             self._save_run_locked()
 
     def _save_run(self) -> None:
@@ -185,12 +174,9 @@ class RunStore:
             self._save_run_locked()
 
     def _save_run_locked(self) -> None:
-        atomic_write_json(self._dir / RUN_FILE, self._run)
+        _write(self._dir / RUN_FILE, mask(self._run.to_json()))
 
     # -- cells ----------------------------------------------------------------------------
-
-    def cell_key(self, cell_id: str) -> str:
-        return cell_key(cell_id)
 
     def cell_path(self, cell_id: str) -> Path:
         return self._dir / "cells" / f"{cell_key(cell_id)}.json"
@@ -201,73 +187,142 @@ class RunStore:
     def build_log_path(self, stack: str) -> Path:
         return self._dir / "logs" / f"build-{cell_key(stack)}.log"
 
+    def partial_path(self, cell_id: str) -> Path:
+        return self._dir / "cells" / f"{cell_key(cell_id)}.partial.json"
+
     def write_log(self, cell_id: str, text: str) -> Path:
         """Replace a cell's server log with a masked copy (for a log captured to memory or
         to a file first): results directories get shared, and vLLM echoes its arguments."""
         path = self.log_path(cell_id)
-        atomic_write_text(path, redact_text(text))
+        _write_text(path, redact_text(text))
         return path
 
-    def write_cell(self, cell: dict) -> Path:
-        """Write a finished cell. `cell["id"]` is required; `format` is filled in."""
-        if not isinstance(cell.get("id"), str) or not cell["id"]:
-            raise ValueError("a cell record needs its id (the `stack/model/config` string)")
-        record = redact_cell({"format": FORMAT, **cell})
-        path = self.cell_path(cell["id"])
-        atomic_write_json(path, record)
+    def write_cell(self, cell: CellResult) -> Path:
+        """Write a finished cell (masked), and drop what was saved of it along the way."""
+        path = self.cell_path(cell.id)
+        _write(path, mask(cell.to_json()))
+        with contextlib.suppress(OSError):
+            self.partial_path(cell.id).unlink(missing_ok=True)
         return path
 
-    def read_cell(self, cell_id: str) -> dict | None:
+    def write_partial(self, cell_id: str, data: dict[str, Any]) -> None:
+        """What a cell has measured so far, so a controller killed mid-cell loses nothing:
+        `--resume` redoes the cell, and report/bug can still show what it had."""
+        _write(self.partial_path(cell_id), mask({"id": cell_id, **data}))
+
+    def read_partial(self, cell_id: str) -> dict[str, Any] | None:
+        path = self.partial_path(cell_id)
+        if not path.is_file():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def read_cell(self, cell_id: str) -> CellResult | None:
         path = self.cell_path(cell_id)
         if not path.is_file():
             return None
-        return self._load(path)
+        return self._load_cell(path)
 
-    def cells(self) -> list[dict]:
+    def cells(self) -> list[CellResult]:
         """Finished cells in run.json plan order; cells not in the plan follow, by id."""
-        by_id = {c["id"]: c for c in self._all_cells()}
-        ordered = [by_id.pop(cid) for cid in self._run.get("cells", []) if cid in by_id]
+        by_id = {c.id: c for c in self._all_cells()}
+        ordered = [by_id.pop(cid) for cid in self._run.cells if cid in by_id]
         return ordered + [by_id[k] for k in sorted(by_id)]
 
     def finished_ids(self) -> set[str]:
-        return {c["id"] for c in self._all_cells()}
+        return {c.id for c in self._all_cells()}
 
-    def _all_cells(self) -> list[dict]:
+    def _all_cells(self) -> list[CellResult]:
         folder = self._dir / "cells"
         if not folder.is_dir():
             return []
-        found = []
-        for path in sorted(folder.glob("*.json")):  # leftover .tmp files are not cells
-            cell = self._load(path)
-            if isinstance(cell.get("id"), str):
-                found.append(cell)
-        return found
+        # leftover .tmp files and partial records are not finished cells
+        return [self._load_cell(p) for p in sorted(folder.glob("*.json"))
+                if not p.name.endswith(".partial.json")]
 
     # -- builds ---------------------------------------------------------------------------
 
-    def write_build(self, stack: str, outcome: dict) -> Path:
-        path = self._dir / "builds" / f"{cell_key(stack)}.json"
-        atomic_write_json(path, {"stack": stack, **outcome})
+    def write_build(self, outcome: BuildOutcome) -> Path:
+        path = self._dir / "builds" / f"{cell_key(outcome.stack)}.json"
+        _write(path, mask(outcome.model_dump(mode="json")))
         return path
 
-    def builds(self) -> dict[str, dict]:
+    def builds(self) -> dict[str, BuildOutcome]:
         folder = self._dir / "builds"
-        out: dict[str, dict] = {}
+        out: dict[str, BuildOutcome] = {}
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
             data = self._load(path)
-            out[str(data.get("stack") or path.stem)] = data
+            try:
+                b = BuildOutcome.from_json(data, stack=path.stem)
+            except ValueError as exc:
+                raise _bad_file(path, exc) from None
+            out[b.stack] = b
         return out
 
-    @staticmethod
-    def _load(path: Path) -> dict:
+    def _load_cell(self, path: Path) -> CellResult:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            return CellResult.from_json(self._load(path))
+        except ValueError as exc:
+            raise _bad_file(path, exc) from None
+
+    @staticmethod
+    def _load(path: Path) -> Any:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise ConfigError(
-                f"{path}: cannot read it as JSON ({exc})",
-                hint="files here are written atomically: this one was edited or truncated by "
-                "hand; delete it to have `harness run --resume` redo that part",
-            ) from exc
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a JSON object", hint="delete it and re-run")
-        return data
+            raise _bad_file(path, exc) from None
+
+
+def _short(exc: BaseException) -> str:
+    text = getattr(exc, "strerror", None) or str(exc)
+    return text if len(text) < 300 else text[:300] + "..."
+
+
+def _bad_file(path: Path, exc: BaseException) -> ConfigError:
+    return ConfigError(
+        f"{path}: not a result file this tool can read ({_short(exc)})",
+        hint="files here are written atomically: this one was edited or truncated by hand, or "
+        "is not from `harness run`; delete it to have `harness run --resume` redo that part",
+    )
+
+
+def _write(path: Path, obj: Any) -> None:
+    try:
+        atomic_write_json(path, obj)
+    except OSError as exc:
+        raise StorageError(path, exc) from None
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        atomic_write_text(path, text)
+    except OSError as exc:
+        raise StorageError(path, exc) from None
+
+
+MIN_FREE_BYTES = 64 * 2**20
+
+
+def check_writable(folder: Path, min_free: int = MIN_FREE_BYTES) -> None:
+    """Before a run starts: the results folder can be made, written, and has room."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--results {folder}: exists and is not a folder",
+                          hint="give a folder for the run directories (default ./results)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-check.", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"--results {folder}: cannot write there ({exc.strerror})",
+                          hint="give --results a folder you can write to") from None
+    free = shutil.disk_usage(folder).free
+    if free < min_free:
+        raise ConfigError(
+            f"--results {folder}: only {free / 2**20:.0f} MiB free",
+            hint=f"free at least {min_free / 2**20:.0f} MiB there (server logs and results), "
+            "or give --results another disk")

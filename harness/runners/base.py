@@ -51,7 +51,7 @@ class LogBuffer:
         self._lock = threading.Lock()
         self.last_line_at = time.monotonic()
         for line in header:
-            self._f.write(line + "\n")
+            self._f.write(redact_text(line) + "\n")
         self._f.flush()
 
     def add(self, line: str) -> None:
@@ -89,16 +89,31 @@ class ProcessState:
 
 
 class Server(Protocol):
+    """A started server, whatever runs it. The pipeline needs nothing else of a runner."""
+
     base_url: str
     log: LogBuffer
 
-    def state(self) -> ProcessState: ...
+    def state(self) -> ProcessState:
+        """Is it still running, and if not, how did it end."""
+
+    def mark_failed(self) -> None:
+        """The cell failed: a runner with keep-on-failure keeps what it started."""
+
+    def run_python(self, source: bytes, *, timeout_s: float = 120) -> tuple[int, str]:
+        """Run a Python program in the server's environment (its image, or its local python
+        and env); returns (exit code, stdout+stderr)."""
+
+    def record(self) -> dict:
+        """How to find what was started again (pid, container name): written with the cell's
+        partial result, so a later run can reap it if this controller dies."""
 
 
 class Runner(Protocol):
     name: str
 
-    def serve(self, spec: ServeSpec) -> AbstractContextManager[Server]: ...
+    def serve(self, spec: ServeSpec) -> AbstractContextManager[Server]:
+        """Start the server of `spec`; leaving the context stops and removes it."""
 
 
 def lines_of(stream) -> Iterator[str]:

@@ -29,6 +29,13 @@ class DockerServer:
         """The cell failed: with keep_failed, the container stays for `docker logs`."""
         self.failed = True
 
+    def record(self) -> dict:
+        return {"kind": "docker", "container": self.container.name}
+
+    def run_python(self, source: bytes, *, timeout_s: float = 120) -> tuple[int, str]:
+        self.container.put_file("/tmp", "harness_program.py", source)
+        return self.container.exec(["python3", "/tmp/harness_program.py"], timeout_s=timeout_s)
+
     def state(self) -> ProcessState:
         st = self.container.state()
         running = st.get("Status") in ("created", "running", "restarting")

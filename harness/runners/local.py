@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,13 +19,28 @@ from harness.runners.base import LogBuffer, ProcessState, ServeSpec, lines_of
 
 
 class LocalServer:
-    def __init__(self, popen: subprocess.Popen, port: int, log: LogBuffer) -> None:
+    def __init__(self, popen: subprocess.Popen, spec: ServeSpec, log: LogBuffer) -> None:
         self.popen = popen
-        self.base_url = f"http://127.0.0.1:{port}"
+        self.base_url = f"http://127.0.0.1:{spec.port}"
         self.log = log
+        self._python = spec.argv[0]
+        self._env = {**os.environ, **spec.env}
 
     def mark_failed(self) -> None:  # nothing to keep: the log file is the record
         pass
+
+    def record(self) -> dict:
+        from harness.controller import start_ticks
+
+        # the server leads its own process group (start_new_session): its pid is the group's id
+        return {"kind": "local", "pgid": self.popen.pid, "started": start_ticks(self.popen.pid)}
+
+    def run_python(self, source: bytes, *, timeout_s: float = 120) -> tuple[int, str]:
+        with tempfile.NamedTemporaryFile("wb", suffix=".py", prefix="harness-") as f:
+            f.write(source)
+            f.flush()
+            r = proc.run([self._python, f.name], timeout=timeout_s, env=self._env)
+        return r.returncode, r.stdout + r.stderr
 
     def state(self) -> ProcessState:
         code = self.popen.poll()
@@ -46,11 +62,25 @@ class LocalRunner:
                                 daemon=True, name=f"log-{spec.cell_id}")
         pump.start()
         try:
-            yield LocalServer(popen, spec.port, log)
+            yield LocalServer(popen, spec, log)
         finally:
             _stop_group(popen, self.stop_timeout_s)
             pump.join(timeout=5)
             log.close()
+
+
+def kill_group(pgid: int, started: float | None) -> bool:
+    """SIGKILL a server's process group left by a dead controller, if it is still the same
+    process (its start time matches); returns whether it was killed."""
+    from harness.controller import start_ticks
+
+    if started is None or start_ticks(pgid) != started:
+        return False
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _stop_group(popen: subprocess.Popen, timeout_s: float) -> None:

@@ -1,4 +1,4 @@
-"""Inside a wheel-stack image build (docker/Dockerfile.wheels.in): install, patch, check.
+"""Inside a wheel-stack image build (harness/data/docker/Dockerfile.wheels.in): install, patch, check.
 
   wheels.py install --python PY --vllm V --vllm-sha256 H --torch T [--wheelhouse DIR] ...
   wheels.py patch   --python PY PATCH...      Python-file patches, applied to site-packages
@@ -57,39 +57,39 @@ def install(a):
             path = os.path.join(a.wheelhouse, w["file"])
             got = sha256(path)
             if got != w["sha256"]:
-                die("%s: sha256 %s is not the lock's %s" % (w["file"], got, w["sha256"]))
+                die("{}: sha256 {} is not the lock's {}".format(w["file"], got, w["sha256"]))
             files.append(path)
         vllm = [w for w in lock["wheels"] if w["name"] == "vllm"]
         if len(vllm) != 1 or vllm[0]["version"] != a.vllm:
-            die("wheels.lock has no vllm %s wheel (found %s)" % (a.vllm, [w["version"] for w in vllm]))
+            die("wheels.lock has no vllm {} wheel (found {})".format(a.vllm, [w["version"] for w in vllm]))
         if a.vllm_sha256 and vllm[0]["sha256"] != a.vllm_sha256:
-            die("the vllm wheel's sha256 %s is not the stack's pin %s" % (vllm[0]["sha256"], a.vllm_sha256))
+            die("the vllm wheel's sha256 {} is not the stack's pin {}".format(vllm[0]["sha256"], a.vllm_sha256))
         for w in lock["wheels"]:
-            note = " (re-packed: %s)" % w.get("strip_reason") if w.get("repacked") else ""
-            print("wheel %s %s sha256 %s%s" % (w["name"], w["version"], w["sha256"], note), flush=True)
+            note = " (re-packed: {})".format(w.get("strip_reason")) if w.get("repacked") else ""
+            print("wheel {} {} sha256 {}{}".format(w["name"], w["version"], w["sha256"], note), flush=True)
         if has_pip(a.python):
             cmd = [a.python, "-m", "pip", "install", "--no-index", "--no-deps", "--no-compile"] + files
-            print("+ " + " ".join(cmd[:8]) + " ... (%d wheels)" % len(files), flush=True)
+            print("+ " + " ".join(cmd[:8]) + f" ... ({len(files)} wheels)", flush=True)
             subprocess.run(cmd, check=True)
         else:  # no pip in the base: unpack each wheel into site-packages, as pip would
             site = site_dir(a.python)
             for f in files:
                 with zipfile.ZipFile(f) as z:
                     z.extractall(site)
-            print("unpacked %d wheels into %s (no pip in this Python)" % (len(files), site), flush=True)
+            print(f"unpacked {len(files)} wheels into {site} (no pip in this Python)", flush=True)
     else:
         if not has_pip(a.python):
-            die("%s has no pip: a PyPI wheel stack needs one (or give a wheelhouse)" % a.python)
+            die(f"{a.python} has no pip: a PyPI wheel stack needs one (or give a wheelhouse)")
         dl = "/opt/build/download"
         subprocess.run([a.python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", dl,
                         "vllm==" + a.vllm], check=True)
         wheel = [os.path.join(dl, f) for f in os.listdir(dl) if f.startswith("vllm-") and f.endswith(".whl")]
         if len(wheel) != 1:
-            die("expected one vllm wheel, got %s" % wheel)
+            die(f"expected one vllm wheel, got {wheel}")
         got = sha256(wheel[0])
         if a.vllm_sha256 and got != a.vllm_sha256:
-            die("%s: sha256 %s is not the stack's pin %s" % (wheel[0], got, a.vllm_sha256))
-        print("wheel vllm %s sha256 %s" % (a.vllm, got), flush=True)
+            die(f"{wheel[0]}: sha256 {got} is not the stack's pin {a.vllm_sha256}")
+        print(f"wheel vllm {a.vllm} sha256 {got}", flush=True)
         reqs = [wheel[0]] + (["torch==" + a.torch] if a.torch else []) + \
             (["flashinfer-python==" + a.flashinfer] if a.flashinfer else [])
         extra = ["--extra-index-url", a.torch_index_url] if a.torch_index_url else []
@@ -104,11 +104,11 @@ def apply_patch(site, path):
     for block in files[1:]:
         m = re.match(r"--- (\S+).*\n\+\+\+ (\S+).*\n", block)
         if not m:
-            die("%s: malformed file header" % path)
+            die(f"{path}: malformed file header")
         target = m.group(2).split("/", 1)[1] if m.group(2).startswith("b/") else m.group(2)
         full = os.path.join(site, target)
         if not os.path.isfile(full):
-            die("%s: %s is not installed in %s" % (path, target, site))
+            die(f"{path}: {target} is not installed in {site}")
         old = open(full).read().split("\n")
         out, pos = [], 0
         for hunk in re.finditer(r"(?m)^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@.*\n((?:[ +\-\\].*(?:\n|$))*)",
@@ -122,13 +122,13 @@ def apply_patch(site, path):
             if old[start:start + len(src)] != src:  # like git apply: the exact context, moved
                 found = [i for i in range(pos, len(old) - len(src) + 1) if old[i:i + len(src)] == src]
                 if not found:
-                    die("%s: hunk at line %d does not apply to %s (context differs)" % (path, start + 1, target))
+                    die(f"{path}: hunk at line {start + 1} does not apply to {target} (context differs)")
                 start = min(found, key=lambda i: abs(i - start))
             out += old[pos:start] + dst
             pos = start + len(src)
         out += old[pos:]
         open(full, "w").write("\n".join(out))
-        print("patched %s (%s)" % (target, os.path.basename(path)), flush=True)
+        print(f"patched {target} ({os.path.basename(path)})", flush=True)
 
 
 def patch(a):
@@ -138,8 +138,7 @@ def patch(a):
 
 
 def version_of(python, dist):
-    code = ("import importlib.metadata as m\ntry:\n print(m.version(%r))\nexcept m.PackageNotFoundError:\n print('')"
-            % dist)
+    code = (f"import importlib.metadata as m\ntry:\n print(m.version({dist!r}))\nexcept m.PackageNotFoundError:\n print('')")
     return query(python, code)
 
 
@@ -148,14 +147,14 @@ def check(a):
     problems = []
     for dist, want in (("vllm", a.vllm), ("torch", a.torch), ("flashinfer-python", a.flashinfer)):
         got = version_of(a.python, dist)
-        print("installed %s %s" % (dist, got or "(absent)"), flush=True)
+        print("installed {} {}".format(dist, got or "(absent)"), flush=True)
         if want and got.split("+")[0] != want.split("+")[0]:
-            problems.append("%s is %s, the stack pins %s" % (dist, got or "absent", want))
+            problems.append("{} is {}, the stack pins {}".format(dist, got or "absent", want))
     if problems:
         die("; ".join(problems))
     os.makedirs(os.path.dirname(SITE_FILE), exist_ok=True)
     open(SITE_FILE, "w").write(site + "\n")
-    print("site-packages %s" % site, flush=True)
+    print(f"site-packages {site}", flush=True)
 
 
 def main():

@@ -1,0 +1,72 @@
+"""Who is running: this controller's identity, and whether another one is still alive.
+
+Everything the tool starts (containers, local servers) and every run directory records the
+controller's host, pid and process start time. A run whose controller is gone (SIGKILL, a
+power cut, a closed laptop) left its servers behind: the next run, or `harness reap`, finds
+them by that record and removes them, as testcontainers' reaper does. The start time guards
+against a recycled pid.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from functools import cache
+
+from harness.results.model import Controller
+
+LABEL_HOST = "harness.controller.host"
+LABEL_PID = "harness.controller.pid"
+LABEL_STARTED = "harness.controller.started"
+
+
+def start_ticks(pid: int) -> float | None:
+    """The process start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # the command name (field 2) is in parentheses and may hold spaces: split after it
+    rest = stat.rsplit(")", 1)[-1].split()
+    try:
+        return float(rest[19])
+    except (IndexError, ValueError):
+        return None
+
+
+@cache
+def me() -> Controller:
+    pid = os.getpid()
+    return Controller(host=socket.gethostname(), pid=pid, started=start_ticks(pid))
+
+
+def labels() -> dict[str, str]:
+    c = me()
+    return {LABEL_HOST: c.host, LABEL_PID: str(c.pid), LABEL_STARTED: str(c.started or "")}
+
+
+def alive(c: Controller) -> bool | None:
+    """True/False for a controller on this host; None when it ran on another host."""
+    if c.host != socket.gethostname():
+        return None
+    try:
+        os.kill(c.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, someone else's
+    if c.started is not None:
+        now = start_ticks(c.pid)
+        if now is not None and now != c.started:
+            return False  # the pid was reused by another process
+    return True
+
+
+def from_labels(lab: dict[str, str]) -> Controller | None:
+    try:
+        started = lab.get(LABEL_STARTED) or None
+        return Controller(host=lab[LABEL_HOST], pid=int(lab[LABEL_PID]),
+                          started=float(started) if started else None)
+    except (KeyError, ValueError):
+        return None

@@ -1,0 +1,438 @@
+"""The typed records of a run: what a cell ended as, and why.
+
+Results format v2 (docs/results-format.md). Everything a stage produces about a cell lands in one
+frozen `CellResult`; report, compare and bug only render these records, they judge nothing. The
+verdicts are the single source of truth: a cell's `reasons` are derived from its failed verdicts,
+never stored beside them. v1 files (the first round's run directories, examples/h200/run) load
+through `CellResult.from_json`, which lifts their free-text reasons into verdicts.
+
+Sub-records written by other modules (the fingerprint, the benchmark, the memory watch, the
+audit, the image probe) are typed views that keep unknown keys (`extra="allow"`): a newer writer
+may add facts, and an older reader must neither lose them nor refuse the file.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
+
+FORMAT = 2
+READABLE_FORMATS = (1, 2)
+
+
+class Status(StrEnum):
+    """How a cell ended. Every value is documented in docs/results-format.md."""
+
+    PASS = "pass"  # served, and every verdict passed
+    FAIL = "fail"  # served, and a verdict failed
+    BUILD_FAILED = "build-failed"  # its image did not build
+    CRASHED = "crashed"  # the server exited before it was ready
+    HUNG = "hung"  # no new log line for serve.quiet_period_s while not ready
+    TIMEOUT = "timeout"  # not ready within serve.startup_timeout_s
+    SKIPPED = "skipped"  # not run, on purpose (no GPU on this host, filtered)
+    ERROR = "error"  # the tool itself raised inside the cell (the exception is recorded)
+
+    @property
+    def ok(self) -> bool:
+        """Counts as a success for the exit code."""
+        return self in (Status.PASS, Status.SKIPPED)
+
+    @property
+    def served(self) -> bool:
+        return self in (Status.PASS, Status.FAIL)
+
+
+# Worse is higher, for `harness compare`; SKIPPED and ERROR say nothing about the stack.
+STATUS_RANK = {Status.PASS: 0, Status.FAIL: 1, Status.HUNG: 2, Status.TIMEOUT: 2,
+               Status.CRASHED: 3, Status.BUILD_FAILED: 4}
+NOT_READY = {"exited": Status.CRASHED, "hung": Status.HUNG, "timeout": Status.TIMEOUT}
+
+
+class VerdictStatus(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    WARN = "warn"
+
+
+class Record(BaseModel):
+    """Frozen, and strict about its own keys."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Open(BaseModel):
+    """Frozen, keeps keys it does not know (written by another module, maybe newer)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+class Verdict(Record):
+    """One check on one cell. `asked`/`got` are set for requested-vs-selected checks, so a
+    report can show both columns without judging again."""
+
+    check: str = Field(description="what was checked: moe_backend, signature:<id>, expect.<key>, ...")
+    status: VerdictStatus
+    message: str
+    lines: tuple[str, ...] = Field(default=(), description="the log lines the verdict rests on")
+    asked: str | None = None
+    got: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.status is VerdictStatus.FAIL
+
+
+# --- views of what other modules write -------------------------------------------------------
+
+
+class AutotunerSkip(Open):
+    op: str
+    count: int
+
+
+class FingerprintRecord(Open):
+    """`harness.fingerprint.Fingerprint.to_json()`."""
+
+    moe_backend: str | None = None
+    moe_quant: str | None = None
+    linear_kernels: tuple[str, ...] = ()
+    attention_backend: str | None = None
+    cudagraph_mode: str | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    autotuner_skipped: tuple[AutotunerSkip, ...] = ()
+    mismatches: tuple[dict[str, Any], ...] = ()
+    signatures: tuple[str, ...] = ()
+    vllm_version: str | None = None
+    evidence: dict[str, str] = Field(default_factory=dict)
+    # how the engine died, when it did (root cause = first exception that is not a wrapper)
+    fatal: bool = False
+    failure_class: str | None = None
+    root_cause: str | None = None
+    # speculative decoding: the drafter's own kernels and its acceptance
+    drafter_moe_backend: str | None = None
+    spec_method: str | None = None
+    num_speculative_tokens: int | None = None
+    spec_acceptance_rate: float | None = None
+    spec_acceptance_per_position: tuple[float, ...] = ()
+
+
+class BenchLevel(Open):
+    """One concurrency level of `harness.bench` (medians over repeats, with their samples)."""
+
+    concurrency: int
+    per_stream_tok_s: float | None = None
+    aggregate_tok_s: float | None = None
+    ttft_ms_p50: float | None = None
+    ttft_ms_p99: float | None = None
+    requests: int = 0
+    failed: int = 0
+    degenerate: bool = False
+    diversity_min: float | None = None
+    samples: dict[str, list[float | None]] = Field(default_factory=dict)
+
+    def values(self, key: str) -> list[float]:
+        """Every repeat of a figure (the median alone when no samples were kept)."""
+        got = [float(v) for v in self.samples.get(key) or () if v is not None]
+        if got:
+            return got
+        one = getattr(self, key, None)
+        if one is None and self.model_extra:
+            one = self.model_extra.get(key)
+        return [float(one)] if one is not None else []
+
+
+class BenchRecord(Open):
+    """`harness.bench` BenchResult.to_dict()."""
+
+    levels: tuple[BenchLevel, ...] = ()
+    prefill_tok_s: float | None = None
+    prefill_prompt_tokens: int | None = None
+    cold_ttft_ms: float | None = None
+    prefix_cache_hit_rate: float | None = None
+    warm_ttft_ms: float | None = None
+    warnings: tuple[str, ...] = ()
+
+    def level(self, concurrency: int) -> BenchLevel | None:
+        return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
+
+    def per_stream(self, concurrency: int) -> float | None:
+        lv = self.level(concurrency)
+        return lv.per_stream_tok_s if lv else None
+
+    @property
+    def top(self) -> BenchLevel | None:
+        return max(self.levels, key=lambda lv: lv.concurrency) if self.levels else None
+
+
+class MemoryRecord(Open):
+    """`harness.results.memwatch.MemWatch.result()`."""
+
+    leak: bool = False
+    reason: str | None = None
+    host_slope_gib_per_h: float | None = None
+    gpu_slope_gib_per_h: float | None = None
+
+
+# --- what the pipeline writes ----------------------------------------------------------------
+
+
+class Requested(Record):
+    moe_backend: str | None = None
+    linear_backend: str | None = None
+    attention_backend: str | None = None
+    cudagraph_mode: str | None = None
+
+
+class ModelInfo(Record):
+    active_params_b: float | None = None
+    bytes_per_param: float | None = None
+    checkpoint: str | None = None
+    load_format: str | None = None
+
+
+class ServeInfo(Record):
+    command: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    log: str | None = Field(default=None, description="server log, relative to the run directory")
+    startup_s: float | None = None
+    exit_code: int | None = None
+    state: str | None = Field(default=None, description="ready | exited | hung | timeout")
+    log_tail: tuple[str, ...] = ()
+    url: str | None = None
+    served_model: str | None = None
+
+
+class ImageInfo(Record):
+    ref: str | None = None
+    id: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class BuildInfo(Record):
+    log: str | None = None
+    log_tail: tuple[str, ...] = ()
+
+
+class CellError(Record):
+    """The tool raised inside this cell: the run went on, this is what it raised."""
+
+    type: str
+    message: str
+    traceback: tuple[str, ...] = ()
+
+
+class CrossCheck(Open):
+    command: str = ""
+    exit_code: int | None = None
+    duration_s: float | None = None
+    output_tail: tuple[str, ...] = ()
+    result: Any = None
+
+
+class CellResult(Record):
+    """Everything known about one cell of one run."""
+
+    format: int = FORMAT
+    id: str = Field(description="<stack>/<model>/<config>")
+    stack: str
+    model: str
+    config: str
+    quantization: str | None = None
+    runner: str | None = Field(default=None, description="docker | local")
+    status: Status
+    verdicts: tuple[Verdict, ...] = ()
+    requested: Requested = Field(default_factory=Requested)
+    model_info: ModelInfo = Field(default_factory=ModelInfo)
+    fingerprint: FingerprintRecord | None = None
+    bench: BenchRecord | None = None
+    image: ImageInfo | None = None
+    image_fingerprint: dict[str, Any] | None = None
+    audit: dict[str, Any] | None = None
+    memory: MemoryRecord | None = None
+    serve: ServeInfo | None = None
+    build: BuildInfo | None = None
+    cross_check: CrossCheck | None = None
+    error: CellError | None = None
+    durations: dict[str, float] = Field(default_factory=dict)
+    started_at: str | None = None
+    finished_at: str | None = None
+    host: str | None = Field(default=None, description="the engine / host that ran it")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Why the cell did not pass: the messages of its failed verdicts, in order."""
+        return tuple(v.message for v in self.verdicts if v.failed)
+
+    def verdict(self, check: str) -> Verdict | None:
+        return next((v for v in self.verdicts if v.check == check), None)
+
+    @property
+    def decode_c1(self) -> float | None:
+        return self.bench.per_stream(1) if self.bench else None
+
+    @classmethod
+    def from_json(cls, data: Any) -> CellResult:
+        """A v2 record, or a v1 record lifted to v2. Raises ValueError on anything else."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a cell record is a JSON object, not {type(data).__name__}")
+        fmt = data.get("format", 1)
+        if fmt not in READABLE_FORMATS:
+            raise ValueError(f"results format {fmt!r}; this tool reads formats {READABLE_FORMATS}")
+        if fmt == 1:
+            data = _lift_v1(data)
+        else:
+            data = {k: v for k, v in data.items() if k != "reasons"}
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ValueError(_first_errors(exc)) from None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def _lift_v1(data: dict) -> dict:
+    """v1 -> v2: reasons that no failed verdict carries become verdicts; keys renamed."""
+    data = dict(data)
+    reasons = [str(r) for r in data.pop("reasons", None) or ()]
+    verdicts = [dict(v) for v in data.get("verdicts") or () if isinstance(v, dict)]
+    said = {v.get("message") for v in verdicts if v.get("status") == "fail"}
+    status = data.get("status")
+    lifted = []
+    for r in reasons:
+        if r in said:
+            continue
+        check = {"build-failed": "build", "crashed": "serve.ready", "hung": "serve.ready",
+                 "timeout": "serve.ready"}.get(status, "reason")
+        lifted.append({"check": check, "status": "fail", "message": r, "lines": []})
+    data["verdicts"] = lifted + verdicts
+    data["format"] = FORMAT
+    if isinstance(data.get("durations"), dict):  # v1 readers took null figures
+        data["durations"] = {k: v for k, v in data["durations"].items() if v is not None}
+    if isinstance(data.get("image"), dict) and not any(data["image"].values()):
+        data["image"] = None
+    build = data.get("build")
+    if isinstance(build, dict):
+        data["build"] = {"log": build.get("log"), "log_tail": build.get("log_tail") or []}
+    return data
+
+
+def _first_errors(exc: ValidationError, n: int = 3) -> str:
+    parts = []
+    for e in exc.errors()[:n]:
+        where = ".".join(str(p) for p in e["loc"]) or "(top)"
+        parts.append(f"{where}: {e['msg']}")
+    more = f" (and {exc.error_count() - n} more)" if exc.error_count() > n else ""
+    return "; ".join(parts) + more
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    FINISHED = "finished"
+    INTERRUPTED = "interrupted"
+
+
+class Controller(Record):
+    """Who is running the run: a run whose controller is gone is reaped, not trusted."""
+
+    host: str
+    pid: int
+    started: float | None = Field(default=None, description="process start time (ticks), against pid reuse")
+
+
+class MatrixInfo(Open):
+    path: str | None = None
+    sha256: str | None = None
+    name: str | None = None
+    hardware_name: str | None = None
+    hardware: dict[str, Any] = Field(default_factory=dict)
+    expect: dict[str, Any] = Field(default_factory=dict)
+    bench: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def min_ratio(self) -> float | None:
+        value = self.expect.get("nvfp4_over_fp8_min_ratio")
+        return float(value) if isinstance(value, int | float) else None
+
+    @property
+    def noise_floor(self) -> float | None:
+        value = self.bench.get("noise_floor")
+        return float(value) if isinstance(value, int | float) else None
+
+
+class RunRecord(BaseModel):
+    """run.json. Mutable on purpose: the store updates status and cells as the run goes."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    format: int = FORMAT
+    run_id: str
+    tool_version: str | None = None
+    argv: list[str] = Field(default_factory=list)
+    k: str | None = None
+    matrix: MatrixInfo = Field(default_factory=MatrixInfo)
+    host: dict[str, Any] = Field(default_factory=dict)
+    cells: list[str] = Field(default_factory=list)
+    status: RunStatus = RunStatus.RUNNING
+    started_at: str | None = None
+    finished_at: str | None = None
+    controller: Controller | None = None
+    note: str | None = Field(default=None, description="why a run stopped early, when it did")
+
+    @classmethod
+    def from_json(cls, data: Any) -> RunRecord:
+        if not isinstance(data, dict):
+            raise ValueError(f"run.json holds a JSON object, not {type(data).__name__}")
+        fmt = data.get("format", 1)
+        if fmt not in READABLE_FORMATS:
+            raise ValueError(f"results format {fmt!r}; this tool reads formats {READABLE_FORMATS}")
+        try:
+            return cls.model_validate({**data, "format": FORMAT})
+        except ValidationError as exc:
+            raise ValueError(_first_errors(exc)) from None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+class BuildOutcome(Open):
+    """builds/<stack>.json: what the build (or reuse, or local audit) of one stack gave."""
+
+    stack: str
+    status: str = Field(description="built | reused | failed | local | skipped")
+    image_ref: str | None = None
+    image_id: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    log_path: str | None = None
+    log_tail: tuple[str, ...] = ()
+    duration_s: float = 0.0
+    audit: dict[str, Any] | None = None
+    audit_summary: dict[str, Any] | None = None
+    arch_problems: tuple[str, ...] = ()
+    reason: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
+
+    @classmethod
+    def from_json(cls, data: Any, stack: str | None = None) -> BuildOutcome:
+        if not isinstance(data, dict):
+            raise ValueError(f"a build record is a JSON object, not {type(data).__name__}")
+        data = {k: v for k, v in data.items() if v is not None or k in ("audit",)}
+        data.setdefault("stack", stack or "?")
+        image = data.get("image")
+        if isinstance(image, dict):  # v1 wrote {ref, id} where v2 has image_ref / image_id
+            data.setdefault("image_ref", image.get("ref"))
+            data.setdefault("image_id", image.get("id"))
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ValueError(_first_errors(exc)) from None

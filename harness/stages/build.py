@@ -1,0 +1,90 @@
+"""The build stage: one image per docker stack the cells need, built once or reused.
+
+A prebuilt `image = "..."` stack is looked up, not built; a local stack gets the arch audit of
+its installed vllm package instead of an image. Every outcome is stored (builds/<stack>.json) as
+soon as it is known, and a `--resume` reads it back instead of building again.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from harness.matrix.load import Matrix
+from harness.matrix.plan import Cell, group_by_stack
+from harness.results.model import BuildOutcome
+from harness.results.store import RunStore
+
+
+def audit_local_stack(matrix: Matrix, stack_name: str) -> BuildOutcome:
+    """What a local install really holds: run the arch audit on its vllm package directory."""
+    from harness import proc
+    from harness.audit import Target, audit_path
+
+    stack = matrix.spec.stacks[stack_name]
+    env = {**os.environ, **stack.local.env}
+    r = proc.run([stack.local.python, "-c", "import os, vllm; print(os.path.dirname(vllm.__file__))"],
+                 timeout=300, env=env)
+    base = {"stack": stack_name, "image_ref": f"local:{stack.local.python}", "status": "local"}
+    if not r.ok:
+        return BuildOutcome(**base, log_tail=tuple((r.stderr or r.stdout).strip().splitlines()[-5:]),
+                            reason="the local python cannot import vllm")
+    vllm_dir = r.stdout.strip().splitlines()[-1]
+    hw = matrix.spec.hardware[matrix.spec.matrix.hardware]
+    t0 = time.monotonic()
+    report = audit_path(Path(vllm_dir), [Target.from_cc(hw.cc)])
+    audit = report.to_json()
+    audit.pop("files", None)  # per-file detail stays out of every cell; totals remain
+    return BuildOutcome(**base, labels={"harness.local.vllm_dir": vllm_dir}, audit=audit,
+                        audit_summary=report.summary(), duration_s=round(time.monotonic() - t0, 1))
+
+
+def _prebuilt(engine, stack: str, image: str) -> BuildOutcome:
+    labels = engine.image_labels(image)
+    if labels is None:
+        return BuildOutcome(stack=stack, image_ref=image, status="failed",
+                            reason=f"image {image} does not exist on this engine (build or load it first)")
+    return BuildOutcome(stack=stack, image_ref=image, image_id=engine.image_id(image),
+                        status="reused", labels=labels)
+
+
+def build_stage(matrix: Matrix, cells: list[Cell], store: RunStore, *, engine: Callable[[], object],
+                force: bool = False, allow_unpinned: bool = False, audit_local: bool = True,
+                template: Path | None = None, template_values: dict | None = None,
+                on_event: Callable | None = None) -> dict[str, BuildOutcome]:
+    """Build (or reuse, or audit) what the cells need; outcomes by stack, each stored."""
+    needed = list(group_by_stack(cells))
+    known = store.builds()
+
+    def record(outcome: BuildOutcome) -> None:
+        if outcome.log_path and Path(outcome.log_path).is_absolute():
+            try:  # paths in a run directory are relative to it: the directory travels
+                outcome = outcome.model_copy(
+                    update={"log_path": str(Path(outcome.log_path).relative_to(store.dir))})
+            except ValueError:
+                pass
+        store.write_build(outcome)
+        known[outcome.stack] = outcome
+
+    for s in needed:
+        stack = matrix.spec.stacks[s]
+        if s in known:
+            continue
+        if stack.runner == "local":
+            if audit_local:
+                record(audit_local_stack(matrix, s))
+        elif stack.image:
+            record(_prebuilt(engine(), s, stack.image))
+    todo = [s for s in needed if s not in known and matrix.spec.stacks[s].runner == "docker"]
+    if todo:
+        from harness.build.builder import build_stacks
+
+        extra = {"template": template, "template_values": template_values} if template else {}
+        outcomes = build_stacks(matrix, todo, engine=engine(), log_dir=store.dir / "logs",
+                                force=force, allow_unpinned=allow_unpinned, on_event=on_event,
+                                **extra)
+        for outcome in outcomes.values():
+            record(outcome)
+    return {s: known[s] for s in needed if s in known}

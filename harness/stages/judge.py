@@ -1,0 +1,243 @@
+"""The judge stage: what a cell's log, benchmark and memory trend prove against the matrix.
+
+The one place where "asked X, got Y" is decided. Per cell: requested vs selected kernels (a
+request the log does not confirm is a failure), autotuner skips, known signatures,
+`[[expect.select]]` rules, decode floor, output health, failed requests, memory. Across cells:
+NVFP4 against FP8 on the same stack and config, judged beyond the noise band, and re-appliable
+to a stored run (`harness rejudge`). Report, compare and bug render these verdicts; they never
+judge again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from harness.fingerprint import Fingerprint, fingerprint, verdicts
+from harness.matrix.model import Expect, SelectRule
+from harness.matrix.plan import Cell
+from harness.matrix.select import compile_expression
+from harness.results.model import (
+    NOT_READY,
+    BenchRecord,
+    CellResult,
+    FingerprintRecord,
+    MemoryRecord,
+    Requested,
+    Status,
+    Verdict,
+    VerdictStatus,
+)
+
+SELECTION_CHECKS = ("moe_backend", "linear_backend", "attention_backend")
+FORMAT_CHECK = "expect.nvfp4_over_fp8"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    status: Status
+    verdicts: tuple[Verdict, ...]
+
+
+def _got(fp: Fingerprint, check: str) -> str | None:
+    if check == "linear_backend":
+        return ", ".join(fp.linear_kernels) or None
+    return getattr(fp, check, None)
+
+
+def _typed(v, asked: dict[str, str | None], fp: Fingerprint) -> Verdict:
+    """The fingerprint module's verdict as a result record, with asked/got for selections."""
+    check = v.check.removeprefix("log:")
+    extra = {}
+    if check in SELECTION_CHECKS:
+        extra = {"asked": asked.get(check), "got": _got(fp, check)}
+    return Verdict(check=v.check, status=VerdictStatus(v.status), message=v.message,
+                   lines=tuple(x for x in v.lines if x), **extra)
+
+
+def _fail(check: str, message: str, lines: Iterable[str] = ()) -> Verdict:
+    return Verdict(check=check, status=VerdictStatus.FAIL, message=message, lines=tuple(lines))
+
+
+def _check(check: str, ok: bool, good: str, bad: str, **kw) -> Verdict:
+    return Verdict(check=check, status=VerdictStatus.PASS if ok else VerdictStatus.FAIL,
+                   message=good if ok else bad, **kw)
+
+
+def readiness_verdict(state: str, exit_code: int | None, detail: str) -> Verdict:
+    why = {"exited": f"server exited with code {exit_code} before it was ready"
+                     + (f" ({detail})" if detail else ""),
+           "hung": f"start hung: {detail}", "timeout": detail or "not ready in time"}[state]
+    return _fail("serve.ready", why)
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What the judge needs to know of a cell: from the matrix in a run, from the stored
+    result in `harness rejudge`."""
+
+    id: str
+    requested: Requested
+    load_format: str | None = None
+
+    @classmethod
+    def of(cls, cell: Cell) -> Subject:
+        c = cell.config
+        return cls(cell.id, Requested(moe_backend=c.moe_backend, linear_backend=c.linear_backend,
+                                      attention_backend=c.attention_backend,
+                                      cudagraph_mode=c.cudagraph_mode), cell.model.load_format)
+
+    def select_rules(self, rules: Iterable[SelectRule]) -> list[SelectRule]:
+        return [r for r in rules if compile_expression(r.cells)(self.id)]
+
+
+def judge(cell: Subject, expect: Expect, fp: Fingerprint, *, ready_state: str,
+          exit_code: int | None = None, detail: str = "", bench: BenchRecord | None = None,
+          memory: MemoryRecord | None = None, extra: Iterable[Verdict] = (),
+          not_ready: Verdict | None = None) -> Judgement:
+    """Every verdict on one served (or failed-to-serve) cell, and the status they give.
+    `not_ready` replaces the start-up verdict (rejudge keeps the one the run wrote)."""
+    ready = ready_state == "ready"
+    req = cell.requested
+    asked = {"moe_backend": req.moe_backend, "linear_backend": req.linear_backend,
+             "attention_backend": req.attention_backend}
+    asked = {k: (None if v is None or v.lower() == "auto" else v) for k, v in asked.items()}
+    out: list[Verdict] = []
+    if not ready:
+        out.append(not_ready or readiness_verdict(ready_state, exit_code, detail))
+    match = expect.kernels_match_request
+    out += [_typed(v, asked, fp) for v in verdicts(
+        fp,
+        requested_moe=asked["moe_backend"] if match else None,
+        requested_linear=asked["linear_backend"] if match else None,
+        requested_attention=asked["attention_backend"] if match else None,
+        max_autotuner_skips=expect.max_autotuner_skips,
+        allowed_signatures=expect.allowed_signatures,
+        require_selection=ready,
+    )]
+    if ready:
+        out += _select_rules(cell, expect, fp)
+    if bench is not None:
+        out += _bench_checks(cell, expect, bench)
+    if memory is not None and memory.leak:
+        out.append(_fail("memory", memory.reason or "memory leak"))
+    out += list(extra)
+    if not ready:
+        status = NOT_READY[ready_state]
+    else:
+        status = Status.FAIL if any(v.failed for v in out) else Status.PASS
+    return Judgement(status, tuple(out))
+
+
+def _select_rules(cell: Subject, expect: Expect, fp: Fingerprint) -> list[Verdict]:
+    out = []
+    for rule in cell.select_rules(expect.select):
+        for key in ("moe_backend", "attention_backend", "cudagraph_mode"):
+            want, got = getattr(rule, key), getattr(fp, key)
+            if want is None:
+                continue
+            evidence = fp.evidence.get(key)
+            out.append(_check(f"expect.{key}", (got or "").upper() == want.upper(),
+                              f"{key} is {got}", f"expected {want}, got {got}",
+                              lines=(evidence,) if evidence else (), asked=want, got=got))
+        if rule.linear_kernel is not None:
+            got = ", ".join(fp.linear_kernels) or None
+            out.append(_check("expect.linear_kernel", rule.linear_kernel in fp.linear_kernels,
+                              f"{rule.linear_kernel} selected",
+                              f"expected {rule.linear_kernel}, got {got or 'none'}",
+                              asked=rule.linear_kernel, got=got))
+    return out
+
+
+def _bench_checks(cell: Subject, expect: Expect, bench: BenchRecord) -> list[Verdict]:
+    out = []
+    if expect.min_decode_tok_s:
+        solo = bench.per_stream(1)
+        out.append(_check("expect.min_decode_tok_s",
+                          solo is not None and solo >= expect.min_decode_tok_s,
+                          f"decode {solo} tok/s at c=1 (floor {expect.min_decode_tok_s})",
+                          f"decode {solo} tok/s at c=1 (floor {expect.min_decode_tok_s})"))
+    degenerate = [lv.concurrency for lv in bench.levels if lv.degenerate]
+    if degenerate and cell.load_format != "dummy":  # random weights write noise by design
+        out.append(_fail("output_health",
+                         f"degenerate output (4-gram diversity < 0.6) at c={degenerate}"))
+    failed = sum(lv.failed for lv in bench.levels)
+    if failed:
+        out.append(_fail("bench.failed_requests", f"{failed} benchmark requests failed"))
+    return out
+
+
+def rejudge(cell: CellResult, expect: Expect, log_text: str | None) -> CellResult:
+    """A stored cell judged again with today's fingerprint and rules, from its stored log and
+    figures. Cells that never served (build failed, tool error) keep their verdicts."""
+    if log_text is None or cell.status in (Status.BUILD_FAILED, Status.ERROR, Status.SKIPPED):
+        return cell
+    state = (cell.serve.state if cell.serve else None) or "ready"
+    if state not in ("ready", *NOT_READY):
+        return cell
+    fp = fingerprint(log_text, process_ended=state != "ready")
+    kept = [v for v in cell.verdicts if v.check in ("build.archs", FORMAT_CHECK)]
+    verdict = judge(Subject(cell.id, cell.requested, cell.model_info.load_format), expect, fp,
+                    ready_state=state, exit_code=cell.serve.exit_code if cell.serve else None,
+                    bench=cell.bench, memory=cell.memory, extra=kept,
+                    not_ready=cell.verdict("serve.ready"))
+    status = verdict.status
+    return cell.model_copy(update={"fingerprint": FingerprintRecord.model_validate(fp.to_json()),
+                                   "verdicts": verdict.verdicts, "status": status})
+
+
+def with_verdict(cell: CellResult, verdict: Verdict) -> CellResult:
+    """The cell with `verdict` replacing any earlier one of the same check, status re-derived
+    for cells that served (a crash stays a crash whatever a cross-cell rule says)."""
+    kept = tuple(v for v in cell.verdicts if v.check != verdict.check) + (verdict,)
+    status = cell.status
+    if status.served:
+        status = Status.FAIL if any(v.failed for v in kept) else Status.PASS
+    return cell.model_copy(update={"verdicts": kept, "status": status})
+
+
+# --- across cells: NVFP4 against FP8 ----------------------------------------------------------
+
+
+def _samples(bench: BenchRecord | None, conc: int) -> list[float]:
+    lv = bench.level(conc) if bench else None
+    return [v for v in lv.values("per_stream_tok_s") if v] if lv else []
+
+
+def compare_formats(cells: Iterable[CellResult], ratio_min: float | None,
+                    noise_floor: float) -> list[tuple[str, Verdict]]:
+    """The FP8-vs-NVFP4 rule: for each stack+config with both formats, a verdict on the NVFP4 cell.
+
+    NVFP4 per-stream decode at c=1 must reach `ratio_min` x FP8. Per the seeds, a difference
+    inside the noise band (the floor, or the spread of either side's repeats if larger) is not a
+    loss: NVFP4 fails only when it is below ratio_min x FP8 by more than that band.
+    Returns (nvfp4 cell id, verdict) pairs.
+    """
+    from harness.bench.noise import classify
+
+    if ratio_min is None:
+        return []
+    by_key: dict[tuple[str, str], dict[str, CellResult]] = {}
+    for c in cells:
+        by_key.setdefault((c.stack, c.config), {})[c.quantization or ""] = c
+    out = []
+    for pair in by_key.values():
+        if "nvfp4" not in pair or "fp8" not in pair:
+            continue
+        n, f = pair["nvfp4"], pair["fp8"]
+        ns, fs = _samples(n.bench, 1), _samples(f.bench, 1)
+        if not ns or not fs:
+            continue
+        change = classify([ratio_min * x for x in fs], ns, floor=noise_floor)
+        fp8 = change.baseline / ratio_min
+        ratio = change.candidate / fp8
+        word = {"loss": "below", "noise": "within noise of", "gain": "above"}[change.kind]
+        out.append((n.id, Verdict(
+            check=FORMAT_CHECK,
+            status=VerdictStatus.FAIL if change.kind == "loss" else VerdictStatus.PASS,
+            message=(f"NVFP4 {change.candidate:.1f} vs FP8 {fp8:.1f} tok/s per stream at c=1: "
+                     f"ratio {ratio:.3f}, {word} the required {ratio_min:g} "
+                     f"(noise band ±{change.band:.1%}; FP8 cell {f.id})"),
+            asked=f"{ratio_min:g}", got=f"{ratio:.3f}",
+        )))
+    return out

@@ -1,30 +1,43 @@
-"""How accurate is `harness bench`? Measure a fake server that streams at a known rate.
+"""How accurate is `harness bench`? This client, GuideLLM and AIPerf against a known truth.
 
-The fake server (harness/bench/fakeserver.py) sends one token every 1/RATE s per stream on an
-absolute schedule. On a busy small machine it can fall behind that schedule, so the truth a
-client is held to is what the server itself logged (/fake/stats, its own monotonic clock):
-per request, when it received it and when it sent the first and last chunk. Truth per-stream
-= median over requests of (tokens - 1) / (last sent - first sent); truth aggregate, per round
-of c concurrent requests = tokens / (last sent - first received). The nominal RATE and c x RATE
-are printed too.
+The reference server is the fake vLLM server (tests/support/fakeserver.py) on a known
+schedule: 2 tokens per SSE message every 5 ms (400 tok/s per stream), TTFT 50 ms, 256
+tokens per request. On a busy 2-core machine it can fall behind that schedule, so each
+client is held to what the server itself recorded during that client's run (GET
+/fake/stats: per request, when it received it, when it sent each message; its own
+monotonic clock):
+- TTFT truth      = first message sent - request received, p50 / p99 over requests;
+- ITL truth       = (last sent - first sent) / (tokens - 1) per request, p50 / p99;
+- per-stream      = median over requests of (tokens - 1) / (last sent - first sent);
+- aggregate truth = tokens / (last sent - first received): per round for this client
+  (c requests at once, median over rounds), over the whole window for GuideLLM and AIPerf
+  (they keep c streams busy continuously).
+The nominal schedule (TTFT 50, ITL 2.5, 400 per stream) is printed too.
 
-Next to our client, the same load is run through an established client (GuideLLM 0.8.1,
-installed in its own venv, never in the system python), with a local WordLevel tokenizer and
-HF_HUB_OFFLINE=1. Each client's own CPU time is measured: on a small machine the server and
-the client compete for the same cores.
+Each level sends 30 x c requests (this client: 30 rounds of c after one warm-up round),
+`--runs` times; every figure is the median over runs. Client CPU is each client's own CPU
+time (ours: this process's `time.process_time()` around the run; the anchors:
+RUSAGE_CHILDREN around their process, net of their start-up cost measured once on a
+1-request run), per million output tokens received.
 
-Run:  python benchmarks/bench_client_accuracy.py [--rate 50] [--levels 1,64]
-          [--guidellm .cache/guidellm-venv/bin/guidellm] [--json-out FILE]
+The anchors run from their own venv (never this project's), offline, with a local WordLevel
+tokenizer (../shared/FACTS.md, "Benchmark anchors"):
+    python3 -m venv /work/.venv-anchors
+    /work/.venv-anchors/bin/pip install guidellm==0.8.1 aiperf==0.13.0
+A missing anchor is skipped and the script says so.
+
+Run:  python benchmarks/bench_client_accuracy.py [--levels 1,8,64] [--runs 3]
+          [--anchors /work/.venv-anchors/bin] [--json-out FILE] [--md-out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,99 +48,60 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
 
-from harness.bench import run_bench  # noqa: E402
-from harness.bench.fakeserver import VOCAB  # noqa: E402
-from harness.bench.local import fake_server  # noqa: E402
+from support.fakeserver import VOCAB  # noqa: E402
+from support.local import fake_server  # noqa: E402
+
+from harness.bench import bench  # noqa: E402
 from harness.bench.prompts import WORDS  # noqa: E402
+from harness.bench.stats import percentile  # noqa: E402
 
 MODEL = "fake-model"
-TARGETS = {1: 0.01, "other": 0.02, "aggregate": 0.02}  # from the task: 1 % at c=1, else 2 %
+RATE, PER_CHUNK, TTFT_MS, MAX_TOKENS, PER_C = 400.0, 2, 50.0, 256, 30
+SERVER_FLAGS = (
+    "--tokens-per-s",
+    str(RATE),
+    "--tokens-per-chunk",
+    str(PER_CHUNK),
+    "--ttft-ms",
+    str(TTFT_MS),
+)
+FIGS = ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99", "per_stream", "aggregate")
 
 
-def server_stats(url: str) -> dict:
-    with urllib.request.urlopen(url + "/fake/stats", timeout=10) as r:
+# ---- the server's record ------------------------------------------------------------------
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=30) as r:
         return json.load(r)
 
 
 def server_reset(url: str) -> None:
-    urllib.request.urlopen(
-        urllib.request.Request(url + "/fake/reset", data=b"{}"), timeout=10
-    ).read()
+    req = urllib.request.Request(url + "/fake/reset", data=b"{}")
+    urllib.request.urlopen(req, timeout=10).read()
 
 
-def server_truth(url: str, c: int) -> dict:
-    """Per-stream and per-round aggregate as the server itself sent them since the reset."""
-    log = sorted(server_stats(url)["log"])  # [recv, first sent, last sent, tokens, chunks]
-    per_stream = [(n - 1) / (last - first) for _, first, last, n, _ in log if last > first]
-    rounds = [log[i : i + c] for i in range(0, len(log), c)]
-    agg = [sum(x[3] for x in g) / (max(x[2] for x in g) - min(x[0] for x in g)) for g in rounds]
+def truth(records: list[dict], rounds: list[list[dict]] | None) -> dict:
+    ttft = [r["first_sent"] - r["recv"] for r in records]
+    itl = [
+        (r["last_sent"] - r["first_sent"]) / (r["tokens"] - 1)
+        for r in records
+        if r["tokens"] > 1 and r["last_sent"] > r["first_sent"]
+    ]
+
+    def agg(group: list[dict]) -> float:
+        span = max(r["last_sent"] for r in group) - min(r["recv"] for r in group)
+        return sum(r["tokens"] for r in group) / span
+
     return {
-        "per_stream": statistics.median(per_stream),
-        "aggregate": statistics.median(agg),
-        "whole_window_aggregate": sum(x[3] for x in log)
-        / (max(x[2] for x in log) - min(x[0] for x in log)),
+        "ttft_p50": percentile(ttft, 50) * 1000,
+        "ttft_p99": percentile(ttft, 99) * 1000,
+        "itl_p50": percentile(itl, 50) * 1000,
+        "itl_p99": percentile(itl, 99) * 1000,
+        "per_stream": statistics.median([1 / x for x in itl]),
+        "aggregate": statistics.median([agg(g) for g in rounds]) if rounds else agg(records),
+        "requests": len(records),
     }
-
-
-def rel_err(measured: float | None, truth: float) -> float | None:
-    return None if measured is None else (measured - truth) / truth
-
-
-# ---- our client --------------------------------------------------------------------------
-def run_ours(url: str, c: int, max_tokens: int, repeats: int) -> dict:
-    # Warm the server and this process (imports, first connections) outside the window.
-    asyncio.run(run_bench(url, MODEL, concurrency=(c,), max_tokens=16, repeats=1, prefill=False))
-    server_reset(url)
-    cpu0 = time.process_time()
-    r = asyncio.run(
-        run_bench(
-            url,
-            MODEL,
-            concurrency=(c,),
-            max_tokens=max_tokens,
-            repeats=repeats,
-            warmup=False,
-            prefill=False,
-        )
-    )
-    cpu = time.process_time() - cpu0
-    lv = r.level(c)
-    return {
-        "per_stream": lv.per_stream_tok_s,
-        "aggregate": lv.aggregate_tok_s,
-        "failed": lv.failed,
-        "requests": lv.requests,
-        "tokens": r.tokens_streamed,
-        "cpu_s": cpu,
-        "truth": server_truth(url, c),
-        "spread": lv.spread,
-        "warnings": list(r.warnings),
-    }
-
-
-# ---- GuideLLM ----------------------------------------------------------------------------
-def make_tokenizer(folder: Path) -> Path:
-    """A WordLevel tokenizer over the words the prompts and the fake server use."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {"[UNK]": 0}
-    for w in [*VOCAB, *WORDS]:
-        vocab.setdefault(w, len(vocab))
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    folder.mkdir(parents=True, exist_ok=True)
-    tok.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "unk_token": "[UNK]",
-                "model_max_length": 1_000_000,
-            }
-        )
-    )
-    return folder
 
 
 def children_cpu() -> float:
@@ -135,11 +109,93 @@ def children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def guidellm_once(
-    exe: str, url: str, tok: Path, c: int, count: int, max_tokens: int, out: Path
-) -> tuple[dict, float, float]:
+# ---- this client --------------------------------------------------------------------------
+def run_ours(url: str, c: int) -> dict:
+    server_reset(url)
+    cpu0 = time.process_time()
+    r = bench(
+        url,
+        MODEL,
+        concurrency=(c,),
+        max_tokens=MAX_TOKENS,
+        repeats=PER_C,
+        warmup=True,
+        prefill=False,
+        keep_requests=True,
+    )
+    cpu = time.process_time() - cpu0
+    lv = r.level(c)
+    sent = {x["id"]: x for x in _get(url + "/fake/stats")["records"]}
+    mine = r.extra["requests"]
+    rounds = [[sent[q["id"]] for q in mine if q["round"] == i] for i in range(PER_C)]
+    return {
+        "ttft_p50": lv.ttft_ms_p50,
+        "ttft_p99": lv.ttft_ms_p99,
+        "itl_p50": lv.itl_ms_p50,
+        "itl_p99": lv.itl_ms_p99,
+        "per_stream": lv.per_stream_tok_s,
+        "aggregate": lv.aggregate_tok_s,
+        "chunk_gap_p50": lv.chunk_gap_ms_p50,
+        "server_ttft_mean": (lv.server or {}).get("ttft_ms_mean"),
+        "client_ttft_mean": lv.ttft_ms_mean,
+        "failed": lv.failed,
+        "requests": lv.requests,
+        "tokens": r.tokens_streamed,
+        "cpu_s": cpu,
+        "cpu_s_per_mtok": cpu / r.tokens_streamed * 1e6,
+        "connects_in_timed_requests": lv.connects_in_timed_requests,
+        "event_loop": r.event_loop,
+        "truth": truth([sent[q["id"]] for q in mine], rounds),
+    }
+
+
+# ---- anchors ------------------------------------------------------------------------------
+def make_tokenizer(work: Path) -> tuple[Path, Path]:
+    """A WordLevel tokenizer over the words the prompts and the fake server use, as a folder
+    (GuideLLM) and as a fake HF cache entry `local/tok` (AIPerf, HF_HUB_OFFLINE=1)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[UNK]": 0}
+    for w in [*VOCAB, *WORDS]:
+        vocab.setdefault(w, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    folder = work / "tok"
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    cfg = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "unk_token": "[UNK]",
+        "model_max_length": 1_000_000,
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
+    hf = work / "hf"
+    rev = "0" * 40
+    entry = hf / "hub" / "models--local--tok"
+    snap = entry / "snapshots" / rev
+    snap.mkdir(parents=True, exist_ok=True)
+    for f in folder.iterdir():
+        shutil.copy(f, snap / f.name)
+    (snap / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (entry / "refs").mkdir(exist_ok=True)
+    (entry / "refs" / "main").write_text(rev)
+    return folder, hf
+
+
+def _run_child(argv: list[str], env: dict) -> tuple[float, float]:
+    cpu0, t0 = children_cpu(), time.perf_counter()
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
+    cpu, wall = children_cpu() - cpu0, time.perf_counter() - t0
+    if p.returncode != 0:
+        raise RuntimeError(
+            f"{argv[0]} failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
+        )
+    return cpu, wall
+
+
+def guidellm(exe: Path, url: str, tok: Path, c: int, count: int, tokens: int, out: Path):
     argv = [
-        exe,
+        str(exe),
         "run",
         "--backend",
         f"kind=openai_http,target={url},model={MODEL},request_format=/v1/completions",
@@ -150,170 +206,261 @@ def guidellm_once(
         "--tokenizer",
         f"kind=huggingface_auto,model={tok}",
         "--data",
-        f"kind=synthetic_text,prompt_tokens=128,output_tokens={max_tokens}",
+        f"kind=synthetic_text,prompt_tokens=128,output_tokens={tokens}",
         "--output",
         f"kind=json,path={out}",
         "--disable-progress",
     ]
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    cpu0, t0 = children_cpu(), time.perf_counter()
-    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
-    cpu, wall = children_cpu() - cpu0, time.perf_counter() - t0
-    if p.returncode != 0:
-        raise RuntimeError(
-            f"guidellm failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
-        )
+    cpu, wall = _run_child(argv, dict(os.environ, HF_HUB_OFFLINE="1"))
     return json.loads(out.read_text()), cpu, wall
 
 
-def run_guidellm(
-    exe: str, url: str, tok: Path, c: int, max_tokens: int, repeats: int, work: Path
-) -> dict:
-    count = c * repeats
+def aiperf(exe: Path, url: str, hf: Path, c: int, count: int, tokens: int, out: Path):
+    argv = [
+        str(exe),
+        "profile",
+        "--url",
+        url,
+        "--model",
+        MODEL,
+        "--tokenizer",
+        "local/tok",
+        "--endpoint-type",
+        "completions",
+        "--streaming",
+        "--concurrency",
+        str(c),
+        "--request-count",
+        str(count),
+        "--synthetic-input-tokens-mean",
+        "128",
+        "--synthetic-input-tokens-stddev",
+        "0",
+        "--output-tokens-mean",
+        str(tokens),
+        "--output-tokens-stddev",
+        "0",
+        "--extra-inputs",
+        "ignore_eos:true",
+        "--ui",
+        "none",
+        "--artifact-dir",
+        str(out),
+    ]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(hf))
+    cpu, wall = _run_child(argv, env)
+    return json.loads((out / "profile_export_aiperf.json").read_text()), cpu, wall
+
+
+def run_guidellm(exe: Path, url: str, tok: Path, c: int, work: Path, fixed: float) -> dict:
     server_reset(url)
-    d, cpu, wall = guidellm_once(exe, url, tok, c, count, max_tokens, work / f"gl_c{c}.json")
+    d, cpu, wall = guidellm(exe, url, tok, c, PER_C * c, MAX_TOKENS, work / f"gl_c{c}.json")
     b = d["benchmarks"][0]
+    m = b["metrics"]
     reqs = b["requests"]["successful"]
-    rates, tokens = [], 0
-    first, last = [], []
+    tokens = sum((q["output_metrics"]["text_tokens"] or 0) for q in reqs)
+    rates = []
     for q in reqs:
-        t = q["info"]["timings"]
-        n = q["output_metrics"]["text_tokens"] or 0
-        tokens += n
+        t, n = q["info"]["timings"], q["output_metrics"]["text_tokens"] or 0
         span = t["last_token_iteration"] - t["first_token_iteration"]
         if n > 1 and span > 0:
             rates.append((n - 1) / span)
-        first.append(t["request_start"])
-        last.append(t["last_token_iteration"])
-    itl = b["metrics"]["inter_token_latency_ms"]["successful"]["median"]
+    first = min(q["info"]["timings"]["request_start"] for q in reqs)
+    last = max(q["info"]["timings"]["last_token_iteration"] for q in reqs)
+
+    def s(name):
+        return m[name]["successful"]
+
     return {
+        "ttft_p50": s("time_to_first_token_ms")["percentiles"]["p50"],
+        "ttft_p99": s("time_to_first_token_ms")["percentiles"]["p99"],
+        "itl_p50": s("inter_token_latency_ms")["percentiles"]["p50"],
+        "itl_p99": s("inter_token_latency_ms")["percentiles"]["p99"],
+        # Same definitions as ours, applied to its own per-request timestamps:
         "per_stream": statistics.median(rates) if rates else None,
-        "per_stream_reported": 1000.0 / itl if itl else None,
-        # Our definition applied to its per-request timings: tokens / (last token - first start)
-        "aggregate": tokens / (max(last) - min(first)) if reqs else None,
-        "aggregate_reported": b["metrics"]["output_tokens_per_second"]["successful"]["mean"],
+        "aggregate": tokens / (last - first),
+        "aggregate_reported": s("output_tokens_per_second")["mean"],
         "failed": len(b["requests"]["errored"]) + len(b["requests"]["incomplete"]),
-        "requests": count,
+        "requests": PER_C * c,
         "tokens": tokens,
         "cpu_s": cpu,
+        "cpu_s_per_mtok": (cpu - fixed) / tokens * 1e6 if tokens else None,
+        "cpu_s_per_mtok_gross": cpu / tokens * 1e6 if tokens else None,
         "wall_s": wall,
-        # GuideLLM keeps c streams busy continuously (no rounds): one window.
-        "truth": {**(t := server_truth(url, count)), "aggregate": t["whole_window_aggregate"]},
+        "truth": truth(_get(url + "/fake/stats")["records"], None),
     }
 
 
-def fmt(v, spec=".2f"):
+def run_aiperf(exe: Path, url: str, hf: Path, c: int, work: Path, fixed: float) -> dict:
+    server_reset(url)
+    d, cpu, wall = aiperf(exe, url, hf, c, PER_C * c, MAX_TOKENS, work / f"ap_c{c}")
+    tokens = d["total_output_tokens"]["avg"]
+    return {
+        "ttft_p50": d["time_to_first_token"]["p50"],
+        "ttft_p99": d["time_to_first_token"]["p99"],
+        "itl_p50": d["inter_token_latency"]["p50"],
+        "itl_p99": d["inter_token_latency"]["p99"],
+        "per_stream": d["output_token_throughput_per_user"]["p50"],
+        "aggregate": d["output_token_throughput"]["avg"],
+        "failed": PER_C * c - int(d["completed_request_count"]["avg"]),
+        "requests": PER_C * c,
+        "tokens": tokens,
+        "cpu_s": cpu,
+        "cpu_s_per_mtok": (cpu - fixed) / tokens * 1e6 if tokens else None,
+        "cpu_s_per_mtok_gross": cpu / tokens * 1e6 if tokens else None,
+        "wall_s": wall,
+        "truth": truth(_get(url + "/fake/stats")["records"], None),
+    }
+
+
+# ---- report -------------------------------------------------------------------------------
+def med(runs: list[dict], key: str, sub: str | None = None) -> float | None:
+    vals = [(r[sub] if sub else r).get(key) for r in runs]
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def f(v, spec=".1f") -> str:
     return "-" if v is None else format(v, spec)
 
 
-def pct(v):
-    return "-" if v is None else f"{v * 100:+.2f} %"
+def markdown(results: dict) -> str:
+    lines = [
+        "| c | client | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | per-stream tok/s "
+        "| aggregate tok/s | aggregate err | client CPU s / 1M tok | failed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c, row in results["levels"].items():
+        lines.append(
+            f"| {c} | nominal schedule | {TTFT_MS:.1f} | {TTFT_MS:.1f} | {1000 / RATE:.2f} "
+            f"| {1000 / RATE:.2f} | {RATE:.1f} | - | - | - | - |"
+        )
+        for name, label in (
+            ("ours", "this client"),
+            ("ours_close", "this client, server closes every connection"),
+            ("guidellm", "GuideLLM 0.8.1"),
+            ("aiperf", "AIPerf 0.13.0"),
+        ):
+            runs = row.get(name)
+            if not runs:
+                continue
+            t = {k: med(runs, k, "truth") for k in FIGS}
+            v = {k: med(runs, k) for k in FIGS}
+            err = None if v["aggregate"] is None else (v["aggregate"] / t["aggregate"] - 1) * 100
+            failed = sum(r["failed"] for r in runs)
+            lines.append(
+                f"| {c} | {label} | {f(v['ttft_p50'])} | {f(v['ttft_p99'])} "
+                f"| {f(v['itl_p50'], '.2f')} | {f(v['itl_p99'], '.2f')} | {f(v['per_stream'])} "
+                f"| {f(v['aggregate'])} | {f(err, '+.2f')} % | {f(med(runs, 'cpu_s_per_mtok'))} "
+                f"| {failed}/{sum(r['requests'] for r in runs)} |"
+            )
+            lines.append(
+                f"| {c} | truth (server record of those runs) | {f(t['ttft_p50'])} "
+                f"| {f(t['ttft_p99'])} | {f(t['itl_p50'], '.2f')} | {f(t['itl_p99'], '.2f')} "
+                f"| {f(t['per_stream'])} | {f(t['aggregate'])} | | | |"
+            )
+    return "\n".join(lines)
 
 
 def main() -> int:
+    global PER_C, MAX_TOKENS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rate", type=float, default=50.0, help="fake server tokens/s per stream")
-    ap.add_argument("--levels", default="1,64")
-    ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--repeats", type=int, default=3, help="timed rounds per level")
+    ap.add_argument("--levels", default="1,8,64")
+    ap.add_argument("--runs", type=int, default=3, help="runs per client and level (median)")
     ap.add_argument(
-        "--guidellm",
-        default=str(ROOT / ".cache/guidellm-venv/bin/guidellm"),
-        help="guidellm executable in its own venv (column skipped if absent)",
+        "--anchors",
+        type=Path,
+        default=Path("/work/.venv-anchors/bin"),
+        help="bin/ of the venv holding guidellm and aiperf",
     )
+    ap.add_argument("--no-anchors", action="store_true")
+    ap.add_argument(
+        "--no-close",
+        action="store_true",
+        help="skip this client's runs against a server that closes connections",
+    )
+    ap.add_argument("--per-c", type=int, default=PER_C, help="requests per level / c")
+    ap.add_argument("--max-tokens", type=int, default=MAX_TOKENS)
     ap.add_argument("--json-out", type=Path)
+    ap.add_argument("--md-out", type=Path)
     a = ap.parse_args()
+    PER_C, MAX_TOKENS = a.per_c, a.max_tokens
     levels = [int(x) for x in a.levels.split(",")]
-    have_gl = Path(a.guidellm).exists()
-    print(
-        f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}; fake server {a.rate:g} tok/s per stream, "
-        f"{a.max_tokens} tokens per request, {a.repeats} rounds per level"
-    )
-    if not have_gl:
-        print(
-            f"GuideLLM column skipped: {a.guidellm} not found "
-            "(python3 -m venv .cache/guidellm-venv && .cache/guidellm-venv/bin/pip install guidellm==0.8.1)"
-        )
+    exes = {}
+    if not a.no_anchors:
+        for name in ("guidellm", "aiperf"):
+            exe = a.anchors / name
+            if exe.exists():
+                exes[name] = exe
+            else:
+                print(f"{name}: skipped, {exe} not found (see this script's docstring)")
+    load0 = os.getloadavg()
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     results: dict = {
-        "rate": a.rate,
-        "max_tokens": a.max_tokens,
-        "repeats": a.repeats,
+        "started": started,
         "machine": {
             "node": platform.node(),
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
+            "loadavg_start": load0,
+        },
+        "schedule": {
+            "tok_s_per_stream": RATE,
+            "tokens_per_message": PER_CHUNK,
+            "ttft_ms": TTFT_MS,
+            "max_tokens": MAX_TOKENS,
+            "requests_per_level": f"{PER_C} x c",
         },
         "levels": {},
     }
-    with tempfile.TemporaryDirectory() as tmp, fake_server("--tokens-per-s", str(a.rate)) as url:
+    with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        tok = make_tokenizer(work / "tok")
-        gl_fixed = None
-        if have_gl:
-            # GuideLLM's start-up (imports, worker processes) costs CPU whatever the load:
-            # measure it on a 1-request run and report the marginal cost separately.
-            _, gl_fixed, _ = guidellm_once(a.guidellm, url, tok, 1, 1, 2, work / "gl_tiny.json")
-            results["guidellm_fixed_cpu_s"] = gl_fixed
-        for c in levels:
-            row = {
-                "truth_per_stream": a.rate,
-                "truth_aggregate": c * a.rate,
-                "ours": run_ours(url, c, a.max_tokens, a.repeats),
-            }
-            if have_gl:
-                row["guidellm"] = run_guidellm(
-                    a.guidellm, url, tok, c, a.max_tokens, a.repeats, work
+        tok, hf = make_tokenizer(work)
+        with fake_server(*SERVER_FLAGS) as url:
+            fixed = {}
+            if "guidellm" in exes:
+                _, fixed["guidellm"], _ = guidellm(
+                    exes["guidellm"], url, tok, 1, 1, 2, work / "gl0.json"
                 )
-            results["levels"][c] = row
-
+            if "aiperf" in exes:
+                _, fixed["aiperf"], _ = aiperf(exes["aiperf"], url, hf, 1, 1, 2, work / "ap0")
+            results["anchor_startup_cpu_s"] = fixed
+            for c in levels:
+                row = results["levels"].setdefault(c, {})
+                for i in range(a.runs):
+                    print(f"c={c} run {i + 1}/{a.runs}", flush=True)
+                    row.setdefault("ours", []).append(run_ours(url, c))
+                    if "guidellm" in exes:
+                        row.setdefault("guidellm", []).append(
+                            run_guidellm(exes["guidellm"], url, tok, c, work, fixed["guidellm"])
+                        )
+                    if "aiperf" in exes:
+                        row.setdefault("aiperf", []).append(
+                            run_aiperf(exes["aiperf"], url, hf, c, work, fixed["aiperf"])
+                        )
+        if not a.no_close:
+            with fake_server(*SERVER_FLAGS, "--close-connections") as url:
+                for c in levels:
+                    for i in range(a.runs):
+                        print(f"c={c} closing server, run {i + 1}/{a.runs}", flush=True)
+                        results["levels"][c].setdefault("ours_close", []).append(run_ours(url, c))
+    results["machine"]["loadavg_end"] = os.getloadavg()
+    results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    md = markdown(results)
     print()
-    hdr = (
-        f"{'c':>3} {'client':<9} {'per-stream':>10} {'truth':>8} {'err':>9} {'aggregate':>10} "
-        f"{'truth':>8} {'err':>9} {'nominal':>8} {'failed':>6} {'CPU s':>7} {'CPU s/Mtok':>10}"
-    )
-    print(hdr)
-    print("-" * len(hdr))
-    ok = True
-    for c, row in results["levels"].items():
-        for name in ("ours", "guidellm"):
-            m = row.get(name)
-            if not m:
-                continue
-            e_ps = rel_err(m["per_stream"], m["truth"]["per_stream"])
-            e_ag = rel_err(m["aggregate"], m["truth"]["aggregate"])
-            m["err_per_stream"], m["err_aggregate"] = e_ps, e_ag
-            cpu = m["cpu_s"] - (results.get("guidellm_fixed_cpu_s", 0) if name == "guidellm" else 0)
-            m["cpu_s_per_mtok"] = cpu / m["tokens"] * 1e6 if m["tokens"] else None
-            print(
-                f"{c:>3} {name:<9} {fmt(m['per_stream']):>10} {fmt(m['truth']['per_stream']):>8} "
-                f"{pct(e_ps):>9} {fmt(m['aggregate'], '.1f'):>10} "
-                f"{fmt(m['truth']['aggregate'], '.1f'):>8} {pct(e_ag):>9} "
-                f"{row['truth_aggregate']:>8.0f} {m['failed']:>6} "
-                f"{m['cpu_s']:>7.2f} {fmt(m['cpu_s_per_mtok'], '.1f'):>10}"
-            )
-            if name == "ours":
-                target = TARGETS[1] if c == 1 else TARGETS["other"]
-                ok &= e_ps is not None and abs(e_ps) <= target
-                ok &= e_ag is not None and abs(e_ag) <= TARGETS["aggregate"]
-            else:
-                print(
-                    f"{'':>13} (GuideLLM's own figures: 1000/median ITL = "
-                    f"{fmt(m['per_stream_reported'])}, mean output tok/s = "
-                    f"{fmt(m['aggregate_reported'], '.1f')})"
-                )
-    if results.get("guidellm_fixed_cpu_s") is not None:
-        print(
-            f"GuideLLM CPU s/Mtok is net of its start-up cost, "
-            f"{results['guidellm_fixed_cpu_s']:.1f} CPU s per invocation (shown in CPU s)."
-        )
+    print(md)
+    print()
     print(
-        f"\ntargets (ours): per-stream within 1 % at c=1 and 2 % above, aggregate within 2 %: "
-        f"{'MET' if ok else 'NOT MET'}"
+        f"machine: {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+        f"load average at start {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, at end "
+        + " ".join(f"{x:.2f}" for x in results["machine"]["loadavg_end"])
+        + f"; anchors' start-up CPU (subtracted): {fixed}"
     )
+    if a.md_out:
+        a.md_out.write_text(md + "\n")
     if a.json_out:
         a.json_out.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    return 0 if ok else 1
+    return 0
 
 
 if __name__ == "__main__":

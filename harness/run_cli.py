@@ -144,8 +144,9 @@ class LiveProgress:
         self.since = time.monotonic()
 
     def cell_phase(self, cell, phase: str, log=None) -> None:
+        if phase.split()[:1] != self.phase.split()[:1]:  # a new phase: its clock starts
+            self.since = time.monotonic()
         self.phase = phase
-        self.since = time.monotonic()
         if log is not None:
             self.log = log
 
@@ -178,7 +179,10 @@ class PlainProgress(LiveProgress):
         err.print(f"[{index}/{total}] {cell.id}: starting", markup=False)
 
     def cell_phase(self, cell, phase: str, log=None) -> None:
-        err.print(f"  {phase}", markup=False)
+        head = phase.split(":")[0]  # one line per phase and per benchmark level, not per request
+        if head != getattr(self, "_last", None):
+            self._last = head
+            err.print(f"  {head}", markup=False)
 
     def cell_finished(self, result, index: int, total: int) -> None:
         _print_cell(err, result, f"[{index}/{total}]")

@@ -11,12 +11,16 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# Test doubles (the fake vLLM server and its launcher) live in tests/support, outside the
+# product package: `from support.local import fake_server`.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 @functools.cache

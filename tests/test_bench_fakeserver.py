@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import re
 import shutil
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
-
-from harness.bench.local import FAKESERVER, fake_server, free_port
+from support.local import FAKESERVER, fake_server, free_port
 
 # vLLM 0.33.0 vllm/logger.py _FORMAT with _DATE_FORMAT "%m-%d %H:%M:%S"
 VLLM_LINE = re.compile(
@@ -101,14 +100,21 @@ def test_hang_stops_at_graph_capture_and_never_listens():
         stdout=subprocess.PIPE,
         text=True,
     )
+    lines: list[str] = []
     try:
-        time.sleep(0.5)
+        # Read until the log reaches graph capture (where --hang stops), however slow the
+        # machine: no sleep that a busy box could outrun.
+        for line in p.stdout:
+            lines.append(line.rstrip("\n"))
+            if "Capturing CUDA graphs" in line:
+                break
         with pytest.raises(OSError):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
     finally:
         p.terminate()
-        out, _ = p.communicate(timeout=5)
-    assert out.splitlines()[-1].split("] ", 1)[1].startswith("Capturing CUDA graphs")
+        out, _ = p.communicate(timeout=30)
+    lines += out.splitlines()
+    assert lines[-1].split("] ", 1)[1].startswith("Capturing CUDA graphs")
 
 
 def test_keep_alive_serves_several_requests_on_one_connection():
@@ -237,3 +243,60 @@ def test_runs_on_python_3_8():
         assert ev[-1] == "[DONE]" and ev[-2]["usage"]["completion_tokens"] == 5
         with urllib.request.urlopen(url + "/metrics") as r:
             assert b"vllm:prefix_cache_queries_total" in r.read()
+
+
+def test_tokenize_has_vllms_shape_and_counts_words():
+    # vLLM 0.33.0 entrypoints/serve/tokenize/protocol.py: TokenizeResponse{count,
+    # max_model_len, tokens, token_strs}
+    with fake_server() as url:
+        st, raw = post(url, "/tokenize", {"model": "fake-model", "prompt": " the cache is warm"})
+        d = json.loads(raw)
+        assert st == 200 and d["count"] == 4 == len(d["tokens"]) and d["max_model_len"] > 0
+        st, raw = post(
+            url,
+            "/tokenize",
+            {"model": "fake-model", "messages": [{"role": "user", "content": "a b"}]},
+        )
+        assert st == 200 and json.loads(raw)["count"] == 2
+        assert post(url, "/tokenize", {"model": "fake-model"})[0] == 400
+    with fake_server("--no-tokenize") as url:
+        assert post(url, "/tokenize", {"model": "fake-model", "prompt": "x"})[0] == 404
+
+
+def test_close_connections_says_so_and_closes():
+    with fake_server("--tokens-per-s", "2000", "--close-connections") as url:
+        conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=5)
+        body = json.dumps({"prompt": "a", "max_tokens": 2, "ignore_eos": True, "stream": True})
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        assert r.getheader("connection") == "close" and events(r.read())[-1] == "[DONE]"
+        conn.close()
+        with urllib.request.urlopen(url + "/fake/stats") as s:
+            assert json.load(s)["connections"] >= 1
+
+
+def test_metrics_histograms_are_the_servers_own_record():
+    from harness.bench.metrics import parse_snapshot
+
+    flags = ("--tokens-per-s", "2000", "--tokens-per-chunk", "3", "--ttft-ms", "30")
+    with fake_server(*flags) as url:
+        for i in range(3):
+            post(
+                url,
+                "/v1/completions",
+                {"prompt": f"p{i}", "max_tokens": 7, "ignore_eos": True, "stream": True},
+            )
+        with urllib.request.urlopen(url + "/metrics") as r:
+            snap = parse_snapshot(r.read().decode())
+        with urllib.request.urlopen(url + "/fake/stats?chunks=1") as r:
+            recs = json.load(r)["records"]
+    ttft = snap.hists["ttft"]
+    assert ttft.count == 3
+    assert ttft.sum == pytest.approx(sum(x["first_sent"] - x["recv"] for x in recs), rel=1e-9)
+    gaps = [b - a for x in recs for a, b in itertools.pairwise(x["chunk_sends"])]
+    assert snap.hists["itl"].count == len(gaps) == 3 * 2  # 3+3+1: two gaps per request
+    assert snap.hists["itl"].sum == pytest.approx(sum(gaps), rel=1e-9)
+    assert snap.counters["generation_tokens"] == 21
+    assert snap.counters["spec_accepted_tokens"] == 3 * (2 + 0)  # (3-1) + (1-1) per request
+    assert snap.counters["spec_draft_tokens"] == 3 * 2 * 2
+    assert snap.itl_name == "vllm:inter_token_latency_seconds"

@@ -116,3 +116,26 @@ def test_percentile_matches_numpy_linear_and_spread():
     assert percentile([], 50) is None
     assert spread([98.0, 100.0, 102.0]) == pytest.approx(0.04)
     assert spread([5.0]) == 0.0
+
+
+def test_histogram_quantile_and_deltas_as_prometheus():
+    from harness.bench.metrics import parse_snapshot, server_figures
+
+    def text(b1, b2, inf, s):
+        return (
+            f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="0.04"}} {b1}\n'
+            f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="0.06"}} {b2}\n'
+            f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="+Inf"}} {inf}\n'
+            f'vllm:time_to_first_token_seconds_count{{engine="0"}} {inf}\n'
+            f'vllm:time_to_first_token_seconds_sum{{engine="0"}} {s}\n'
+            f'vllm:generation_tokens_total{{engine="0"}} {inf * 10}\n'
+        )
+
+    before = parse_snapshot(text(1, 1, 1, 0.03))
+    after = parse_snapshot(text(1, 11, 11, 0.53))  # ten more, all in (40, 60] ms
+    f = server_figures(before, after)
+    assert f["ttft_observations"] == 10 and f["ttft_ms_mean"] == pytest.approx(50.0)
+    assert f["ttft_ms_p50"] == pytest.approx(40 + 20 * 0.5)  # linear inside the bucket
+    assert f["ttft_ms_p99"] == pytest.approx(40 + 20 * 0.99)
+    assert f["generation_tokens"] == 100
+    assert server_figures(None, after) is None

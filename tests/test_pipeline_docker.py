@@ -1,6 +1,6 @@
 """`harness run` with the DockerRunner on a real engine: a stand-in vLLM image, no GPU.
 
-The image holds Debian's python3, harness/bench/fakeserver.py and the fake `vllm` package, so
+The image holds Debian's python3, tests/support/fakeserver.py and the fake `vllm` package, so
 the container plays a vLLM server: ready, crashed or hung on request. Checks: results, exit
 codes and log tails, hang detection, and that no labelled container outlives a run, including
 one interrupted with SIGINT.
@@ -42,7 +42,7 @@ def _context() -> bytes:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
         add("Dockerfile", dockerfile.encode())
-        add("fakeserver.py", (ROOT / "harness" / "bench" / "fakeserver.py").read_bytes())
+        add("fakeserver.py", (ROOT / "tests" / "support" / "fakeserver.py").read_bytes())
         for path in sorted((FAKEVLLM / "vllm").rglob("*.py")):
             add(str(path.relative_to(FAKEVLLM)), path.read_bytes())
     return buf.getvalue()

@@ -1,6 +1,6 @@
 """`harness run` end to end with the LocalRunner and a stand-in vLLM (tests/fixtures/fakevllm).
 
-The stand-in serves real HTTP (harness/bench/fakeserver.py) and prints a vLLM-0.33-style log that
+The stand-in serves real HTTP (tests/support/fakeserver.py) and prints a vLLM-0.33-style log that
 always "selects" Marlin for NVFP4, like Hopper. So these runs exercise every stage for real:
 serve, readiness, fingerprint of the live log, benchmark over HTTP, verdicts, the FP8-vs-NVFP4
 rule, the results store and resume. No GPU, no vLLM.
@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
+from support.local import wait_healthy
 
-from harness.bench.local import wait_healthy
 from harness.cli import main
 from harness.matrix.load import load_matrix
 from harness.pipeline import RunOptions, run_matrix
@@ -28,7 +28,7 @@ from harness.results.store import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKEVLLM = ROOT / "tests" / "fixtures" / "fakevllm"
-FAKESERVER = ROOT / "harness" / "bench" / "fakeserver.py"
+FAKESERVER = ROOT / "tests" / "support" / "fakeserver.py"
 
 
 def free_port() -> int:

@@ -1,6 +1,7 @@
 """An independent streaming decode client, to hold the harness's own figures against.
 
-It shares no code with harness/bench: plain aiohttp against /v1/completions, streaming, temperature
+It shares no code with harness/bench: plain aiohttp (not a harness dependency: the H200
+machine has it; elsewhere `pip install aiohttp`) against /v1/completions, streaming, temperature
 0, ignore_eos, one fixed prompt generator. `harness run --cross-check` runs it against each ready
 server with HARNESS_URL, HARNESS_MODEL and HARNESS_OUT set:
 

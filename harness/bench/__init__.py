@@ -1,5 +1,5 @@
-"""Benchmark client (`run_bench`, `bench`), its noise and roofline judgements, and a fake
-vLLM server (`fakeserver.py`, standard library only) that streams at a known rate."""
+"""Benchmark client (`run_bench`, `bench`) and its noise and roofline judgements. The fake
+vLLM server it is tested against is a test double: tests/support/fakeserver.py."""
 
 from harness.bench.client import bench, run_bench
 from harness.bench.result import BenchResult, LevelResult

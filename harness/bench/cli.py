@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import urllib.error
-import urllib.request
+import math
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.bench.client import run_bench
+from harness.bench.client import base_url, run_bench, run_sync
 from harness.bench.result import BenchResult
+from harness.bench.wire import HTTPError, Target, request
 from harness.console import err, out
 from harness.errors import ConfigError, EnvironmentProblem
+
+MAX_CONCURRENCY = 4096
+MAX_TOKENS = 1_000_000
+MAX_REPEATS = 10_000
+MAX_PROMPT_WORDS = 10_000_000
 
 
 def register(subparsers) -> None:
@@ -41,7 +47,14 @@ def register(subparsers) -> None:
     p.add_argument(
         "--no-warmup", action="store_true", help="time the first round too (not advised)"
     )
-    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument(
+        "--tokenizer",
+        help="tokenizer.json to count output tokens with when the server sends no usage and "
+        "has no /tokenize (needs the `tokenizers` package)",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print JSON instead of the table (no live progress)"
+    )
     p.add_argument("--out", type=Path, help="also write the JSON result to this file")
     p.set_defaults(func=main)
 
@@ -51,60 +64,125 @@ def parse_levels(text: str) -> tuple[int, ...]:
         levels = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         levels = ()
-    if not levels or any(c < 1 for c in levels):
+    if not levels or any(c < 1 or c > MAX_CONCURRENCY for c in levels):
         raise ConfigError(
-            f"--concurrency {text!r} is not a list of positive integers",
+            f"--concurrency {text!r} is not a list of integers from 1 to {MAX_CONCURRENCY}",
             hint="write it like --concurrency 1,8,64",
+        )
+    return levels
+
+
+def check_args(args: argparse.Namespace) -> tuple[int, ...]:
+    """Every flag checked before anything is sent: one ConfigError naming the flag and the fix."""
+    u = urlsplit(args.url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise ConfigError(
+            f"--url {args.url!r} is not an http(s) URL",
+            hint="give the server's base address, e.g. --url http://127.0.0.1:8000",
+        )
+    try:
+        u.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        raise ConfigError(f"--url {args.url!r}: {exc}", hint="use a port from 1 to 65535") from exc
+    levels = parse_levels(args.concurrency)
+    if not 2 <= args.max_tokens <= MAX_TOKENS:
+        raise ConfigError(
+            f"--max-tokens {args.max_tokens} is out of range",
+            hint=f"use 2 to {MAX_TOKENS:,} (decode rate needs at least two tokens per stream)",
+        )
+    if not 1 <= args.repeats <= MAX_REPEATS:
+        raise ConfigError(
+            f"--repeats {args.repeats} is out of range", hint=f"use 1 to {MAX_REPEATS:,}"
+        )
+    if not math.isfinite(args.timeout) or args.timeout <= 0:
+        raise ConfigError(
+            f"--timeout {args.timeout:g} is not a positive number of seconds",
+            hint="give the per-request read timeout in seconds, e.g. --timeout 600",
+        )
+    for flag, v in (
+        ("--prompt-tokens", args.prompt_tokens),
+        ("--long-prompt-tokens", args.long_prompt_tokens),
+    ):
+        if not 1 <= v <= MAX_PROMPT_WORDS:
+            raise ConfigError(f"{flag} {v} is out of range", hint=f"use 1 to {MAX_PROMPT_WORDS:,}")
+    if args.tokenizer and not Path(args.tokenizer).is_file():
+        raise ConfigError(
+            f"--tokenizer {args.tokenizer}: no such file",
+            hint="give the path of the model's tokenizer.json, or leave the flag out",
         )
     return levels
 
 
 def _preflight(url: str, timeout: float) -> None:
     """Fail fast, before anything is timed, when nothing answers at the URL."""
-    base = url.rstrip("/").removesuffix("/v1")
+    target = Target.parse(base_url(url))
     try:
-        with urllib.request.urlopen(base + "/v1/models", timeout=min(timeout, 10)) as r:
-            r.read()
-    except (urllib.error.URLError, OSError) as exc:
+        status, _ = run_sync(request(target, "GET", "/v1/models", timeout_s=min(timeout, 10)))
+    except (HTTPError, TimeoutError, OSError) as exc:
+        status, why = 0, str(exc)
+    else:
+        why = f"HTTP {status}"
+    if status != 200:
         raise EnvironmentProblem(
-            f"no OpenAI-compatible server answers at {base}/v1/models ({exc})",
+            f"no OpenAI-compatible server answers at {target.base}/v1/models ({why})",
             hint="start the server (or `harness serve`) and check --url",
-        ) from exc
+        )
+
+
+def _progress_bar() -> tuple[Progress, object]:
+    """Requests done / total per level, on stderr."""
+    bar = Progress(
+        TextColumn("c={task.fields[c]:>4}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("requests"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    )
+    tasks: dict[int, object] = {}
+
+    def update(c: int, done: int, total: int) -> None:
+        if c not in tasks:
+            tasks[c] = bar.add_task("", total=total, c=c)
+        bar.update(tasks[c], completed=done, total=total)
+
+    return bar, update
 
 
 def main(args: argparse.Namespace) -> int:
-    levels = parse_levels(args.concurrency)
-    if args.max_tokens < 2 or args.repeats < 1:
-        raise ConfigError(
-            "--max-tokens must be >= 2 and --repeats >= 1",
-            hint="decode rate needs at least two tokens per stream",
-        )
+    levels = check_args(args)
     _preflight(args.url, args.timeout)
     err.print(
         f"benchmarking {args.url} model={args.model} levels={list(levels)} "
-        f"max_tokens={args.max_tokens} repeats={args.repeats}"
+        f"max_tokens={args.max_tokens} repeats={args.repeats}",
+        markup=False,
     )
-    result = asyncio.run(
-        run_bench(
-            args.url,
-            args.model,
-            concurrency=levels,
-            max_tokens=args.max_tokens,
-            repeats=args.repeats,
-            warmup=not args.no_warmup,
-            prompt_tokens=args.prompt_tokens,
-            long_prompt_tokens=args.long_prompt_tokens,
-            timeout_s=args.timeout,
-            endpoint=args.endpoint,
-            prefill=not args.no_prefill,
-        )
+    kwargs = dict(
+        concurrency=levels,
+        max_tokens=args.max_tokens,
+        repeats=args.repeats,
+        warmup=not args.no_warmup,
+        prompt_tokens=args.prompt_tokens,
+        long_prompt_tokens=args.long_prompt_tokens,
+        timeout_s=args.timeout,
+        endpoint=args.endpoint,
+        prefill=not args.no_prefill,
+        tokenizer=args.tokenizer,
     )
+    if args.json:
+        result = run_sync(run_bench(args.url, args.model, **kwargs))
+    else:
+        bar, update = _progress_bar()
+        with bar:
+            result = run_sync(run_bench(args.url, args.model, progress=update, **kwargs))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(result.to_json() + "\n")
         err.print(f"wrote {args.out}")
     if args.json:
         out.print(result.to_json(), markup=False)
+        _warnings(result)  # on stderr too: a warning must not hide in a JSON field
     else:
         render(result)
     nothing = [lv.concurrency for lv in result.levels if lv.failed == lv.requests]
@@ -135,21 +213,24 @@ def render(r: BenchResult) -> None:
         "per-stream tok/s",
         "aggregate tok/s",
         "TTFT p50/p99 ms",
+        "server TTFT mean/p50",
         "ITL p50/p99 ms",
-        "TPOT p50 ms",
+        "chunk gap p50/p99",
         "E2E p50 ms",
         "failed",
         "4-gram min",
     ):
         t.add_column(col, justify="right")
     for lv in r.levels:
+        srv = lv.server or {}
         t.add_row(
             str(lv.concurrency),
             f"{_f(lv.per_stream_tok_s)} {_pct(lv.spread.get('per_stream_tok_s'))}",
             f"{_f(lv.aggregate_tok_s)} {_pct(lv.spread.get('aggregate_tok_s'))}",
             f"{_f(lv.ttft_ms_p50)} / {_f(lv.ttft_ms_p99)}",
+            f"{_f(srv.get('ttft_ms_mean'))} / {_f(srv.get('ttft_ms_p50'))}",
             f"{_f(lv.itl_ms_p50, '{:.2f}')} / {_f(lv.itl_ms_p99, '{:.2f}')}",
-            _f(lv.tpot_ms_p50, "{:.2f}"),
+            f"{_f(lv.chunk_gap_ms_p50, '{:.2f}')} / {_f(lv.chunk_gap_ms_p99, '{:.2f}')}",
             _f(lv.e2e_ms_p50, "{:.0f}"),
             f"{lv.failed}/{lv.requests}",
             _f(lv.diversity_min, "{:.2f}") + (" DEGENERATE" if lv.degenerate else ""),
@@ -163,13 +244,39 @@ def render(r: BenchResult) -> None:
             f"warm TTFT {_f(r.warm_ttft_ms)} ms",
             markup=False,
         )
+    for lv in r.levels:
+        srv = lv.server
+        if not srv:
+            continue
+        parts = [f"c={lv.concurrency} server /metrics:"]
+        if srv.get("generation_tokens") is not None:
+            parts.append(f"{srv['generation_tokens']:.0f} tokens generated")
+        if srv.get("itl_ms_mean") is not None:
+            parts.append(f"ITL mean {srv['itl_ms_mean']:.2f} ms")
+        if srv.get("client_ttft_inflation_ms") is not None:
+            parts.append(f"client TTFT inflation {srv['client_ttft_inflation_ms']:+.1f} ms (mean)")
+        if srv.get("spec_acceptance_rate") is not None:
+            parts.append(
+                f"spec acceptance {srv['spec_acceptance_rate'] * 100:.1f} %, "
+                f"mean length {srv.get('spec_mean_acceptance_length') or 0:.2f}"
+            )
+        out.print(" ".join(parts), markup=False)
+    counted = r.token_count_source
+    if not r.token_counts_reliable:
+        counted = "chunks ([bold red]UNRELIABLE[/bold red]: SSE messages counted as tokens)"
     out.print(
-        f"tokens counted from: {r.token_count_source}; client CPU {r.client_cpu_s:.2f} s "
-        f"for {r.tokens_streamed} tokens",
-        markup=False,
+        f"tokens counted from: {counted}; client CPU {r.client_cpu_s:.2f} s "
+        f"for {r.tokens_streamed} tokens; event loop {r.event_loop}; round clock: "
+        f"{r.round_clock}",
+        markup=True,
     )
+    _warnings(r)
+
+
+def _warnings(r: BenchResult) -> None:
     for w in r.warnings:
-        err.print(f"[yellow]warning:[/yellow] {w}")
+        err.print("[yellow]warning:[/yellow] ", end="")
+        err.print(w, markup=False)
     for lv in r.levels:
         for e in lv.errors:
             err.print(f"c={lv.concurrency} error: {e}", markup=False)

@@ -43,3 +43,150 @@ def hit_rate(before: PrefixCounters | None, after: PrefixCounters | None) -> flo
         return None
     dq = after.queries - before.queries
     return (after.hits - before.hits) / dq if dq > 0 else None
+
+
+# --- server-side latency and token figures ------------------------------------------------
+# Names as vLLM 0.33.0 declares them (v1/metrics/loggers.py): histograms
+# vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds (older releases:
+# vllm:time_per_output_token_seconds, observed the same way), vllm:e2e_request_latency_seconds;
+# counters vllm:generation_tokens_total and vllm:spec_decode_num_{drafts,draft_tokens,
+# accepted_tokens}_total. vLLM observes inter-token latency once per engine step that
+# produced output, so with speculative decoding one observation covers several tokens.
+_SAMPLE = re.compile(
+    r"^(?P<name>vllm:[A-Za-z0-9_:]+?)(?P<suffix>_bucket|_sum|_count|_total)?"
+    r"(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)",
+    re.MULTILINE,
+)
+_LE = re.compile(r'le="([^"]+)"')
+HISTOGRAMS = {
+    "ttft": ("vllm:time_to_first_token_seconds",),
+    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "e2e": ("vllm:e2e_request_latency_seconds",),
+}
+COUNTERS = {
+    "generation_tokens": "vllm:generation_tokens",
+    "prompt_tokens": "vllm:prompt_tokens",
+    "spec_drafts": "vllm:spec_decode_num_drafts",
+    "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens",
+    "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens",
+}
+
+
+@dataclass(frozen=True)
+class Hist:
+    """One histogram summed over label sets (engines): cumulative buckets, sum, count."""
+
+    buckets: tuple[tuple[float, float], ...]  # (upper bound, cumulative count), sorted
+    sum: float
+    count: float
+
+    def minus(self, before: Hist | None) -> Hist:
+        if before is None:
+            return self
+        prev = dict(before.buckets)
+        return Hist(
+            tuple((le, n - prev.get(le, 0.0)) for le, n in self.buckets),
+            self.sum - before.sum,
+            self.count - before.count,
+        )
+
+    def quantile(self, q: float) -> float | None:
+        """As Prometheus `histogram_quantile`: linear inside the bucket that holds rank q."""
+        if self.count <= 0 or not self.buckets:
+            return None
+        rank = q * self.count
+        lo, below = 0.0, 0.0
+        for le, cum in self.buckets:
+            if cum >= rank:
+                if le == float("inf"):
+                    return lo  # beyond the last finite bound: its lower edge, as Prometheus
+                inside = cum - below
+                return lo + (le - lo) * ((rank - below) / inside if inside > 0 else 0.0)
+            lo, below = le, cum
+        return lo
+
+    @property
+    def mean(self) -> float | None:
+        return self.sum / self.count if self.count > 0 else None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The figures of one /metrics scrape that the benchmark sets beside its own."""
+
+    hists: dict[str, Hist]
+    counters: dict[str, float]
+    itl_name: str | None
+
+
+def parse_snapshot(text: str) -> Snapshot:
+    buckets: dict[str, dict[float, float]] = {}
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    totals: dict[str, float] = {}
+    for m in _SAMPLE.finditer(text):
+        name, suffix = m["name"], m["suffix"]
+        try:
+            value = float(m["value"])
+        except ValueError:
+            continue
+        if suffix == "_bucket":
+            le = _LE.search(m["labels"] or "")
+            if le:
+                bound = float(le.group(1).replace("+Inf", "inf"))
+                b = buckets.setdefault(name, {})
+                b[bound] = b.get(bound, 0.0) + value
+        elif suffix == "_sum":
+            sums[name] = sums.get(name, 0.0) + value
+        elif suffix == "_count":
+            counts[name] = counts.get(name, 0.0) + value
+        elif suffix == "_total":
+            totals[name] = totals.get(name, 0.0) + value
+    hists: dict[str, Hist] = {}
+    itl_name = None
+    for key, names in HISTOGRAMS.items():
+        for name in names:
+            if name in counts:
+                hists[key] = Hist(
+                    tuple(sorted(buckets.get(name, {}).items())), sums.get(name, 0.0), counts[name]
+                )
+                if key == "itl":
+                    itl_name = name
+                break
+    found = {k: totals[n] for k, n in COUNTERS.items() if n in totals}
+    return Snapshot(hists, found, itl_name)
+
+
+def server_figures(before: Snapshot | None, after: Snapshot | None) -> dict | None:
+    """What the server says happened between two scrapes, in the client's units (ms).
+
+    Means are exact (sum / count); p50 / p99 are read from bucket bounds, so they are only
+    as fine as vLLM's buckets (TTFT: ..., 40, 60, 80, 100 ms; ITL: 10 ms and up, so a
+    sub-10 ms ITL has no useful percentile, only its mean)."""
+    if before is None or after is None:
+        return None
+    out: dict[str, float | int | str | None] = {}
+    for key in ("ttft", "itl", "e2e"):
+        h = after.hists.get(key)
+        if h is None:
+            continue
+        d = h.minus(before.hists.get(key))
+        out[f"{key}_ms_mean"] = _ms(d.mean)
+        out[f"{key}_ms_p50"] = _ms(d.quantile(0.5))
+        out[f"{key}_ms_p99"] = _ms(d.quantile(0.99))
+        out[f"{key}_observations"] = int(d.count)
+    if after.itl_name:
+        out["itl_metric"] = after.itl_name
+    for key, v in after.counters.items():
+        out[key] = v - before.counters.get(key, 0.0)
+    drafts, draft_tokens = out.get("spec_drafts"), out.get("spec_draft_tokens")
+    accepted = out.get("spec_accepted_tokens")
+    if accepted is not None and draft_tokens:
+        out["spec_acceptance_rate"] = accepted / draft_tokens
+    if accepted is not None and drafts:
+        out["spec_mean_acceptance_length"] = 1 + accepted / drafts
+    return out or None
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else v * 1000.0

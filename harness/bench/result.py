@@ -10,15 +10,16 @@ from typing import Literal
 
 @dataclass(frozen=True)
 class LevelResult:
-    """One concurrency level. Each figure is the median over the timed repeats; `spread`
-    gives (max - min) / median of that figure over the repeats, `samples` the raw values."""
+    """One concurrency level. Latency figures (TTFT, ITL = TPOT, E2E) and per-stream decode
+    are over every timed request of the level; the aggregate is the median over rounds.
+    `samples` holds each figure per round and `spread` its (max - min) / median."""
 
     concurrency: int
-    per_stream_tok_s: float | None  # median over streams of decode tok/s, then over repeats
-    aggregate_tok_s: float | None  # output tokens of good requests / wall of the round
+    per_stream_tok_s: float | None  # median over requests of (tokens - 1) / (last - first)
+    aggregate_tok_s: float | None  # round's output tokens / (first sent -> last received)
     ttft_ms_p50: float | None
     ttft_ms_p99: float | None
-    itl_ms_p50: float | None
+    itl_ms_p50: float | None  # per request: (last - first token) / (tokens - 1)
     itl_ms_p99: float | None
     tpot_ms_p50: float | None
     e2e_ms_p50: float | None
@@ -33,6 +34,15 @@ class LevelResult:
     output_tokens: int
     client_cpu_s: float
     wall_s: float
+    # Added for issue 15 (defaults keep older stored results loadable):
+    ttft_ms_mean: float | None = None  # over every request of the level
+    chunk_gap_ms_p50: float | None = None  # gaps between SSE message arrivals, not ITL
+    chunk_gap_ms_p99: float | None = None
+    connects_in_timed_requests: int = 0  # connections a timed request had to open itself
+    token_count_source: str = "usage"  # usage | tokenize | tokenizer | chunks
+    # /metrics deltas over the timed rounds: ttft/itl/e2e _ms_mean/_ms_p50/_ms_p99,
+    # _observations, generation_tokens, prompt_tokens, spec_* and client_ttft_inflation_ms
+    server: dict[str, object] | None = None
 
 
 @dataclass(frozen=True)
@@ -49,12 +59,15 @@ class BenchResult:
     cold_ttft_ms: float | None
     prefix_cache_hit_rate: float | None  # /metrics deltas around a replay of that prompt
     warm_ttft_ms: float | None
-    token_count_source: Literal["usage", "chunks"]
+    token_count_source: Literal["usage", "tokenize", "tokenizer", "chunks"]
     warnings: tuple[str, ...]
     client_cpu_s: float  # this process's CPU time for the whole run
     tokens_streamed: int  # every output token received, warm-ups included
     wall_s: float
     extra: dict[str, object] = field(default_factory=dict)
+    token_counts_reliable: bool = True  # False only when SSE messages were counted
+    event_loop: str = "asyncio"  # uvloop where installed
+    round_clock: str = ""  # what a timed round's span runs from and to
 
     def level(self, concurrency: int) -> LevelResult:
         return next(lv for lv in self.levels if lv.concurrency == concurrency)

@@ -91,10 +91,16 @@ def measure(server: Server, model: str, cfg: Bench, *, bench: bool = True,
 
         on_phase("bench")
         t0 = time.monotonic()
+        levels = list(cfg.concurrency)
+
+        def progress(c: int, done: int, total: int) -> None:
+            i = levels.index(c) + 1 if c in levels else 0
+            on_phase(f"bench level {i}/{len(levels)} (c={c}): {done}/{total} requests")
+
         result = run_bench_sync(server.base_url, model, concurrency=cfg.concurrency,
                                 max_tokens=cfg.max_tokens, repeats=cfg.repeats,
                                 prompt_tokens=cfg.prompt_tokens, prefill=cfg.prefill,
-                                long_prompt_tokens=cfg.long_prompt_tokens)
+                                long_prompt_tokens=cfg.long_prompt_tokens, progress=progress)
         m.bench = BenchRecord.model_validate(result.to_dict())
         m.durations["bench_s"] = round(time.monotonic() - t0, 1)
         on_partial("bench", m.bench.model_dump(mode="json"))

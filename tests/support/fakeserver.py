@@ -2,9 +2,12 @@
 
 Standard library only, and Python 3.8+, because it is also copied alone into small Docker
 images where it plays vLLM's part: it prints vLLM-style start-up lines, can crash or hang the
-way vLLM does, and serves /health, /v1/models, /v1/completions, /v1/chat/completions and
-/metrics. Because its decode rate is set by a flag, the benchmark client can be checked
-against a known truth (benchmarks/bench_client_accuracy.py).
+way vLLM does, and serves /health, /v1/models, /v1/completions, /v1/chat/completions,
+/tokenize and /metrics. Because its decode rate is set by a flag, the benchmark client can be
+checked against a known truth (benchmarks/bench_client_accuracy.py), and because it keeps its
+own record of what it sent and when (GET /fake/stats, on time.monotonic(), the same
+CLOCK_MONOTONIC as the client's time.perf_counter() on Linux), tests compare the client's
+figures with that record instead of with the wall clock.
 
 Pacing: chunk k of a request goes out at t_first + k * dt on the event loop's monotonic
 clock, so a late wake-up never pushes later chunks back (no drift accumulation).
@@ -49,6 +52,46 @@ VOCAB = (
     "index offset stride warp lane tile mask sum max min mean var step epoch seed state"
 ).split()
 DEGENERATE_4GRAM = ["the", "cache", "is", "warm"]
+# --split-utf8: words whose UTF-8 bytes are cut in two across separate writes.
+MULTIBYTE = ["na\u00efve", "\u00e9t\u00e9", "\u2192", "\u6f22\u5b57", "\U0001f600"]
+
+# Histogram buckets as vLLM 0.33.0 declares them (v1/metrics/loggers.py).
+TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
+ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+               7.5, 10.0, 20.0, 40.0, 80.0]
+E2E_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+               60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
+
+
+class Histogram:
+    """A Prometheus histogram: cumulative buckets, sum and count (the observed values are
+    the server's own send times, so /metrics tells the truth about what it did)."""
+
+    def __init__(self, buckets):
+        self.bounds = list(buckets)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, v):
+        i = 0
+        while i < len(self.bounds) and v > self.bounds[i]:
+            i += 1
+        self.counts[i] += 1
+        self.sum += v
+        self.count += 1
+
+    def lines(self, name, lab_inner):
+        out = []
+        cum = 0
+        for b, n in zip(self.bounds + [float("inf")], self.counts):  # noqa: B905 (py3.8)
+            cum += n
+            le = "+Inf" if b == float("inf") else repr(float(b))
+            out.append('%s_bucket{%s,le="%s"} %s' % (name, lab_inner, le, float(cum)))
+        out.append("%s_count{%s} %s" % (name, lab_inner, float(self.count)))
+        out.append("%s_sum{%s} %r" % (name, lab_inner, self.sum))
+        return out
 
 SERVER_VERSION = "0.33.0"
 
@@ -175,11 +218,32 @@ class State:
         self.first_recv: float | None = None
         self.last_send: float | None = None
         self.sent_log = []  # [recv, first chunk sent, last chunk sent, tokens, chunks]
+        # Per request, keyed by response id: what was sent and when (see record()).
+        self.records = []
         self.healthy = False
+        self.ttft = Histogram(TTFT_BUCKETS)
+        self.itl = Histogram(ITL_BUCKETS)
+        self.e2e = Histogram(E2E_BUCKETS)
+        self.spec_drafts = 0
+        self.spec_draft_tokens = 0
+        self.spec_accepted = 0
+        self.connections = 0
 
 
 def count_tokens(text: str) -> int:
     return max(1, len(text.split()))
+
+
+def token_ids(text: str) -> list:
+    """The fake tokenizer: one whitespace-separated word is one token (a WordLevel tokenizer
+    over VOCAB; other words get a stable id past it)."""
+    ids = []
+    for w in text.split():
+        if w in VOCAB:
+            ids.append(VOCAB.index(w))
+        else:
+            ids.append(len(VOCAB) + int(hashlib.md5(w.encode()).hexdigest()[:6], 16))
+    return ids
 
 
 def prompt_of(body: dict, chat: bool) -> str:
@@ -205,6 +269,7 @@ class Server:
 
     # ---- HTTP/1.1 plumbing -------------------------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.st.connections += 1
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -221,8 +286,9 @@ class Server:
                 elif "content-length" in headers:
                     body = await reader.readexactly(int(headers["content-length"]))
                 keep = headers.get("connection", "").lower() != "close" and version == "HTTP/1.1"
-                path = target.split("?", 1)[0]
-                keep = await self.route(method, path, body, writer, reader) and keep
+                keep = keep and not self.a.close_connections
+                path, _, query = target.partition("?")
+                keep = await self.route(method, path, body, writer, reader, query) and keep
                 if self.a.access_log:
                     self.log.raw(
                         '(APIServer pid=%d) INFO:     127.0.0.1 - "%s %s %s"'
@@ -251,17 +317,18 @@ class Server:
             500: "Internal Server Error",
             503: "Service Unavailable",
         }.get(status, "OK")
-        head = "HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n" % (
+        head = "HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n" % (
             status,
             reason,
             ctype,
             len(body),
+            "connection: close\r\n" if self.a.close_connections else "",
         )
         writer.write(head.encode() + body)
         await writer.drain()
         return True
 
-    async def route(self, method: str, path: str, raw: bytes, writer, reader) -> bool:
+    async def route(self, method: str, path: str, raw: bytes, writer, reader, query="") -> bool:
         if method == "GET" and path == "/health":
             return await self.send(writer, 200, b"")
         if method == "GET" and path == "/v1/models":
@@ -291,20 +358,29 @@ class Server:
                 if (s.first_recv is not None and s.last_send is not None)
                 else None
             )
+            full = "chunks=1" in query
             d = {
                 "requests": s.requests,
                 "tokens_sent": s.tokens_sent,
                 "span_s": span,
                 "tokens_per_s": self.a.tokens_per_s,
                 "tokens_per_chunk": self.a.tokens_per_chunk,
+                "connections": s.connections,
                 "log": s.sent_log[-100000:],
+                "records": [
+                    r if full else {k: v for k, v in r.items() if k not in ("chunk_sends", "text")}
+                    for r in s.records[-100000:]
+                ],
             }
             return await self.send(writer, 200, json.dumps(d).encode())
         if method == "POST" and path == "/fake/reset":
             self.st.tokens_sent = 0
             self.st.first_recv = self.st.last_send = None
             self.st.sent_log = []
+            self.st.records = []
             return await self.send(writer, 200, b"{}")
+        if method == "POST" and path == "/tokenize" and not self.a.no_tokenize:
+            return await self.tokenize(raw, writer)
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             try:
                 body = json.loads(raw.decode() or "{}")
@@ -315,13 +391,30 @@ class Server:
             return await self.generate(body, path.endswith("chat/completions"), writer, reader)
         return await self.send(writer, 404, json.dumps({"detail": "Not Found"}).encode())
 
+    async def tokenize(self, raw: bytes, writer) -> bool:
+        """vLLM's POST /tokenize (entrypoints/serve/tokenize/protocol.py, 0.33.0): a
+        TokenizeCompletionRequest {model, prompt, add_special_tokens} or a
+        TokenizeChatRequest {model, messages, ...} -> {count, max_model_len, tokens}."""
+        try:
+            body = json.loads(raw.decode() or "{}")
+        except ValueError:
+            body = None
+        if not isinstance(body, dict) or ("prompt" not in body and "messages" not in body):
+            err = {"error": {"message": "prompt or messages is required", "code": 400}}
+            return await self.send(writer, 400, json.dumps(err).encode())
+        text = prompt_of(body, "messages" in body)
+        ids = token_ids(text)
+        d = {"count": len(ids), "max_model_len": 262144, "tokens": ids, "token_strs": None}
+        return await self.send(writer, 200, json.dumps(d).encode())
+
     # ---- generation ------------------------------------------------------------------
     def words_for(self, prompt: str, n: int) -> list[str]:
         if self.a.degenerate:
             return [DEGENERATE_4GRAM[i % 4] for i in range(n)]
         seed = int(hashlib.sha256(prompt.encode()).hexdigest()[:12], 16)
         rng = random.Random(seed)  # temperature 0: same prompt, same text
-        return [rng.choice(VOCAB) for _ in range(n)]
+        vocab = VOCAB + MULTIBYTE if self.a.split_utf8 else VOCAB
+        return [rng.choice(vocab) for _ in range(n)]
 
     async def generate(self, body: dict, chat: bool, writer, reader) -> bool:
         loop = asyncio.get_running_loop()
@@ -364,6 +457,8 @@ class Server:
         # TTFT: prefill of the uncached prompt (if modelled), else one decode step.
         if self.a.prefill_tok_s and not cached:
             ttft = n_prompt / self.a.prefill_tok_s
+        elif self.a.ttft_ms:
+            ttft = self.a.ttft_ms / 1000.0
         else:
             ttft = dt * k
         t_first = t_recv + ttft
@@ -413,12 +508,14 @@ class Server:
 
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-            b"transfer-encoding: chunked\r\n\r\n"
+            + (b"connection: close\r\n" if self.a.close_connections else b"")
+            + b"transfer-encoding: chunked\r\n\r\n"
         )
         st.running += 1
         try:
             chunks = [words[i : i + k] for i in range(0, n_out, k)]
             t_sent0 = now = t_recv
+            sends = []
             for ci, piece in enumerate(chunks):
                 if stall and ci == len(chunks) // 2:
                     await writer.drain()
@@ -454,13 +551,41 @@ class Server:
                     "model": self.a.model,
                     "choices": [choice],
                 }
-                write_event(writer, json.dumps(ev))
-                await writer.drain()
+                # Stamped before the write: a recorded send time never follows the byte's
+                # arrival at the client, even if this process is preempted right after it.
                 now = loop.time()
+                if self.a.split_utf8 and any(w in MULTIBYTE for w in piece):
+                    await write_split(writer, json.dumps(ev, ensure_ascii=False))
+                else:
+                    write_event(writer, json.dumps(ev))
+                await writer.drain()
                 self.account(len(piece), now)
                 if ci == 0:
                     t_sent0 = now
+                    st.ttft.observe(now - t_recv)
+                else:
+                    st.itl.observe(now - sends[-1])
+                    if k > 1:  # modelled as speculative decoding: k-1 drafted, all accepted
+                        st.spec_drafts += 1
+                        st.spec_draft_tokens += k - 1
+                        st.spec_accepted += len(piece) - 1
+                sends.append(now)
             st.sent_log.append([t_recv, t_sent0, now, n_out, len(chunks)])
+            st.e2e.observe(now - t_recv)
+            st.records.append(
+                {
+                    "id": rid,
+                    "recv": t_recv,
+                    "first_sent": t_sent0,
+                    "last_sent": now,
+                    "tokens": n_out,
+                    "chunks": len(chunks),
+                    "usage_sent": with_usage,
+                    "chunk_sends": sends,
+                    "chunk_tokens": [len(c) for c in chunks],
+                    "text": "".join(" " + " ".join(c) for c in chunks),
+                }
+            )
             if with_usage:
                 ev = {
                     "id": rid,
@@ -518,6 +643,38 @@ class Server:
                 "%s_total%s %s" % (name, lab, float(val)),
                 "%s_created%s %s" % (name, lab, created),
             ]
+        if self.a.tokens_per_chunk > 1:
+            for name, help_, val in (
+                ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", self.st.spec_drafts),
+                (
+                    "vllm:spec_decode_num_draft_tokens",
+                    "Number of draft tokens.",
+                    self.st.spec_draft_tokens,
+                ),
+                (
+                    "vllm:spec_decode_num_accepted_tokens",
+                    "Number of accepted tokens.",
+                    self.st.spec_accepted,
+                ),
+            ):
+                out += [
+                    "# HELP %s_total %s" % (name, help_),
+                    "# TYPE %s_total counter" % name,
+                    "%s_total%s %s" % (name, lab, float(val)),
+                ]
+        inner = lab[1:-1]
+        itl_name = (
+            "vllm:time_per_output_token_seconds"
+            if self.a.legacy_metrics
+            else "vllm:inter_token_latency_seconds"
+        )
+        for name, help_, h in (
+            ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.st.ttft),
+            (itl_name, "Histogram of inter-token latency in seconds.", self.st.itl),
+            ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", self.st.e2e),
+        ):
+            out += ["# HELP %s %s" % (name, help_), "# TYPE %s histogram" % name]
+            out += h.lines(name, inner)
         out += [
             "# HELP vllm:num_requests_running Number of requests in model execution batches.",
             "# TYPE vllm:num_requests_running gauge",
@@ -529,6 +686,18 @@ class Server:
 def write_event(writer, data: str) -> None:
     payload = ("data: %s\n\n" % data).encode()
     writer.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+
+
+async def write_split(writer, data: str) -> None:
+    """One SSE event in two HTTP chunks, cut inside a multi-byte character, sent 20 ms apart
+    so that the client reads the two halves in separate network reads."""
+    payload = ("data: %s\n\n" % data).encode("utf-8")
+    cut = next(i for i, b in enumerate(payload) if b >= 0xC0) + 1  # after a lead byte
+    first, rest = payload[:cut], payload[cut:]
+    writer.write(b"%x\r\n%s\r\n" % (len(first), first))
+    await writer.drain()
+    await asyncio.sleep(0.02)
+    writer.write(b"%x\r\n%s\r\n" % (len(rest), rest))
 
 
 async def read_chunked(reader: asyncio.StreamReader) -> bytes:
@@ -611,6 +780,20 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="if set, TTFT = uncached prompt tokens / this",
     )
     p.add_argument("--no-usage", action="store_true", help="never send usage, even when asked")
+    p.add_argument("--no-tokenize", action="store_true", help="serve no /tokenize endpoint")
+    p.add_argument(
+        "--ttft-ms", type=float, default=0.0, help="fixed time to first token (else one step)"
+    )
+    p.add_argument(
+        "--close-connections",
+        action="store_true",
+        help="answer `connection: close` and close the connection after every response",
+    )
+    p.add_argument(
+        "--split-utf8",
+        action="store_true",
+        help="emit multi-byte words and cut their bytes across two writes",
+    )
     p.add_argument(
         "--error-every", type=int, default=0, help="answer HTTP 500 to every Nth generation request"
     )

@@ -235,9 +235,7 @@ class Engine:
             except docker.errors.APIError as exc:
                 raise EngineError(
                     f"container for {spec.image} did not start: {exc.explanation or exc}",
-                    hint=("this host has no NVIDIA container runtime/CDI: install the NVIDIA Container "
-                          "Toolkit, or run on a GPU host (`harness doctor`)")
-                    if "capabilities: [[gpu]]" in str(exc) else "run `harness doctor`",
+                    hint=_start_hint(str(exc), spec.gpu_attach),
                 ) from exc
             yield running
             failed = False
@@ -308,6 +306,19 @@ class ContainerSpec:
 
 
 GPU_ATTACH_MODES = ("runtime", "cdi", "devices")
+
+
+def _start_hint(message: str, mode: str) -> str:
+    """What to do when the engine refuses to start a container, by what it said."""
+    if "capabilities: [[gpu]]" in message:  # runtime mode without the NVIDIA runtime
+        return ("this engine has no NVIDIA container runtime: install the NVIDIA Container Toolkit, or set "
+                "[host].gpu_attach to 'cdi' or 'devices' (`harness doctor` says which works here)")
+    if 'device driver "cdi"' in message or "CDI" in message:
+        return ("this engine cannot resolve CDI devices (Docker >= 25 and `nvidia-ctk cdi generate` are needed), "
+                "or set [host].gpu_attach to 'runtime' or 'devices' (`harness doctor`)")
+    if mode == "devices" and ("no such file or directory" in message.lower() or "error gathering device" in message):
+        return "a device node in [host].devices does not exist on the Docker host: `ls /dev/nvidia*` there"
+    return "run `harness doctor`"
 
 
 def create_kwargs(spec: ContainerSpec) -> dict:

@@ -260,3 +260,12 @@ def test_wheel_patch_applier(tmp_path):
     assert (tmp_path / "pkg" / "m.py").read_text() == "a\nb\nc\nD\n"
     with pytest.raises(SystemExit):
         mod.apply_patch(str(tmp_path), str(p))  # 'd' is gone: the context no longer matches
+
+
+def test_start_refusals_name_the_mode_to_use():
+    from harness.engine import _start_hint
+
+    assert "gpu_attach" in _start_hint('could not select device driver "" with capabilities: [[gpu]]', "runtime")
+    assert "nvidia-ctk cdi generate" in _start_hint('could not select device driver "cdi" with capabilities: []', "cdi")
+    assert "/dev/nvidia*" in _start_hint("error gathering device information while adding custom device "
+                                         '"/dev/nvidia9": no such file or directory', "devices")

@@ -310,12 +310,15 @@ def needs_for(matrix) -> dict:
 
 
 def render(checks: list[Check]) -> None:
+    from rich.markup import escape
+
     table = Table(title="harness doctor")
     for col in ("check", "status", "detail", "fix"):
         table.add_column(col, overflow="fold")
     for c in checks:
         status = "[green]ok[/green]" if c.ok else ("[red]FAIL[/red]" if c.required else "[yellow]warn[/yellow]")
-        table.add_row(c.name, status, c.detail, "" if c.ok else c.fix)
+        # details and fixes are text, not markup: "[host].gpu_attach" must print as written
+        table.add_row(escape(c.name), status, escape(c.detail), "" if c.ok else escape(c.fix))
     out.print(table)
 
 

@@ -269,3 +269,11 @@ def test_start_refusals_name_the_mode_to_use():
     assert "nvidia-ctk cdi generate" in _start_hint('could not select device driver "cdi" with capabilities: []', "cdi")
     assert "/dev/nvidia*" in _start_hint("error gathering device information while adding custom device "
                                          '"/dev/nvidia9": no such file or directory', "devices")
+
+
+def test_doctor_prints_keys_as_written(capsys):
+    from harness.doctor import Check, render
+
+    render([Check("gpu attach: devices", False, "missing device nodes: /dev/nvidia0",
+                  "set [host].devices to the nodes this host has")])
+    assert "[host].devices" in capsys.readouterr().out.replace("\n", " ").replace("│", " ")

@@ -8,9 +8,11 @@ Only transient engine errors are retried, by type, and each retry is logged befo
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import os
+import secrets
 import tarfile
 import threading
 from collections.abc import Callable, Iterator
@@ -227,6 +229,10 @@ class Engine:
         """
         created = None
         failed = True
+        # Named before it exists: a Ctrl-C that lands while the engine is creating it (the
+        # container exists, the answer has not arrived) can still find it by name below.
+        if spec.name is None:
+            spec = dataclasses.replace(spec, name=f"harness-{secrets.token_hex(6)}")
         try:
             created = self._create(spec)
             running = RunningContainer(self, created)
@@ -241,6 +247,8 @@ class Engine:
             failed = False
         finally:
             keep_it = keep() if callable(keep) else (keep and failed)
+            if created is None and not keep_it:
+                created = self._find(spec.name)
             if created is not None and not keep_it:
                 try:
                     created.remove(force=True, v=True)
@@ -249,6 +257,12 @@ class Engine:
                 except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
                     # the engine is gone or failing: the labels let the next run reap it
                     log.warning("could not remove container %s: %s", created.name, exc)
+
+    def _find(self, name: str):
+        try:
+            return self.client.containers.get(name)
+        except (docker.errors.APIError, requests.exceptions.RequestException):
+            return None
 
     @retry_transient
     def _create(self, spec: ContainerSpec):

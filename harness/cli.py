@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("harness.results.compare_cli", "gate a rollout: two runs compared beyond noise"),
     "bug": ("harness.results.bug_cli", "an upstream bug report for one cell"),
     "report": ("harness.report.cli", "Markdown + HTML report of a run"),
+    "bundle": ("harness.bundle", "make / install a wheelhouse bundle for a host with no package index"),
 }
 
 EPILOG = """exit codes (every command):

@@ -44,6 +44,85 @@ def find_cuobjdump() -> str | None:
     return None
 
 
+def _has_bridge() -> bool | None:
+    try:
+        from harness.engine import connect
+
+        return bool(connect(timeout=10).client.networks.list(names=["bridge"]))
+    except Exception:  # noqa: BLE001 - doctor reports, never raises here
+        return None
+
+
+def _major(version: str) -> int:
+    try:
+        return int(version.split(".")[0])
+    except ValueError:
+        return 0
+
+
+def attach_checks(info, host, need: bool, bridge: bool | None = None) -> list[Check]:
+    """One row per GPU attach mode: does it work with this engine on this host, and why not.
+
+    Only the mode the matrix's [host].gpu_attach chooses is required (default 'runtime'); the
+    others are information. `host` is the matrix's Host (or None: the defaults). The 'devices'
+    paths are checked on this machine: run doctor on the Docker host itself.
+    """
+    from harness.gpu_attach import existing, library_path
+    from harness.matrix.model import Host
+
+    host = host or Host()
+    chosen = host.gpu_attach
+    rows: list[Check] = []
+    has_rt = "nvidia" in info.runtimes
+    rows.append(Check(
+        "gpu attach: runtime", has_rt,
+        ("nvidia runtime registered" if has_rt else
+         f"no 'nvidia' runtime in the engine (runtimes: {', '.join(info.runtimes) or 'none'}): "
+         "--gpus / device_requests fail with 'could not select device driver'"),
+        "install the NVIDIA Container Toolkit and run `nvidia-ctk runtime configure --runtime=docker`, "
+        "restart dockerd; or choose another [host].gpu_attach",
+        required=need and chosen == "runtime"))
+    specs = [str(p) for d in info.cdi_spec_dirs if Path(d).is_dir()
+             for p in Path(d).iterdir() if p.name.startswith("nvidia")]
+    cdi_ok = _major(info.version) >= 25 and bool(specs)
+    why = []
+    if _major(info.version) < 25:
+        why.append(f"Docker {info.version} < 25 has no CDI device support")
+    if not specs:
+        why.append(f"no nvidia CDI spec in {', '.join(info.cdi_spec_dirs) or 'the engine (CDISpecDirs empty)'}")
+    rows.append(Check("gpu attach: cdi", cdi_ok, f"specs: {', '.join(specs)}" if cdi_ok else "; ".join(why),
+                      "Docker >= 25 and `nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`",
+                      required=need and chosen == "cdi"))
+    have, missing = existing(host.devices)
+    dirs_have, dirs_missing = existing(host.driver_dirs)
+    libcuda = [str(p) for d in library_path(host) for p in sorted(Path(d).glob("libcuda.so*"))[:1]]
+    dev_ok = bool(host.devices) and not missing and not dirs_missing and (bool(libcuda) or not host.driver_dirs)
+    why = []
+    if missing:
+        why.append(f"missing device nodes: {', '.join(missing)}")
+    if dirs_missing:
+        why.append(f"missing driver dirs: {', '.join(dirs_missing)}")
+    if host.driver_dirs and not libcuda:
+        why.append(f"no libcuda.so in {', '.join(library_path(host))}")
+    if not host.driver_dirs:
+        why.append("no [host].driver_dirs: the image must bring a matching libcuda itself")
+    detail = (f"nodes {', '.join(have)}; driver {', '.join(dirs_have)} (libcuda {', '.join(libcuda)})" if dev_ok
+              else "; ".join(why) or "no device nodes listed")
+    found = sorted(str(p) for p in Path("/dev").glob("nvidia*") if p.name != "nvidia-caps")
+    rows.append(Check("gpu attach: devices", dev_ok, detail,
+                      f"set [host].devices to the nodes this host has ({', '.join(found) or 'none under /dev'}) and "
+                      "driver_dirs to the folder holding libcuda.so (e.g. /usr/local/nvidia or /usr/lib/x86_64-linux-gnu)",
+                      required=need and chosen == "devices"))
+    net = host.network
+    if bridge is not None:
+        rows.append(Check(f"network: {net}", net == "host" or bridge,
+                          "engine has a bridge network" if bridge else "engine has no bridge network (dockerd --bridge=none)",
+                          "set [host].network = \"host\" (or serve.network)", required=need))
+    if host.security_opt:
+        rows.append(Check("security options", True, ", ".join(host.security_opt), required=False))
+    return rows
+
+
 def run_checks(*, need_docker: bool = True, need_gpu: bool = True, need_gpu_runtime: bool = True,
                local_pythons: tuple[str, ...] = (), local_keys: tuple[str, ...] = (),
                build_dir: str = ".", matrix=None,
@@ -61,17 +140,10 @@ def run_checks(*, need_docker: bool = True, need_gpu: bool = True, need_gpu_runt
     except HarnessError as exc:
         checks.append(Check("docker engine", False, exc.message, exc.hint or "", required=need_docker))
     if engine_info is not None:
-        gpu_rt = engine_info.gpu_capable
         # Without a GPU there is nothing to attach: builds and audits still run.
         need_gpu_runtime = need_gpu_runtime and (probe.ok or need_gpu)
-        checks.append(Check(
-            "gpu container runtime", gpu_rt,
-            f"runtimes: {', '.join(engine_info.runtimes) or 'none'}; CDI dirs: "
-            f"{', '.join(engine_info.cdi_spec_dirs) or 'none'}",
-            "install the NVIDIA Container Toolkit and run `nvidia-ctk runtime configure --runtime=docker` "
-            "(or generate a CDI spec with `nvidia-ctk cdi generate`), then restart dockerd",
-            required=need_gpu_runtime,
-        ))
+        checks += attach_checks(engine_info, matrix.spec.host if matrix is not None else None,
+                                need_gpu_runtime, bridge=_has_bridge())
     detail = "; ".join(f"{g.name} cc {g.cc} driver {g.driver}" for g in probe.gpus) or probe.reason
     checks.append(Check("gpus", probe.ok, f"{detail} (via {probe.source})",
                         "install the NVIDIA driver, or run on a GPU host" + (
@@ -238,12 +310,15 @@ def needs_for(matrix) -> dict:
 
 
 def render(checks: list[Check]) -> None:
+    from rich.markup import escape
+
     table = Table(title="harness doctor")
     for col in ("check", "status", "detail", "fix"):
         table.add_column(col, overflow="fold")
     for c in checks:
         status = "[green]ok[/green]" if c.ok else ("[red]FAIL[/red]" if c.required else "[yellow]warn[/yellow]")
-        table.add_row(c.name, status, c.detail, "" if c.ok else c.fix)
+        # details and fixes are text, not markup: "[host].gpu_attach" must print as written
+        table.add_row(escape(c.name), status, escape(c.detail), "" if c.ok else escape(c.fix))
     out.print(table)
 
 

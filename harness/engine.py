@@ -8,9 +8,11 @@ Only transient engine errors are retried, by type, and each retry is logged befo
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import os
+import secrets
 import tarfile
 import threading
 from collections.abc import Callable, Iterator
@@ -227,6 +229,10 @@ class Engine:
         """
         created = None
         failed = True
+        # Named before it exists: a Ctrl-C that lands while the engine is creating it (the
+        # container exists, the answer has not arrived) can still find it by name below.
+        if spec.name is None:
+            spec = dataclasses.replace(spec, name=f"harness-{secrets.token_hex(6)}")
         try:
             created = self._create(spec)
             running = RunningContainer(self, created)
@@ -235,14 +241,14 @@ class Engine:
             except docker.errors.APIError as exc:
                 raise EngineError(
                     f"container for {spec.image} did not start: {exc.explanation or exc}",
-                    hint=("this host has no NVIDIA container runtime/CDI: install the NVIDIA Container "
-                          "Toolkit, or run on a GPU host (`harness doctor`)")
-                    if "capabilities: [[gpu]]" in str(exc) else "run `harness doctor`",
+                    hint=_start_hint(str(exc), spec.gpu_attach),
                 ) from exc
             yield running
             failed = False
         finally:
             keep_it = keep() if callable(keep) else (keep and failed)
+            if created is None and not keep_it:
+                created = self._find(spec.name)
             if created is not None and not keep_it:
                 try:
                     created.remove(force=True, v=True)
@@ -252,30 +258,15 @@ class Engine:
                     # the engine is gone or failing: the labels let the next run reap it
                     log.warning("could not remove container %s: %s", created.name, exc)
 
+    def _find(self, name: str):
+        try:
+            return self.client.containers.get(name)
+        except (docker.errors.APIError, requests.exceptions.RequestException):
+            return None
+
     @retry_transient
     def _create(self, spec: ContainerSpec):
-        from harness import controller
-
-        device_requests = None
-        if spec.gpus:
-            ids = None if spec.gpus == "all" else spec.gpus.split(",")
-            device_requests = [docker.types.DeviceRequest(count=-1 if ids is None else None,
-                                                          device_ids=ids, capabilities=[["gpu"]])]
-        return self.client.containers.create(
-            spec.image,
-            command=list(spec.command) if spec.command is not None else None,
-            entrypoint=list(spec.entrypoint) if spec.entrypoint is not None else None,
-            environment=dict(spec.env),
-            # who started it: a dead controller's containers are reaped by the next run
-            labels={**dict(spec.labels), **controller.labels()},
-            ports={f"{p}/tcp": ("127.0.0.1", hp) for p, hp in spec.ports.items()},
-            volumes={h: {"bind": c, "mode": m} for h, c, m in spec.volumes},
-            device_requests=device_requests,
-            ipc_mode="host" if spec.ipc_host else None,
-            shm_size=None if spec.ipc_host else spec.shm_size,
-            name=spec.name,
-            detach=True,
-        )
+        return self.client.containers.create(**create_kwargs(spec))
 
     def reap(self, *, run_id: str | None = None) -> list[str]:
         """Remove what dead controllers left: every container carrying our controller labels
@@ -315,10 +306,77 @@ class ContainerSpec:
     ipc_host: bool = False
     shm_size: str | None = None
     name: str | None = None
+    gpu_attach: str = "runtime"  # how `gpus` reaches the container: runtime | cdi | devices
+    devices: tuple[str, ...] = ()  # 'devices': "/dev/nvidia0:/dev/nvidia0:rwm", ...
+    cdi_devices: tuple[str, ...] = ()  # 'cdi': "nvidia.com/gpu=all", ...
+    network_mode: str | None = None  # None = the engine's default (bridge); "host"
+    security_opt: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.ports is None:
             object.__setattr__(self, "ports", {})
+        if self.gpu_attach not in GPU_ATTACH_MODES:
+            raise ValueError(f"gpu_attach must be one of {', '.join(GPU_ATTACH_MODES)}, not {self.gpu_attach!r}")
+
+
+GPU_ATTACH_MODES = ("runtime", "cdi", "devices")
+
+
+def _start_hint(message: str, mode: str) -> str:
+    """What to do when the engine refuses to start a container, by what it said."""
+    if "capabilities: [[gpu]]" in message:  # runtime mode without the NVIDIA runtime
+        return ("this engine has no NVIDIA container runtime: install the NVIDIA Container Toolkit, or set "
+                "[host].gpu_attach to 'cdi' or 'devices' (`harness doctor` says which works here)")
+    if 'device driver "cdi"' in message or "CDI" in message:
+        return ("this engine cannot resolve CDI devices (Docker >= 25 and `nvidia-ctk cdi generate` are needed), "
+                "or set [host].gpu_attach to 'runtime' or 'devices' (`harness doctor`)")
+    if mode == "devices" and ("no such file or directory" in message.lower() or "error gathering device" in message):
+        return "a device node in [host].devices does not exist on the Docker host: `ls /dev/nvidia*` there"
+    return "run `harness doctor`"
+
+
+def create_kwargs(spec: ContainerSpec) -> dict:
+    """docker-py `containers.create` arguments for a spec: the one place a GPU is attached.
+
+    - runtime: a DeviceRequest with capability 'gpu' (what `docker run --gpus` sends); the NVIDIA
+      Container Toolkit's runtime hook injects devices and driver libraries.
+    - cdi: a DeviceRequest with driver 'cdi' and the CDI names (what `docker run --device
+      nvidia.com/gpu=all` sends to Docker >= 25, moby api/types/container DeviceRequest).
+    - devices: the device nodes themselves (`--device`); the driver's libraries come in as
+      read-only mounts and LD_LIBRARY_PATH, which the caller puts in `volumes`/`env`.
+    With network_mode 'host' nothing is published: the server's port is the host's.
+    """
+    from harness import controller
+
+    device_requests = None
+    devices = None
+    if spec.gpus and spec.gpu_attach == "runtime":
+        ids = None if spec.gpus == "all" else spec.gpus.split(",")
+        device_requests = [docker.types.DeviceRequest(count=-1 if ids is None else None,
+                                                      device_ids=ids, capabilities=[["gpu"]])]
+    elif spec.gpus and spec.gpu_attach == "cdi":
+        device_requests = [docker.types.DeviceRequest(driver="cdi", device_ids=list(spec.cdi_devices))]
+    elif spec.gpus and spec.gpu_attach == "devices":
+        devices = list(spec.devices)
+    host_net = spec.network_mode == "host"
+    return dict(
+        image=spec.image,
+        command=list(spec.command) if spec.command is not None else None,
+        entrypoint=list(spec.entrypoint) if spec.entrypoint is not None else None,
+        environment=dict(spec.env),
+        # who started it: a dead controller's containers are reaped by the next run
+        labels={**dict(spec.labels), **controller.labels()},
+        ports=None if host_net else {f"{p}/tcp": ("127.0.0.1", hp) for p, hp in spec.ports.items()},
+        volumes={h: {"bind": c, "mode": m} for h, c, m in spec.volumes},
+        device_requests=device_requests,
+        devices=devices,
+        network_mode=spec.network_mode,
+        security_opt=list(spec.security_opt) or None,
+        ipc_mode="host" if spec.ipc_host else None,
+        shm_size=None if spec.ipc_host else spec.shm_size,
+        name=spec.name,
+        detach=True,
+    )
 
 
 class RunningContainer:

@@ -18,7 +18,7 @@ DOCKER_STACKS = [
     (path.name, name)
     for path in sorted((ROOT / "matrix").glob("*.toml"))
     for name, stack in load_matrix(path).spec.stacks.items()
-    if stack.runner == "docker"
+    if stack.runner == "docker" and stack.wheels is None  # wheel stacks: tests/test_wheel_stack.py
 ]
 REQUIRED_LABELS = (
     "harness.stack", "harness.content-hash", "harness.base-image", "harness.cuda", "harness.python",

@@ -34,23 +34,48 @@ class BuildEvent:
 
 
 def unpinned(matrix: Matrix, stack_names: list[str]) -> list[str]:
+    """Base images with no digest; a local base (pinned by its image ID at build time) is pinned."""
     return [f"stacks.{n}.base_image: {matrix.spec.stacks[n].base_image.reference} has no digest"
             + (f" ({r})" if (r := matrix.spec.stacks[n].base_image.unpinned_reason) else "")
-            for n in stack_names if matrix.spec.stacks[n].base_image.digest is None]
+            for n in stack_names if matrix.spec.stacks[n].base_image.digest is None
+            and not matrix.spec.stacks[n].base_image.local]
+
+
+def local_base_id(matrix: Matrix, stack_name: str, engine) -> str | None:
+    """A local base image's ID on this engine (None for a registry base); missing is a ConfigError."""
+    base = matrix.spec.stacks[stack_name].base_image
+    if base is None or not base.local:
+        return None
+    found = engine.image_id(f"{base.repository}:{base.tag}")
+    if found is None:
+        raise ConfigError(f"stacks.{stack_name}.base_image: no local image {base.repository}:{base.tag} on the engine",
+                          hint="import or build it first (`docker image ls`); a local base is never pulled")
+    return found
+
+
+def image_site_packages(engine, ref: str, labels: dict[str, str]) -> str | None:
+    """Where a wheel-stack image installed vLLM (written by harness/data/docker/wheels.py at build time)."""
+    with tempfile.TemporaryDirectory(prefix="harness-site-") as tmp:
+        try:
+            dest = engine.export_path(ref, "/opt/build/site-packages.txt", Path(tmp), labels=labels)
+        except EngineError:
+            return None
+        return (dest / "site-packages.txt").read_text().strip() or None
 
 
 def _step_of(line: str) -> str | None:
     return line.strip() if line.startswith("Step ") else None
 
 
-def audit_image(engine, ref: str, labels: dict[str, str], ccs: tuple[str, ...] = ()) -> dict | None:
+def audit_image(engine, ref: str, labels: dict[str, str], path: str = SITE_PACKAGES,
+                ccs: tuple[str, ...] = ()) -> dict | None:
     """The compiled archs of the image's Python packages (copied out, never started), judged
     for the compute capabilities `ccs` (the matrix hardware's)."""
     from harness.audit import Target, audit_path
 
     with tempfile.TemporaryDirectory(prefix="harness-audit-") as tmp:
         try:
-            dest = engine.export_path(ref, SITE_PACKAGES, Path(tmp), labels=labels)
+            dest = engine.export_path(ref, path, Path(tmp), labels=labels)
         except EngineError as exc:
             return {"status": "not-audited", "reason": str(exc)}
         report = audit_path(dest, [Target.from_cc(cc) for cc in ccs])
@@ -105,7 +130,11 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
                                 labels=rendered.labels, reason=exc.message)
     took = time.monotonic() - start
     labels = engine.image_labels(ref) or rendered.labels
-    summary = audit_image(engine, ref, {"harness.role": "audit"}, audit_ccs) if audit else None
+    audit_path = SITE_PACKAGES
+    if rendered.labels.get("harness.stack-kind") == "wheels":  # the vllm package only, not the base's torch
+        site = image_site_packages(engine, ref, {"harness.role": "audit"})
+        audit_path = f"{site}/vllm" if site else SITE_PACKAGES
+    summary = audit_image(engine, ref, {"harness.role": "audit"}, audit_path, audit_ccs) if audit else None
     problems = (build_log_problems(engine, ref, torch_cuda_arch_list, {"harness.role": "audit"})
                 if torch_cuda_arch_list else ())
     emit(BuildEvent(name, "done", "built", took))
@@ -129,7 +158,8 @@ def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Pat
                           "itself), or pass --allow-unpinned for a build you will not compare against")
     out: dict[str, BuildOutcome] = {}
     for name in names:
-        rendered = render(matrix, name, template=template, extra=template_values)
+        rendered = render(matrix, name, template=template, extra=template_values,
+                          base_image_id=local_base_id(matrix, name, engine))
         out[name] = build_one(rendered, engine=engine, log_dir=log_dir, force=force, on_event=on_event,
                               audit=audit, torch_cuda_arch_list=matrix.spec.stacks[name].torch_cuda_arch_list,
                               audit_ccs=(matrix.spec.hardware[matrix.spec.matrix.hardware].cc,))

@@ -57,9 +57,16 @@ def dry_run(matrix, stacks: list[str]) -> int:
         table.add_column(col, overflow="fold")
     bad = 0
     for name in stacks:
-        r = render(matrix, name)
+        base = matrix.spec.stacks[name].base_image
+        base_id = None
+        if base.local and engine is not None:  # a local base is pinned by its ID: the tag depends on it
+            base_id = engine.image_id(f"{base.repository}:{base.tag}")
+        r = render(matrix, name, base_image_id=base_id)
         exists = "?" if engine is None else ("yes" if engine.image_labels(r.image_ref) is not None else "no")
-        pinned = "yes" if matrix.spec.stacks[name].base_image.digest else "NO (`harness lock`, or --allow-unpinned)"
+        if base.local:
+            pinned = f"local, id {base_id[:19]}" if base_id else "local: NOT FOUND on the engine (tag shown is provisional)"
+        else:
+            pinned = "yes" if base.digest else "NO (`harness lock`, or --allow-unpinned)"
         lines = []
         for series in preflight_stack(matrix, name):
             if not series.patches:

@@ -129,6 +129,8 @@ def preflight_stack(matrix, stack_name: str) -> list[SeriesResult]:
     from harness.build import sources
 
     stack = matrix.spec.stacks[stack_name]
+    if stack.wheels is not None:
+        return [preflight_wheels(matrix, stack_name)]
     out = []
     series = [("vllm", sources.vllm_source(stack), [(Path(p.path).name, matrix.patch_path(p)) for p in stack.vllm.patches])]
     if stack.flashinfer:
@@ -140,3 +142,38 @@ def preflight_stack(matrix, stack_name: str) -> list[SeriesResult]:
             continue
         out.append(apply_series(sources.tree(src), patches, project=project, source=f"{src.name} {src.pin}"))
     return out
+
+
+def preflight_wheels(matrix, stack_name: str) -> SeriesResult:
+    """A wheel stack's Python-file patches against the pinned wheel's own files (from the wheelhouse).
+
+    A PyPI wheel stack (no wheelhouse) is not fetched here: its patches are checked at build time.
+    """
+    import zipfile
+
+    from harness.build.wheels import read_lock
+
+    stack = matrix.spec.stacks[stack_name]
+    patches = [(Path(p).name, matrix.patch_path(p)) for p in stack.wheels.patches]
+    source = f"vllm wheel {stack.wheels.vllm.version}"
+    found = read_lock(matrix, stack_name)
+    if not patches or found is None:
+        return SeriesResult("vllm", source + ("" if found else " (PyPI: checked at build)"), ())
+    where, lock = found
+    wheel = next(e for e in lock["wheels"] if e["name"] == "vllm")
+    tree = Path(tempfile.mkdtemp(prefix="harness-wheel-"))
+    try:
+        with zipfile.ZipFile(where / wheel["file"]) as z:
+            wanted = {m for _n, p in patches for m in _patch_targets(p)}
+            for m in wanted & set(z.namelist()):
+                z.extract(m, tree)
+        return apply_series(tree, patches, project="vllm", source=f"{source} sha256:{wheel['sha256']}",
+                            in_place=True)
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+
+
+def _patch_targets(path: Path) -> list[str]:
+    import re
+
+    return [m.removeprefix("b/") for m in re.findall(r"^\+\+\+ (\S+)", path.read_text(), flags=re.MULTILINE)]

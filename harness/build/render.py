@@ -24,6 +24,7 @@ IMAGE_REPO = "vllm-bw"
 # Packaged with the tool (importlib.resources), so an installed harness builds without its checkout.
 DOCKER_DIR = Path(str(resources.files("harness").joinpath("data", "docker")))
 DEFAULT_TEMPLATE = DOCKER_DIR / "Dockerfile.vllm.in"
+WHEELS_TEMPLATE = DOCKER_DIR / "Dockerfile.wheels.in"  # the wheel-stack sibling
 LABEL = "harness"
 
 PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
@@ -177,8 +178,12 @@ def fill(template_text: str, values: dict[str, str], where: str) -> str:
 
 def render(matrix: Matrix, stack_name: str, *, template: Path | None = None,
            template_text: str | None = None, buildkit: bool = False,
-           extra: dict[str, str] | None = None) -> Rendered:
-    """The Dockerfile, build args, labels and context of one docker stack; touches no engine."""
+           extra: dict[str, str] | None = None, base_image_id: str | None = None) -> Rendered:
+    """The Dockerfile, build args, labels and context of one docker stack; touches no engine.
+
+    `base_image_id`: a local base image's ID as the engine reports it (wheel stacks pin a local
+    base by it: it becomes the FROM, a label and part of the content hash).
+    """
     stack = matrix.spec.stacks[stack_name]
     if stack.runner != "docker":
         raise ConfigError(f"stacks.{stack_name}: a '{stack.runner}' stack has no image to build",
@@ -186,6 +191,13 @@ def render(matrix: Matrix, stack_name: str, *, template: Path | None = None,
     if stack.image is not None:
         raise ConfigError(f"stacks.{stack_name}: serves the prebuilt image {stack.image}: nothing to build",
                           hint="leave it out of `harness build` (-k); `harness run` records its labels")
+    if stack.wheels is not None:
+        from harness.build.wheels import render_wheels
+
+        same = template is None or Path(template) == DEFAULT_TEMPLATE  # the family's default: its sibling
+        return render_wheels(matrix, stack_name, template=None if same else template,
+                             template_text=None if same else template_text,
+                             buildkit=buildkit, extra=extra, base_image_id=base_image_id)
     template = template or DEFAULT_TEMPLATE
     text = template_text if template_text is not None else template.read_text()
     patches = patch_files(matrix, stack)
@@ -215,6 +227,14 @@ def content_hash(dockerfile: str, buildargs: dict[str, str], files: tuple[tuple[
     for path, data in sorted(files):
         h.update(f"\0{path}\0{hashlib.sha256(data).hexdigest()}".encode())
     pins = stack.model_dump(mode="json", exclude={"description", "env", "local", "kernel_selection"})
+    # fields added for wheel stacks enter the hash only when set: source stacks keep their tags
+    if pins.get("wheels") is None:
+        pins.pop("wheels", None)
+    if isinstance(pins.get("base_image"), dict):
+        if not pins["base_image"].get("local"):
+            pins["base_image"].pop("local", None)
+        if pins["base_image"].get("image_id") is None:
+            pins["base_image"].pop("image_id", None)
     h.update(json.dumps(pins, sort_keys=True, separators=(",", ":")).encode())
     return h.hexdigest()
 

@@ -160,6 +160,21 @@ class BaseImage(Strict):
     unpinned_reason: str | None = Field(
         None, description="Why no digest is recorded (e.g. 'registry not reachable from the build machine')."
     )
+    local: bool = Field(
+        False, description="The tag names an image of the build engine that no registry serves (a "
+        "`docker import`ed root file system, say): the build pins it by its image ID, read at build time.",
+    )
+    image_id: str | None = Field(
+        None, description="For a local base: the image ID 'sha256:<64 hex>' it must have; without it the ID "
+        "found at build time is recorded (label and content hash) but not checked.",
+    )
+
+    @field_validator("image_id")
+    @classmethod
+    def _image_id(cls, v: str | None) -> str | None:
+        if v is not None and not DIGEST.match(v):
+            raise ValueError(f"image_id must look like 'sha256:<64 hex>' (`docker image inspect -f '{{{{.Id}}}}'`), got '{v}'")
+        return v
 
     @field_validator("digest")
     @classmethod
@@ -266,6 +281,31 @@ class FlashInferSource(Strict):
         return self
 
 
+class WheelPin(Strict):
+    version: str = Field(description="Release version, e.g. '0.25.1'.")
+    sha256: str | None = Field(
+        None, description="sha256 of the wheel file installed (a re-packed wheel has its own: see wheels.lock)."
+    )
+
+    _sha = field_validator("sha256")(classmethod(lambda cls, v: _sha256_hex(v)))
+
+
+class Wheels(Strict):
+    """vLLM installed from a pinned wheel onto a base image that already has torch (a wheel stack)."""
+
+    vllm: WheelPin = Field(description="The vLLM wheel: version and sha256.")
+    wheelhouse: str | None = Field(
+        None, description="Folder with the wheels and their wheels.lock (`harness bundle install --dest`), "
+        "installed with no index; relative paths start at the matrix file. Without it, the vLLM wheel "
+        "comes from PyPI (sha256 checked) and its dependencies from the index.",
+    )
+    python: str = Field("python3", description="The base image's interpreter that gets the wheels.")
+    patches: tuple[str, ...] = Field(
+        (), description="Python-file patches applied, in order, to the installed package (paths under patches/, "
+        "relative to site-packages: 'a/vllm/...'); checked by `harness build --preflight` like source patches.",
+    )
+
+
 class LocalEnv(Strict):
     python: Annotated[str, AfterValidator(_no_option)] = Field(
         description="Python interpreter that has vLLM installed, e.g. /opt/venv/bin/python3.")
@@ -303,6 +343,10 @@ class Stack(Strict):
     )
     local: LocalEnv | None = Field(None, description="The existing install, for runner = 'local'.")
     env: Env = Field(default_factory=dict, description="Environment set in every cell of this stack.")
+    wheels: Wheels | None = Field(
+        None, description="A wheel stack: vLLM from a pinned wheel onto `base_image` (which must already hold "
+        "`torch`), instead of building `vllm` from source. `torch`/`flashinfer` pins are then checked in the image.",
+    )
 
     @field_validator("torch_cuda_arch_list", "flashinfer_cuda_arch_list")
     @classmethod
@@ -323,6 +367,8 @@ class Stack(Strict):
         if self.runner == "docker":
             missing = [k for k in ("base_image", "torch", "vllm", "flashinfer", "torch_cuda_arch_list")
                        if getattr(self, k) is None]
+            if self.wheels is not None:
+                missing = [] if self.base_image is not None else ["base_image"]
             if missing and self.image is None:
                 raise ValueError(f"a docker stack needs {', '.join(missing)} (or `image`, a prebuilt one)")
         elif self.local is None:
@@ -421,13 +467,54 @@ class Serve(Strict):
     gpus: Annotated[str, AfterValidator(_gpus)] = Field(
         "all", description="GPUs to attach: 'all', 'none', or a comma list of indices ('0' or '0,1').")
 
-    @field_validator("model_cache")
+    vllm_cache: str | None = Field(
+        None, description="Host folder mounted read-write as vLLM's cache in the container (/root/.cache/vllm: "
+        "torch.compile artifacts), so a repeated start of a cell is as warm as a local one; None: every "
+        "container compiles cold (its cache goes with it).",
+    )
+    network: Literal["bridge", "host"] | None = Field(
+        None, description="Container network: 'bridge' (the port published on 127.0.0.1) or 'host' (vLLM "
+        "binds the port on the host itself); None takes [host].network.",
+    )
+
+    @field_validator("model_cache", "vllm_cache")
     @classmethod
     def _cache(cls, v: str | None) -> str | None:
         if v is not None and not v.startswith("/"):
             raise ValueError(f"'{v}' is not an absolute path (a relative one would be a named volume "
                              "to Docker): write the full folder, e.g. /home/me/.cache/huggingface")
         return v
+
+
+class Host(Strict):
+    """How containers reach the GPU on the host that runs the matrix (one host; `harness doctor` checks it)."""
+
+    description: str = Field("", description="The machine, and why these settings.")
+    gpu_attach: Literal["runtime", "cdi", "devices"] = Field(
+        "runtime", description="'runtime': the NVIDIA Container Toolkit (docker --gpus, device_requests); "
+        "'cdi': CDI device names (Docker >= 25 with a CDI spec); 'devices': the /dev/nvidia* nodes and the "
+        "driver's library folders given here, for engines with neither.",
+    )
+    devices: tuple[str, ...] = Field(
+        ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"),
+        description="'devices' mode: device nodes passed to the container (rwm).",
+    )
+    driver_dirs: tuple[str, ...] = Field(
+        (), description="'devices' mode: host folders with the driver's user-space libraries (libcuda, "
+        "nvidia-smi), bind-mounted read-only at the same path.",
+    )
+    library_path: tuple[str, ...] | None = Field(
+        None, description="'devices' mode: LD_LIBRARY_PATH entries in the container; None = each driver "
+        "dir's lib64 and lib.",
+    )
+    cdi_devices: tuple[str, ...] = Field(("nvidia.com/gpu=all",), description="'cdi' mode: CDI device names.")
+    network: Literal["bridge", "host"] = Field(
+        "bridge", description="Default container network on this host ('host' where the engine has no bridge).",
+    )
+    security_opt: tuple[str, ...] = Field(
+        (), description="docker --security-opt values for serving containers, e.g. 'seccomp=unconfined' "
+        "where the default seccomp profile measurably slows decode (say so in the description).",
+    )
 
 
 class Bench(Strict):
@@ -475,6 +562,7 @@ class MatrixFile(Strict):
     configs: dict[Name, Config]
     expect: Expect = Field(default_factory=Expect)
     serve: Serve = Field(default_factory=Serve)
+    host: Host = Field(default_factory=Host)
     bench: Bench = Field(default_factory=Bench)
     cells: Cells = Field(default_factory=Cells)
 

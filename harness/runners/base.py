@@ -33,6 +33,12 @@ class ServeSpec:
     ipc_host: bool = True
     keep_failed: bool = False
     header: tuple[str, ...] = ()  # lines written at the top of the log (command, env)
+    # docker only, from the matrix's [host] (harness.gpu_attach.serve_fields):
+    gpu_attach: str = "runtime"  # runtime (device_requests) | cdi | devices
+    devices: tuple[str, ...] = ()  # 'devices' mode: "/dev/nvidia0:/dev/nvidia0:rwm", ...
+    cdi_devices: tuple[str, ...] = ()  # 'cdi' mode: "nvidia.com/gpu=all", ...
+    network: str = "bridge"  # bridge: port published on 127.0.0.1; host: vLLM binds `port` on the host
+    security_opt: tuple[str, ...] = ()  # e.g. ("seccomp=unconfined",)
 
 
 class LogBuffer:

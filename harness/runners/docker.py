@@ -2,7 +2,8 @@
 
 Works with any engine docker-py reaches (local socket, DOCKER_HOST=ssh://...). The container
 carries run-id labels and is removed on every way out unless `keep_failed` is set and the cell
-failed. The server's port is published on 127.0.0.1 at a free host port.
+failed. The server's port is published on 127.0.0.1 at a free host port, or, with host
+networking, vLLM binds `spec.port` on the host itself (checked free before the start).
 """
 
 from __future__ import annotations
@@ -12,14 +13,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from harness.engine import ContainerSpec, Engine, RunningContainer
+from harness.gpu_attach import require_port_free
 from harness.runners.base import LogBuffer, ProcessState, ServeSpec
 
 
 class DockerServer:
-    def __init__(self, container: RunningContainer, port: int, log: LogBuffer) -> None:
+    def __init__(self, container: RunningContainer, port: int, log: LogBuffer, network: str = "bridge") -> None:
         self.container = container
         self.log = log
-        self.base_url = f"http://127.0.0.1:{container.host_port(port)}"
+        host_port = port if network == "host" else container.host_port(port)
+        self.base_url = f"http://127.0.0.1:{host_port}"
         self.failed = False
 
     def mark_failed(self) -> None:
@@ -40,6 +43,27 @@ class DockerServer:
         return ProcessState(running, None if running else st.get("ExitCode"), detail)
 
 
+def container_spec(spec: ServeSpec) -> ContainerSpec:
+    """The container a ServeSpec asks for: image, command, GPU attach mode, network, security options."""
+    return ContainerSpec(
+        image=spec.image,
+        entrypoint=(spec.argv[0],),
+        command=tuple(spec.argv[1:]),
+        env=tuple(spec.env.items()),
+        labels=tuple(spec.labels.items()),
+        ports={} if spec.network == "host" else {spec.port: None},
+        volumes=spec.mounts,
+        gpus=spec.gpus,
+        ipc_host=spec.ipc_host,
+        shm_size=spec.shm_size,
+        gpu_attach=spec.gpu_attach,
+        devices=spec.devices,
+        cdi_devices=spec.cdi_devices,
+        network_mode="host" if spec.network == "host" else None,
+        security_opt=spec.security_opt,
+    )
+
+
 class DockerRunner:
     name = "docker"
 
@@ -50,25 +74,16 @@ class DockerRunner:
     def serve(self, spec: ServeSpec) -> Iterator[DockerServer]:
         if spec.image is None:
             raise ValueError("DockerRunner needs spec.image")
-        cspec = ContainerSpec(
-            image=spec.image,
-            entrypoint=(spec.argv[0],),
-            command=tuple(spec.argv[1:]),
-            env=tuple(spec.env.items()),
-            labels=tuple(spec.labels.items()),
-            ports={spec.port: None},
-            volumes=spec.mounts,
-            gpus=spec.gpus,
-            ipc_host=spec.ipc_host,
-            shm_size=spec.shm_size,
-        )
+        cspec = container_spec(spec)
+        if spec.network == "host":
+            require_port_free(spec.port)
         log = LogBuffer(spec.log_path, spec.header)
         stop = threading.Event()
         state = {"failed": True}
         try:
             with self.engine.container(cspec, keep=lambda: spec.keep_failed and state["failed"]) as container:
                 pump = container.follow_logs(log.add, stop)
-                server = DockerServer(container, spec.port, log)
+                server = DockerServer(container, spec.port, log, spec.network)
                 try:
                     yield server
                     state["failed"] = server.failed

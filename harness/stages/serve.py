@@ -9,12 +9,13 @@ never measured in its place.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import __version__, serve_cmd
+from harness import __version__, gpu_attach, serve_cmd
 from harness.errors import ConfigError
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell
@@ -60,6 +61,7 @@ def plan(cell: Cell, matrix: Matrix, *, run_id: str, log_path: Path, image: str 
         cmd = serve_cmd.build(cell, serve, matrix_dir=matrix.path.parent, port=port, identity=ident)
         argv = (stack.local.python, *serve_cmd.VLLM_MODULE, *cmd.args)
         mounts: tuple = ()
+        attach = None
     else:
         src = serve_cmd.model_path(cell, matrix.path.parent)
         mount_list = []
@@ -71,14 +73,21 @@ def plan(cell: Cell, matrix: Matrix, *, run_id: str, log_path: Path, image: str 
             mount_list.append((src, override, "ro"))
         if (cache := serve_cmd.model_cache(serve)) is not None:  # checked again before mounting
             mount_list.append((cache, "/root/.cache/huggingface", "ro"))
-        cmd = serve_cmd.build(cell, serve, matrix_dir=matrix.path.parent, port=serve.port,
-                              host="0.0.0.0", model_override=override, identity=ident)
+        attach = gpu_attach.serve_fields(matrix)  # [host]: GPU attach mode, network, security options
+        host_net = attach["spec"]["network"] == "host"  # vLLM binds the host's own port
+        cmd = serve_cmd.build(cell, serve, matrix_dir=matrix.path.parent,
+                              port=(serve.host_port or serve.port) if host_net else serve.port,
+                              host="127.0.0.1" if host_net else "0.0.0.0", model_override=override,
+                              identity=ident)
+        cmd = dataclasses.replace(cmd, env={**attach["env"], **cmd.env})
         argv = ("python3", *serve_cmd.VLLM_MODULE, *cmd.args)
-        mounts = tuple(mount_list)
+        mounts = tuple(mount_list) + attach["mounts"]
     header = (f"# harness {__version__} run {run_id} cell {cell.id}",
               "# command: " + " ".join(argv),
-              *(f"{k}={v}" for k, v in sorted(cmd.env.items())))
+              *(f"{k}={v}" for k, v in sorted(cmd.env.items())),
+              *((gpu_attach.describe(attach["spec"]),) if attach else ()))
     spec = ServeSpec(cell_id=cell.id, argv=argv, env=cmd.env, port=cmd.port, log_path=log_path,
                      labels=labels, image=image, gpus=None if serve.gpus == "none" else serve.gpus,
-                     mounts=mounts, shm_size=serve.shm_size, keep_failed=keep_failed, header=header)
+                     mounts=mounts, shm_size=serve.shm_size, keep_failed=keep_failed, header=header,
+                     **({k: v for k, v in attach["spec"].items() if k != "gpus"} if attach else {}))
     return Planned(spec, cmd)

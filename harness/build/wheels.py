@@ -1,0 +1,164 @@
+"""Wheel stacks: vLLM from a pinned wheel onto a base image that already holds torch.
+
+The sibling of the source-stack rendering in render.py, with the same outputs (a `Rendered`:
+Dockerfile text, build args, labels, context files, content hash, hence the same
+`vllm-bw:<stack>-<12 hex>` tag) from harness/data/docker/Dockerfile.wheels.in. The wheels come from a local
+wheelhouse (`harness bundle install --dest`), each checked against its wheels.lock, or the vLLM
+wheel from PyPI with its sha256. Python-file patches apply to the installed package. A base image
+given as a local tag (`base_image.local = true`) is pinned by its image ID: the ID is the FROM,
+a label, and part of the hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+from harness.build.render import (
+    LABEL,
+    WHEELS_TEMPLATE,
+    PatchFile,
+    Rendered,
+    _context_support_files,
+    content_hash,
+    fill,
+)
+from harness.errors import ConfigError
+
+LOCK = "wheels.lock"
+PATCH_TARGET = re.compile(r"^\+\+\+ (?:b/)?(\S+)", re.MULTILINE)
+
+
+def wheelhouse_dir(matrix, stack_name: str) -> Path | None:
+    w = matrix.spec.stacks[stack_name].wheels
+    if w.wheelhouse is None:
+        return None
+    path = Path(w.wheelhouse)
+    return path if path.is_absolute() else (matrix.path.parent / path).resolve()
+
+
+def read_lock(matrix, stack_name: str) -> tuple[Path, dict] | None:
+    where = wheelhouse_dir(matrix, stack_name)
+    if where is None:
+        return None
+    try:
+        lock = json.loads((where / LOCK).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"stacks.{stack_name}.wheels.wheelhouse: no readable {where / LOCK}: {exc}",
+                          hint="unpack the bundle there first: `harness bundle install DIR --dest "
+                          f"{where}`") from None
+    return where, lock
+
+
+def wheel_patches(matrix, stack_name: str) -> list[PatchFile]:
+    """The stack's Python-file patches, in order; a patch touching anything but .py files is refused."""
+    out = []
+    for i, rel in enumerate(matrix.spec.stacks[stack_name].wheels.patches):
+        path = matrix.patch_path(rel)
+        where = f"stacks.{stack_name}.wheels.patches[{i}]"
+        if not path.is_file():
+            raise ConfigError(f"{where}: patch file not found: {path}", hint="add it under patches/, or fix the path")
+        data = path.read_bytes()
+        targets = PATCH_TARGET.findall(data.decode("utf-8", "replace"))
+        if not targets:
+            raise ConfigError(f"{where}: {rel} is not a unified diff (no '+++ ' line)")
+        if bad := [t for t in targets if not t.endswith(".py")]:
+            raise ConfigError(f"{where}: a wheel stack patches installed Python files only; {rel} touches "
+                              f"{', '.join(bad)}", hint="build a source stack for C++/CUDA changes")
+        out.append(PatchFile("vllm", rel, f"patches/wheel/{i:02d}-{Path(rel).name}",
+                             hashlib.sha256(data).hexdigest(), data))
+    return out
+
+
+def _patch_lines(patches: list[PatchFile]) -> str:
+    if not patches:
+        return "# no Python-file patches in this stack"
+    lines = [f"COPY {p.context_path} /opt/build/{p.context_path}" for p in patches]
+    lines.append('RUN ${PYTHON} /opt/build/wheels.py patch --python "${PYTHON}" '
+                 + " ".join(f"/opt/build/{p.context_path}" for p in patches))
+    return "\n".join(lines)
+
+
+def render_wheels(matrix, stack_name: str, *, template: Path | None = None, template_text: str | None = None,
+                  buildkit: bool = False, extra: dict[str, str] | None = None,
+                  base_image_id: str | None = None) -> Rendered:
+    stack = matrix.spec.stacks[stack_name]
+    w = stack.wheels
+    base = stack.base_image
+    if base.local and base.image_id and base_image_id != base.image_id:
+        raise ConfigError(f"stacks.{stack_name}.base_image: {base.repository}:{base.tag} is {base_image_id}, "
+                          f"the matrix pins {base.image_id}",
+                          hint="the local tag moved: import the pinned image again, or record the new image_id")
+    # a local base not resolved yet (a plan with no engine) renders with its tag: that tag's hash
+    # is not the built image's, which `harness build` resolves to the ID first
+    from_ref = (base_image_id or f"{base.repository}:{base.tag}") if base.local else base.reference
+    template = template or WHEELS_TEMPLATE
+    text = template_text if template_text is not None else template.read_text()
+    patches = wheel_patches(matrix, stack_name)
+    files: list[tuple[str, bytes]] = []
+    lock_info = read_lock(matrix, stack_name)
+    repacked_note = ""
+    if lock_info is not None:
+        where, lock = lock_info
+        vllm = [e for e in lock["wheels"] if e["name"] == "vllm"]
+        if len(vllm) != 1 or vllm[0]["version"] != w.vllm.version:
+            raise ConfigError(f"stacks.{stack_name}.wheels: {where / LOCK} has no vllm {w.vllm.version} wheel",
+                              hint="install the bundle that carries it, or fix wheels.vllm.version")
+        if w.vllm.sha256 and vllm[0]["sha256"] != w.vllm.sha256:
+            raise ConfigError(f"stacks.{stack_name}.wheels.vllm.sha256 is {w.vllm.sha256}, the wheelhouse's "
+                              f"vllm wheel is {vllm[0]['sha256']}"
+                              + (" (a re-packed wheel: its own sha256 is in wheels.lock)" if vllm[0].get("repacked") else ""),
+                              hint="pin the wheel you build from")
+        if vllm[0].get("repacked"):
+            repacked_note = (f" re-packed from upstream sha256:{vllm[0]['upstream_sha256']}: "
+                             f"{vllm[0].get('strip_reason', '')}")
+        files.append(("wheelhouse/" + LOCK, (where / LOCK).read_bytes()))
+        for e in lock["wheels"]:
+            data = (where / e["file"]).read_bytes()
+            if hashlib.sha256(data).hexdigest() != e["sha256"]:
+                raise ConfigError(f"{where / e['file']}: sha256 differs from {LOCK}",
+                                  hint="the wheelhouse was changed after the bundle was made: install it again")
+            files.append(("wheelhouse/" + e["file"], data))
+    dockerfile = fill(text, {
+        "SYNTAX": "# syntax=docker/dockerfile:1.7" if buildkit else "# legacy builder: no RUN --mount",
+        "WHEELHOUSE": "COPY wheelhouse/ /opt/build/wheelhouse/" if lock_info else "# the vLLM wheel comes from PyPI",
+        "WHEELHOUSE_ARG": "--wheelhouse /opt/build/wheelhouse" if lock_info else "",
+        "VLLM_PATCHES": _patch_lines(patches),
+        **(extra or {}),
+    }, str(template))
+    buildargs = {
+        "BASE_IMAGE": from_ref,
+        "PYTHON": w.python,
+        "VLLM_VERSION": w.vllm.version,
+        "VLLM_WHEEL_SHA256": w.vllm.sha256 or "",
+        "TORCH_VERSION": stack.torch.version if stack.torch else "",
+        "TORCH_INDEX_URL": stack.torch.index_url if stack.torch else "",
+        "FLASHINFER_VERSION": (stack.flashinfer.version or "") if stack.flashinfer else "",
+    }
+    all_files = tuple(_context_support_files(template.parent, dockerfile)  # wheels.py
+                      + files + [(p.context_path, p.data) for p in patches])
+    digest = content_hash(dockerfile, buildargs, all_files, stack)
+    source = (f"wheel:vllm=={w.vllm.version} sha256:{w.vllm.sha256 or 'unchecked'}"
+              + (f" wheelhouse:{LOCK} sha256:{hashlib.sha256(files[0][1]).hexdigest()}" if lock_info else " pypi")
+              + repacked_note)
+    labels = {
+        f"{LABEL}.role": "image",
+        f"{LABEL}.stack": stack_name,
+        f"{LABEL}.stack-kind": "wheels",
+        f"{LABEL}.content-hash": digest,
+        f"{LABEL}.base-image": base.reference + (f" local id {base_image_id}" if base.local else ""),
+        f"{LABEL}.base-image-id": base_image_id or "",
+        f"{LABEL}.cuda": "from the base image" if base.local else base.tag,
+        f"{LABEL}.python": w.python,
+        f"{LABEL}.torch": f"{stack.torch.version} (from the base image)" if stack.torch else "",
+        f"{LABEL}.vllm.source": source,
+        f"{LABEL}.vllm.patches": ",".join(Path(p.rel).name for p in patches),
+        f"{LABEL}.flashinfer.source": (f"pypi:flashinfer-python=={stack.flashinfer.version}"
+                                       if stack.flashinfer and stack.flashinfer.version else "none"),
+        f"{LABEL}.flashinfer.version": (stack.flashinfer.version or "") if stack.flashinfer else "",
+    }
+    for p in patches:
+        labels[f"{LABEL}.vllm.patch.{Path(p.rel).name}.sha256"] = p.sha256
+    return Rendered(stack_name, dockerfile, buildargs, labels, all_files, tuple(patches), digest)

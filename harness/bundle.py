@@ -1,0 +1,368 @@
+"""`harness bundle make|install`: carry a wheel stack to a host with no package index.
+
+`make` reads a bundle spec (TOML: the pinned requirements, the target platform, what to strip
+and why), downloads the wheels with pip, re-packs a wheel only where the spec strips files from
+it (the re-packed wheel gets its own sha256, and the lock says what was removed and why),
+writes `wheels.lock` beside the wheels, then packs the wheelhouse as one tar.xz split into parts
+no larger than the spec's limit, each with its sha256 in `bundle.json`.
+
+`install` checks every part and the whole archive against `bundle.json`, unpacks the
+wheelhouse, checks every wheel against `wheels.lock`, and can install the wheels into a folder
+(`--site`, for a local runner) with no index: pip with `--no-index --no-deps`, or, where the
+Python has no pip, by unpacking each wheel (what pip does for a pure-path install).
+
+A wheel stack in a matrix names the wheelhouse folder; the image build reads `wheels.lock`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import lzma
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import tomllib
+import zipfile
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness.errors import ConfigError, HarnessError
+
+LOCK = "wheels.lock"
+MANIFEST = "bundle.json"
+PART = "part_{:02d}"
+WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
+
+DEFAULT_PLATFORMS = (
+    "manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Strip(_Strict):
+    wheel: str = Field(description="Distribution name of the wheel to re-pack (e.g. 'vllm').")
+    paths: tuple[str, ...] = Field(description="Globs of archive members to drop (fnmatch, '*' crosses '/').")
+    reason: str = Field(description="Why: written into the lock and the stack's report.")
+
+
+class BundleSpec(_Strict):
+    name: str = Field(description="Bundle name, used in file names and the manifest.")
+    description: str = Field("", description="What this bundle carries, and to which host.")
+    requirements: tuple[str, ...] = Field(description="Pinned requirements, 'name==version' each.")
+    python_version: str = Field("3.12", description="Target Python (pip download --python-version).")
+    implementation: str = Field("cp", description="pip download --implementation.")
+    platforms: tuple[str, ...] = Field(DEFAULT_PLATFORMS, description="pip download --platform values.")
+    part_size_mb: float = Field(60, gt=0, description="Largest part, in MB (10^6 bytes).")
+    xz_preset: int = Field(6, ge=0, le=9, description="xz compression preset.")
+    strip: tuple[Strip, ...] = Field((), description="Files removed from wheels, with the reason.")
+
+
+def load_spec(path: Path) -> BundleSpec:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the bundle spec: {exc}", hint="check the path and TOML syntax") from None
+    try:
+        spec = BundleSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{path}: {problems}", hint="fix those keys (see harness/bundle.py BundleSpec)") from None
+    bad = [r for r in spec.requirements if not re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+\-!]+", r)]
+    if bad:
+        raise ConfigError(f"{path}: requirements must be exact pins 'name==version', not {', '.join(bad)}",
+                          hint="pin every package (resolve once with pip, then copy `pip freeze`)")
+    return spec
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def wheel_name_version(filename: str) -> tuple[str, str]:
+    m = WHEEL_NAME.match(filename)
+    if not m:
+        raise HarnessError(f"{filename}: not a wheel file name")
+    return norm(m["name"]), m["version"]
+
+
+# --- make ---------------------------------------------------------------------------------------
+
+
+def download(spec: BundleSpec, dest: Path, python: str = sys.executable) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [python, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+           "--python-version", spec.python_version, "--implementation", spec.implementation,
+           *[a for p in spec.platforms for a in ("--platform", p)], "-d", str(dest), *spec.requirements]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise HarnessError(f"pip download failed: {r.stderr.strip()[-2000:]}",
+                           hint="check the pins and the platform tags in the bundle spec")
+
+
+def repack(src: Path, dest: Path, globs: tuple[str, ...]) -> list[str]:
+    """Copy wheel `src` to `dest` without the members matching `globs`; RECORD follows.
+
+    Members are stored, not deflated: the bundle's xz compresses far better than zip's deflate.
+    Returns the removed members.
+    """
+    removed: list[str] = []
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w", zipfile.ZIP_STORED) as zout:
+        record_name = next((i.filename for i in zin.infolist() if i.filename.endswith(".dist-info/RECORD")), None)
+        for info in zin.infolist():
+            if info.filename == record_name:
+                continue
+            if any(fnmatch.fnmatchcase(info.filename, g) for g in globs):
+                removed.append(info.filename)
+                continue
+            data = zin.read(info)
+            out = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+            out.external_attr = info.external_attr
+            zout.writestr(out, data, compress_type=zipfile.ZIP_STORED)
+        if record_name:
+            gone = set(removed)
+            lines = [ln for ln in zin.read(record_name).decode().splitlines()
+                     if ln and ln.split(",")[0] not in gone]
+            zout.writestr(zipfile.ZipInfo(record_name, date_time=(1980, 1, 1, 0, 0, 0)),
+                          "\n".join(lines) + "\n")
+    return removed
+
+
+def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path) -> dict:
+    """The wheelhouse folder (re-packed where the spec strips) and its lock, as a dict."""
+    wheelhouse.mkdir(parents=True, exist_ok=True)
+    wanted = {norm(r.split("==")[0]): r.split("==")[1] for r in spec.requirements}
+    strips = {norm(s.wheel): s for s in spec.strip}
+    unknown = sorted(set(strips) - set(wanted))
+    if unknown:
+        raise ConfigError(f"bundle {spec.name}: strip names wheels not in requirements: {', '.join(unknown)}",
+                          hint="strip only wheels the bundle carries")
+    entries = []
+    seen = set()
+    for whl in sorted(downloaded.glob("*.whl")):
+        name, version = wheel_name_version(whl.name)
+        if name not in wanted:
+            continue
+        seen.add(name)
+        upstream = sha256_file(whl)
+        entry = {"name": name, "version": version, "file": whl.name, "upstream_sha256": upstream}
+        if name in strips:
+            removed = repack(whl, wheelhouse / whl.name, strips[name].paths)
+            if not removed:
+                raise HarnessError(f"bundle {spec.name}: strip globs for {name} matched nothing",
+                                   hint="fix strip.paths (wheel member paths, e.g. 'vllm/vllm_flash_attn/*.so')")
+            entry.update(repacked=True, stripped=removed, strip_reason=strips[name].reason)
+        else:
+            shutil.copy2(whl, wheelhouse / whl.name)
+            entry.update(repacked=False)
+        entry["sha256"] = sha256_file(wheelhouse / whl.name)
+        entries.append(entry)
+    missing = sorted(set(wanted) - seen)
+    if missing:
+        raise HarnessError(f"bundle {spec.name}: no wheel downloaded for {', '.join(missing)}")
+    lock = {"bundle": spec.name, "python_version": spec.python_version, "wheels": entries}
+    (wheelhouse / LOCK).write_text(json.dumps(lock, indent=1, sort_keys=True) + "\n")
+    return lock
+
+
+def pack(wheelhouse: Path, out: Path, spec: BundleSpec) -> dict:
+    """wheelhouse -> out/part_NN (each <= part size) + out/bundle.json."""
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("part_*"):
+        old.unlink()
+    limit = int(spec.part_size_mb * 1_000_000)
+    archive = out / f".{spec.name}.tar.xz"
+    xz = shutil.which("xz")
+    files = sorted(p.name for p in wheelhouse.iterdir() if p.is_file())
+    if xz:  # multi-threaded xz where there is one; same format as lzma's
+        tar = subprocess.Popen(["tar", "-C", str(wheelhouse), "--sort=name", "--mtime=@0", "--owner=0",
+                                "--group=0", "-cf", "-", *files], stdout=subprocess.PIPE)
+        with archive.open("wb") as f:
+            r = subprocess.run([xz, "-T0", f"-{spec.xz_preset}", "-c"], stdin=tar.stdout, stdout=f)
+        tar.stdout.close()
+        if tar.wait() != 0 or r.returncode != 0:
+            raise HarnessError("packing the wheelhouse failed (tar | xz)")
+    else:
+        with lzma.open(archive, "wb", preset=spec.xz_preset) as f, tarfile.open(fileobj=f, mode="w") as t:
+            for name in files:
+                info = t.gettarinfo(str(wheelhouse / name), arcname=name)
+                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                with (wheelhouse / name).open("rb") as fh:
+                    t.addfile(info, fh)
+    parts = []
+    with archive.open("rb") as f:
+        for i in range(10_000):
+            chunk = f.read(limit)
+            if not chunk:
+                break
+            p = out / PART.format(i)
+            p.write_bytes(chunk)
+            parts.append({"file": p.name, "bytes": len(chunk), "sha256": hashlib.sha256(chunk).hexdigest()})
+    manifest = {"bundle": spec.name, "description": spec.description, "format": "tar.xz split",
+                "archive_sha256": sha256_file(archive), "archive_bytes": archive.stat().st_size,
+                "part_size_limit_bytes": limit, "parts": parts,
+                "lock": json.loads((wheelhouse / LOCK).read_text())}
+    archive.unlink()
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return manifest
+
+
+def make(spec_path: Path, out: Path, *, downloaded: Path | None = None, keep_wheelhouse: Path | None = None) -> dict:
+    spec = load_spec(spec_path)
+    with tempfile.TemporaryDirectory(prefix="harness-bundle-") as tmp:
+        dl = downloaded or Path(tmp) / "download"
+        if downloaded is None:
+            download(spec, dl)
+        wh = keep_wheelhouse or Path(tmp) / "wheelhouse"
+        make_wheelhouse(spec, dl, wh)
+        return pack(wh, out, spec)
+
+
+# --- install ------------------------------------------------------------------------------------
+
+
+def check_parts(bundle_dir: Path) -> dict:
+    try:
+        manifest = json.loads((bundle_dir / MANIFEST).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{bundle_dir}: no readable {MANIFEST}: {exc}",
+                          hint="copy bundle.json beside the parts (it is written by `harness bundle make`)") from None
+    for p in manifest["parts"]:
+        path = bundle_dir / p["file"]
+        if not path.is_file():
+            raise ConfigError(f"{bundle_dir}: part {p['file']} is missing",
+                              hint=f"copy all {len(manifest['parts'])} parts into {bundle_dir}")
+        if (got := sha256_file(path)) != p["sha256"]:
+            raise HarnessError(f"{path}: sha256 {got} is not the manifest's {p['sha256']}",
+                               hint="the part is damaged or from another bundle: copy it again")
+    return manifest
+
+
+def check_lock(wheelhouse: Path) -> dict:
+    lock = json.loads((wheelhouse / LOCK).read_text())
+    for w in lock["wheels"]:
+        path = wheelhouse / w["file"]
+        if not path.is_file():
+            raise HarnessError(f"{wheelhouse}: {w['file']} is missing (listed in {LOCK})")
+        if (got := sha256_file(path)) != w["sha256"]:
+            raise HarnessError(f"{path}: sha256 {got} is not the lock's {w['sha256']}")
+    return lock
+
+
+def unpack(bundle_dir: Path, dest: Path) -> dict:
+    manifest = check_parts(bundle_dir)
+    h = hashlib.sha256()
+    dest.mkdir(parents=True, exist_ok=True)
+
+    class Joined:
+        def __init__(self) -> None:
+            self.files = [(bundle_dir / p["file"]).open("rb") for p in manifest["parts"]]
+
+        def read(self, n: int = -1) -> bytes:
+            buf = b""
+            while self.files and (n < 0 or len(buf) < n):
+                chunk = self.files[0].read(-1 if n < 0 else n - len(buf))
+                if not chunk:
+                    self.files.pop(0).close()
+                    continue
+                buf += chunk
+            h.update(buf)
+            return buf
+
+    joined = Joined()
+    with lzma.open(joined) as xzf, tarfile.open(fileobj=xzf, mode="r|") as t:
+        t.extractall(dest, filter="data")
+    while joined.read(1 << 20):  # the xz stream may end before the last padding bytes
+        pass
+    if h.hexdigest() != manifest["archive_sha256"]:
+        raise HarnessError(f"{bundle_dir}: the joined parts' sha256 is not the manifest's archive_sha256")
+    check_lock(dest)
+    return manifest
+
+
+def install_site(wheelhouse: Path, site: Path, python: str) -> list[str]:
+    """Install every locked wheel into `site` with no index (pip, or unpacking where pip is absent)."""
+    lock = check_lock(wheelhouse)
+    files = [str(wheelhouse / w["file"]) for w in lock["wheels"]]
+    if shutil.which(python) is None:
+        raise ConfigError(f"--python {python}: no such interpreter", hint="give the Python that will import the site")
+    site.mkdir(parents=True, exist_ok=True)
+    has_pip = subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode == 0
+    if has_pip:
+        r = subprocess.run([python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                            "--upgrade", "--target", str(site), *files], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise HarnessError(f"pip install into {site} failed: {r.stderr.strip()[-2000:]}")
+    else:
+        for f in files:
+            with zipfile.ZipFile(f) as z:
+                z.extractall(site)
+    return [w["file"] for w in lock["wheels"]]
+
+
+# --- command ------------------------------------------------------------------------------------
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bundle", help="make / install a wheelhouse bundle for a host with no package index")
+    s = p.add_subparsers(dest="bundle_cmd", metavar="ACTION")
+    s.required = True
+    m = s.add_parser("make", help="download, strip, lock and split a wheelhouse (parts with sha256)")
+    m.add_argument("spec", help="bundle spec (TOML), e.g. bundles/vllm-0.25.1-h200.toml")
+    m.add_argument("--out", required=True, help="folder for part_NN and bundle.json")
+    m.add_argument("--downloaded", default=None, help="use wheels already downloaded here (no pip download)")
+    m.add_argument("--wheelhouse", default=None, help="also keep the unpacked wheelhouse here")
+    m.set_defaults(func=_run_make)
+    i = s.add_parser("install", help="check the parts, unpack the wheelhouse, optionally install it")
+    i.add_argument("bundle_dir", help="folder holding bundle.json and every part_NN")
+    i.add_argument("--dest", required=True, help="wheelhouse folder to unpack into (checked against wheels.lock)")
+    i.add_argument("--site", default=None, help="also install the wheels into this folder (PYTHONPATH)")
+    i.add_argument("--python", default=sys.executable, help="Python whose pip installs into --site")
+    i.set_defaults(func=_run_install)
+
+
+def _run_make(args) -> int:
+    from harness.console import out
+
+    manifest = make(Path(args.spec), Path(args.out),
+                    downloaded=Path(args.downloaded) if args.downloaded else None,
+                    keep_wheelhouse=Path(args.wheelhouse) if args.wheelhouse else None)
+    repacked = [w for w in manifest["lock"]["wheels"] if w.get("repacked")]
+    out.print(f"bundle {manifest['bundle']}: {len(manifest['lock']['wheels'])} wheels, "
+              f"{manifest['archive_bytes'] / 1e6:.1f} MB in {len(manifest['parts'])} part(s), "
+              f"archive sha256 {manifest['archive_sha256']}")
+    for w in repacked:
+        out.print(f"  re-packed {w['file']}: sha256 {w['sha256']} (upstream {w['upstream_sha256']}), "
+                  f"{len(w['stripped'])} files removed: {w['strip_reason']}")
+    return 0
+
+
+def _run_install(args) -> int:
+    from harness.console import out
+
+    manifest = unpack(Path(args.bundle_dir), Path(args.dest))
+    out.print(f"bundle {manifest['bundle']}: {len(manifest['parts'])} part(s) checked, "
+              f"{len(manifest['lock']['wheels'])} wheels in {args.dest}")
+    if args.site:
+        done = install_site(Path(args.dest), Path(args.site), args.python)
+        out.print(f"installed {len(done)} wheels into {args.site} (PYTHONPATH={os.path.abspath(args.site)})")
+    return 0

@@ -479,6 +479,10 @@ def test_rejudge_derives_every_verdict_again_from_the_stored_logs(tmp_path, caps
 
     run_dir = tmp_path / "run"
     shutil.copytree(ROOT / "examples" / "h200" / "run", run_dir)
+    for path in (run_dir / "cells").glob("*.json"):  # as an older version judged it
+        cell = json.loads(path.read_text())
+        cell["verdicts"] = [v for v in cell["verdicts"] if "triton-jit" not in v["check"]]
+        path.write_text(json.dumps(cell))
     before = {c.id: c for c in RunStore.open(run_dir).cells()}
     assert main(["rejudge", str(run_dir)]) == 0
     after = {c.id: c for c in RunStore.open(run_dir).cells()}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 import tarfile
 import threading
 from collections.abc import Callable, Iterator
@@ -72,9 +73,21 @@ class EngineInfo:
 class Engine:
     """A connection to one Docker engine (local socket or DOCKER_HOST, ssh:// included)."""
 
-    def __init__(self, client: docker.DockerClient) -> None:
+    def __init__(self, client: docker.DockerClient, *, url: str | None = None, name: str | None = None) -> None:
         self.client = client
         self.api = client.api
+        self.url = url or client.api.base_url
+        self.name = name
+
+    def ping(self) -> str | None:
+        """None when the engine answers, else what went wrong (for `host X unreachable: ...`)."""
+        try:
+            self.client.ping()
+        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+            return _engine_message(exc)
+        except Exception as exc:  # noqa: BLE001 - ssh transport errors
+            return f"{type(exc).__name__}: {exc}"
+        return None
 
     # --- engine ---------------------------------------------------------------------------
 
@@ -241,7 +254,9 @@ class Engine:
             environment=dict(spec.env),
             # who started it: a dead controller's containers are reaped by the next run
             labels={**dict(spec.labels), **controller.labels()},
-            ports={f"{p}/tcp": ("127.0.0.1", hp) for p, hp in spec.ports.items()},
+            ports={f"{p}/tcp": (spec.publish_ip, hp) for p, hp in spec.ports.items()}
+            if spec.network_mode != "host" else None,
+            network_mode=spec.network_mode,
             volumes={h: {"bind": c, "mode": m} for h, c, m in spec.volumes},
             device_requests=device_requests,
             ipc_mode="host" if spec.ipc_host else None,
@@ -288,6 +303,8 @@ class ContainerSpec:
     ipc_host: bool = False
     shm_size: str | None = None
     name: str | None = None
+    network_mode: str | None = None  # None: the engine's default (bridge); "host"
+    publish_ip: str = "127.0.0.1"  # where published ports listen on the engine's machine
 
     def __post_init__(self) -> None:
         if self.ports is None:
@@ -377,16 +394,48 @@ class RunningContainer:
         self._c.put_archive(dest_dir, buf.getvalue())
 
 
-def connect(timeout: int = 30) -> Engine:
-    """The engine from DOCKER_HOST (or the local socket); a clear error when none answers."""
+def connect(url: str | None = None, timeout: int = 30, *, tls=None, name: str | None = None) -> Engine:
+    """The engine at `url` (unix://, ssh://user@host[:port], tcp:// with `tls`), or from
+    DOCKER_HOST / the local socket when None; a clear error when none answers.
+
+    ssh:// goes through paramiko (docker-py's transport: ~/.ssh/config and known_hosts apply,
+    unknown host keys are refused) or, with `DOCKER_SSH_CLIENT=1`, through the `ssh` binary.
+    `tls` is anything with ca_cert / client_cert / client_key / verify (harness.hosts.Tls)."""
+    if isinstance(url, int):  # connect(10): the old positional timeout
+        url, timeout = None, url
+    where = url or os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    label = f"host {name}" if name else "Docker engine"
     try:
-        client = docker.from_env(timeout=timeout)
+        if url is None:
+            client = docker.from_env(timeout=timeout)
+        else:
+            tls_config = None
+            if tls is not None:
+                tls_config = docker.tls.TLSConfig(client_cert=(tls.client_cert, tls.client_key),
+                                                  ca_cert=tls.ca_cert, verify=tls.ca_cert if tls.verify else False)
+            client = docker.DockerClient(base_url=url, timeout=timeout, tls=tls_config or False,
+                                         use_ssh_client=os.environ.get("DOCKER_SSH_CLIENT") == "1")
         client.ping()
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         raise EnvironmentProblem(
-            f"no Docker engine answers at {where}: {exc}",
+            f"{label} unreachable: no Docker engine answers at {_safe_url(where)}: {_engine_message(exc)}",
             hint="start dockerd (or `sudo systemctl start docker`), or set DOCKER_HOST; "
-            "then `harness doctor`",
+            "then `harness doctor`" if name is None else
+            "check the engine URL in [hosts], the network and the login (`docker -H URL info`)",
         ) from None
-    return Engine(client)
+    except Exception as exc:  # noqa: BLE001 - paramiko's SSHException and kin are not OSError
+        raise EnvironmentProblem(f"{label} unreachable: {_safe_url(where)}: {type(exc).__name__}: {exc}",
+                                 hint="check the engine URL in [hosts] and `ssh` to it by hand") from None
+    return Engine(client, url=where, name=name)
+
+
+def _safe_url(url: str) -> str:
+    """An engine URL without a password (tcp://user:pw@host)."""
+    return re.sub(r"//[^/@:]+:[^/@]+@", "//***@", url)
+
+
+def _engine_message(exc: BaseException) -> str:
+    """The innermost message of a connection error: 'Connection refused', not the adapter chain."""
+    text = str(exc)
+    m = re.search(r"\[Errno -?\d+\] ([^'\")]+)|(Connection refused|No such file or directory)", text)
+    return (m[1] or m[2]).strip() if m else text[-300:]

@@ -165,6 +165,10 @@ def _cross_check(spec: MatrixFile, path: Path) -> list[str]:
                     problems.append(
                         f"cells.{lname}[{i}].{key}: '{pat}' names no {key} (defined: {', '.join(names)})"
                     )
+    if spec.hosts:
+        from harness.hosts import host_problems
+
+        problems += host_problems(spec)
     for i, rule in enumerate(spec.expect.select):
         try:
             compile_expression(rule.cells)

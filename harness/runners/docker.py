@@ -1,12 +1,14 @@
 """DockerRunner: the stack's image, the GPU attached, the model cache mounted read-only.
 
-Works with any engine docker-py reaches (local socket, DOCKER_HOST=ssh://...). The container
-carries run-id labels and is removed on every way out unless `keep_failed` is set and the cell
-failed. The server's port is published on 127.0.0.1 at a free host port.
+Works with any engine docker-py reaches (local socket, ssh://, tcp://). The container carries
+run-id labels and is removed on every way out unless `keep_failed` is set and the cell failed.
+The server's port is published at a free host port on 127.0.0.1 (or on the host's `address`, for
+another machine's engine); on the host network the server listens on the slot's own port.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,10 +18,12 @@ from harness.runners.base import LogBuffer, ProcessState, ServeSpec
 
 
 class DockerServer:
-    def __init__(self, container: RunningContainer, port: int, log: LogBuffer) -> None:
+    def __init__(self, container: RunningContainer, port: int, log: LogBuffer, *,
+                 address: str = "127.0.0.1", host_network: bool = False) -> None:
         self.container = container
         self.log = log
-        self.base_url = f"http://127.0.0.1:{container.host_port(port)}"
+        # on the host network the server listens on the engine's machine itself
+        self.base_url = f"http://{address}:{port if host_network else container.host_port(port)}"
         self.failed = False
 
     def mark_failed(self) -> None:
@@ -43,8 +47,10 @@ class DockerServer:
 class DockerRunner:
     name = "docker"
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, network: str = "bridge", address: str = "127.0.0.1") -> None:
         self.engine = engine
+        self.network = network
+        self.address = address
 
     @contextmanager
     def serve(self, spec: ServeSpec) -> Iterator[DockerServer]:
@@ -61,6 +67,8 @@ class DockerRunner:
             gpus=spec.gpus,
             ipc_host=spec.ipc_host,
             shm_size=spec.shm_size,
+            network_mode="host" if self.network == "host" else None,
+            publish_ip=_publish_ip(self.address),
         )
         log = LogBuffer(spec.log_path, spec.header)
         stop = threading.Event()
@@ -68,7 +76,8 @@ class DockerRunner:
         try:
             with self.engine.container(cspec, keep=lambda: spec.keep_failed and state["failed"]) as container:
                 pump = container.follow_logs(log.add, stop)
-                server = DockerServer(container, spec.port, log)
+                server = DockerServer(container, spec.port, log, address=self.address,
+                                      host_network=self.network == "host")
                 try:
                     yield server
                     state["failed"] = server.failed
@@ -78,3 +87,12 @@ class DockerRunner:
                     pump.join(timeout=5)
         finally:
             log.close()
+
+
+def _publish_ip(address: str) -> str:
+    """Publish where the controller will knock: that IP, or every interface for a host name."""
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return "0.0.0.0"
+    return address

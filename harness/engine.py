@@ -73,20 +73,29 @@ class EngineInfo:
 class Engine:
     """A connection to one Docker engine (local socket or DOCKER_HOST, ssh:// included)."""
 
-    def __init__(self, client: docker.DockerClient, *, url: str | None = None, name: str | None = None) -> None:
+    def __init__(self, client: docker.DockerClient, *, url: str | None = None, name: str | None = None,
+                 reconnect: Callable[[], docker.DockerClient] | None = None) -> None:
         self.client = client
         self.api = client.api
         self.url = url or client.api.base_url
         self.name = name
+        self._reconnect = reconnect
 
     def ping(self) -> str | None:
-        """None when the engine answers, else what went wrong (for `host X unreachable: ...`)."""
+        """None when the engine answers a new connection, else what went wrong (for `host X
+        unreachable: ...`). A new one: a stopping dockerd still answers on kept-alive
+        connections after its socket is gone."""
+        client = None
         try:
-            self.client.ping()
+            client = self._reconnect() if self._reconnect else self.client
+            client.ping()
         except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
             return _engine_message(exc)
         except Exception as exc:  # noqa: BLE001 - ssh transport errors
             return f"{type(exc).__name__}: {exc}"
+        finally:
+            if client is not None and client is not self.client:
+                client.close()
         return None
 
     # --- engine ---------------------------------------------------------------------------
@@ -405,16 +414,18 @@ def connect(url: str | None = None, timeout: int = 30, *, tls=None, name: str | 
         url, timeout = None, url
     where = url or os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     label = f"host {name}" if name else "Docker engine"
-    try:
+    def make() -> docker.DockerClient:
         if url is None:
-            client = docker.from_env(timeout=timeout)
-        else:
-            tls_config = None
-            if tls is not None:
-                tls_config = docker.tls.TLSConfig(client_cert=(tls.client_cert, tls.client_key),
-                                                  ca_cert=tls.ca_cert, verify=tls.ca_cert if tls.verify else False)
-            client = docker.DockerClient(base_url=url, timeout=timeout, tls=tls_config or False,
-                                         use_ssh_client=os.environ.get("DOCKER_SSH_CLIENT") == "1")
+            return docker.from_env(timeout=timeout)
+        tls_config = None
+        if tls is not None:
+            tls_config = docker.tls.TLSConfig(client_cert=(tls.client_cert, tls.client_key),
+                                              ca_cert=tls.ca_cert, verify=tls.ca_cert if tls.verify else False)
+        return docker.DockerClient(base_url=url, timeout=timeout, tls=tls_config or False,
+                                   use_ssh_client=os.environ.get("DOCKER_SSH_CLIENT") == "1")
+
+    try:
+        client = make()
         client.ping()
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         raise EnvironmentProblem(
@@ -426,7 +437,7 @@ def connect(url: str | None = None, timeout: int = 30, *, tls=None, name: str | 
     except Exception as exc:  # noqa: BLE001 - paramiko's SSHException and kin are not OSError
         raise EnvironmentProblem(f"{label} unreachable: {_safe_url(where)}: {type(exc).__name__}: {exc}",
                                  hint="check the engine URL in [hosts] and `ssh` to it by hand") from None
-    return Engine(client, url=where, name=name)
+    return Engine(client, url=where, name=name, reconnect=make)
 
 
 def _safe_url(url: str) -> str:

@@ -367,7 +367,8 @@ def run_matrix(matrix: Matrix, *, k: str | None, opts: RunOptions,
                          controller=controller.me())
     else:
         store = _new_store(matrix, k, cells, opts)
-    done = store.finished_ids()
+    # a cell whose host was unreachable never ran: a resume runs it again
+    done = {c.id for c in store.cells() if not (c.error and c.error.type == "HostUnreachable")}
     try:
         run = _HostsRun(matrix, cells, store, opts, hosts, engine if default else None)
         run.prepare()
@@ -647,15 +648,19 @@ class _HostsRun:
         return result
 
     def _unreachable(self, cell: Cell, lv: _Live, result: CellResult | None = None) -> CellResult:
-        """The cell's host is gone: an `error` naming the host and what its engine said."""
+        """The cell's host is gone: an `error` whose first verdict is `host X unreachable: <what
+        its engine said>`; what the cell itself raised, if it ran, follows."""
         msg = lv.down or f"host {lv.host.name} unreachable"
+        host_verdict = Verdict(check="host", status=VerdictStatus.FAIL,
+                               message=f"{msg} (fix: check that host's engine with `docker -H URL info`, "
+                               "then `harness run --resume RUN_DIR` runs this cell again)")
         if result is None:
-            return self._write_error(cell, HostUnreachable(msg, hint="check that host's engine "
-                                                           "(`docker -H URL info`), then `--resume` the run"),
-                                     lv.store)
+            result = error_cell(cell, HostUnreachable(msg), started=now_iso())
+            earlier: tuple[Verdict, ...] = ()
+        else:
+            earlier = result.verdicts
         result = result.model_copy(update={
-            "status": Status.ERROR,
-            "verdicts": (Verdict(check="host", status=VerdictStatus.FAIL, message=msg), *result.verdicts),
+            "status": Status.ERROR, "verdicts": (host_verdict, *earlier),
             "error": CellError(type="HostUnreachable", message=msg,
                                traceback=result.error.traceback if result.error else ())})
         lv.store.write_cell(result)

@@ -31,7 +31,8 @@ def register(sub) -> None:
 
 def plan_rows(matrix, k: str | None) -> list[dict]:
     cells = expand(matrix, k)
-    images = {s: image_ref(matrix, s) for s in group_by_stack(cells)}
+    # a prebuilt `image =` stack is served as named, not rendered from the template
+    images = {s: matrix.spec.stacks[s].image or image_ref(matrix, s) for s in group_by_stack(cells)}
     rows = [
         {"id": c.id, "stack": c.stack_name, "model": c.model_name, "config": c.config_name,
          "quantization": c.quantization, "runner": c.stack.runner, "image": images[c.stack_name]}

@@ -83,8 +83,10 @@ class DockerRunner:
                     state["failed"] = server.failed
                 finally:
                     stop.set()
-                    container.stop(timeout=10)
-                    pump.join(timeout=5)
+                    try:
+                        container.stop(timeout=10)
+                    finally:  # even when the engine is gone: the log is closed after its pump
+                        pump.join(timeout=5)
         finally:
             log.close()
 

@@ -34,8 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from engines import MAIN, copy_image, free_port, second_dockerd  # noqa: E402
-from test_pipeline_docker import _context  # noqa: E402
+from engines import MAIN, copy_image, fake_vllm_context, free_port, second_dockerd  # noqa: E402
 
 from harness.engine import connect  # noqa: E402
 from harness.matrix.load import load_matrix  # noqa: E402
@@ -94,7 +93,7 @@ def main() -> int:
 
     engine = connect()
     tag = f"harness-test/fakevllm-bench:{os.getpid()}"
-    engine.build(_context(), tag, labels={"harness.role": "test-image"})
+    engine.build(fake_vllm_context(), tag, labels={"harness.role": "test-image"})
     try:
         with second_dockerd() as two, tempfile.TemporaryDirectory(prefix="bench-sched-") as tmp:
             copy_image(tag, MAIN, two.url)

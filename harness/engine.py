@@ -393,6 +393,30 @@ class RunningContainer:
             raise EngineError(f"container {self.name}: exec failed: {box['exc']}")
         return box["res"]
 
+    def exec_stream(self, cmd: list[str], *, env: dict[str, str], sink: Callable[[str], None]) -> ExecProcess:
+        """Start `cmd` inside, its output copied line by line to `sink` from a daemon thread; the
+        process ends with the container."""
+        api = self.engine.api
+        exec_id = api.exec_create(self._c.id, cmd, environment=dict(env), stdout=True, stderr=True)["Id"]
+        stream = api.exec_start(exec_id, stream=True)
+
+        def pump() -> None:
+            buf = b""
+            try:
+                for chunk in stream:
+                    buf += chunk
+                    *lines, buf = buf.split(b"\n")
+                    for line in lines:
+                        sink(line.decode("utf-8", "replace"))
+                if buf:
+                    sink(buf.decode("utf-8", "replace"))
+            except (docker.errors.APIError, requests.exceptions.RequestException, ValueError):
+                pass  # the container went away (or the log closed): state() says how it ended
+
+        t = threading.Thread(target=pump, daemon=True, name=f"exec-log-{self.name}")
+        t.start()
+        return ExecProcess(api, exec_id, t)
+
     def put_file(self, dest_dir: str, name: str, data: bytes) -> None:
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -401,6 +425,20 @@ class RunningContainer:
             info.mode = 0o644
             tar.addfile(info, io.BytesIO(data))
         self._c.put_archive(dest_dir, buf.getvalue())
+
+
+class ExecProcess:
+    """A process started in a running container by `exec_stream`."""
+
+    def __init__(self, api, exec_id: str, pump: threading.Thread) -> None:
+        self._api = api
+        self.id = exec_id
+        self.pump = pump
+
+    def state(self) -> tuple[bool, int | None]:
+        """(running, exit code)."""
+        info = self._api.exec_inspect(self.id)
+        return bool(info.get("Running")), info.get("ExitCode")
 
 
 def connect(url: str | None = None, timeout: int = 30, *, tls=None, name: str | None = None) -> Engine:

@@ -176,9 +176,9 @@ def why_not(cell: Cell, host: Host, matrix: Matrix) -> str | None:
     archs = cell.stack.torch_cuda_arch_list
     if archs and host.cc and not arch_runs_on(archs, host.cc):
         return f"stack {cell.stack_name} is built for {archs}, host {host.name} has cc {host.cc} ({host.hardware})"
-    need = gpus_needed(cell, matrix)
+    need = -(-gpus_needed(cell, matrix) // cell.config.nodes)  # on each of its nodes
     if host.gpus is not None and need > len(host.gpus):
-        return f"needs {need} GPUs, host {host.name} lends {len(host.gpus)}"
+        return f"needs {need} GPUs{' per node' if cell.config.nodes > 1 else ''}, host {host.name} lends {len(host.gpus)}"
     return None
 
 

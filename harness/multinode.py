@@ -105,7 +105,8 @@ class RayCluster:
 
 @contextmanager
 def ray_cluster(nodes: Sequence[Node], image: str, *, base_port: int, labels: dict[str, str],
-                ready_timeout_s: float = 180, keep: bool = False) -> Iterator[RayCluster]:
+                ready_timeout_s: float = 180, keep: bool = False, env: dict[str, str] | None = None,
+                gpus: str | None = None, mounts: tuple = ()) -> Iterator[RayCluster]:
     """Start a head on nodes[0] and a worker on each other node, wait until Ray reports every
     expected GPU, yield the cluster; every container is removed on the way out."""
     if not nodes:
@@ -117,6 +118,7 @@ def ray_cluster(nodes: Sequence[Node], image: str, *, base_port: int, labels: di
             spec = ContainerSpec(image=image, entrypoint=(), command=start_command(i, node, nodes[0], base_port),
                                  labels=tuple({**labels, "harness.role": role,
                                                "harness.ray.node": node.host}.items()),
+                                 env=tuple((env or {}).items()), gpus=gpus, volumes=tuple(mounts),
                                  network_mode="host", shm_size="512m", ipc_host=False)
             cluster.containers.append(stack.enter_context(node.engine.container(spec, keep=keep)))
         deadline = time.monotonic() + ready_timeout_s
@@ -141,3 +143,90 @@ def ray_cluster(nodes: Sequence[Node], image: str, *, base_port: int, labels: di
             time.sleep(2)
         cluster.resources = last
         yield cluster
+
+
+# --- serving a cell on the cluster -------------------------------------------------------------
+
+EXECUTOR_FLAG = "--distributed-executor-backend"
+
+
+def ray_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """The serve command with Ray as vLLM's executor (unless the config already names one)."""
+    if any(a == EXECUTOR_FLAG or a.startswith(EXECUTOR_FLAG + "=") for a in argv):
+        return argv
+    return (*argv, EXECUTOR_FLAG, "ray")
+
+
+class RayServer:
+    """`vllm serve` run on the head node of a ready cluster (vLLM's driver must share the head's
+    Ray session). Its log is the server's output plus every node's container log as it comes,
+    each line prefixed with its node, so the fingerprint reads the head's and the workers' logs."""
+
+    def __init__(self, cluster: RayCluster, spec, log) -> None:
+        self.cluster = cluster
+        self.log = log
+        self.base_url = f"http://{cluster.nodes[0].address}:{spec.port}"
+        self.process = cluster.head.exec_stream(list(ray_argv(spec.argv)), env=spec.env, sink=log.add)
+
+    def state(self):
+        from harness.runners.base import ProcessState
+
+        running, code = self.process.state()
+        if running:
+            dead = [c.name for c in self.cluster.containers if c.state().get("Status") != "running"]
+            if dead:
+                return ProcessState(False, None, f"Ray node container ended: {', '.join(dead)}")
+        return ProcessState(running, None if running else code)
+
+    def mark_failed(self) -> None:
+        pass  # the node logs are in the cell's log; the containers always go
+
+    def record(self) -> dict:
+        return {"kind": "ray", "containers": [c.name for c in self.cluster.containers],
+                "hosts": [n.host for n in self.cluster.nodes]}
+
+    def run_python(self, source: bytes, *, timeout_s: float = 120) -> tuple[int, str]:
+        self.cluster.head.put_file("/tmp", "harness_program.py", source)
+        return self.cluster.head.exec(["python3", "/tmp/harness_program.py"], timeout_s=timeout_s)
+
+
+class RayRunner:
+    """A Runner for cells with `nodes > 1`: form the cluster on `nodes`, then serve on its head."""
+
+    name = "docker"  # GPUs go to its containers as device requests, as with the DockerRunner
+
+    def __init__(self, nodes: Sequence[Node], *, base_port: int, ready_timeout_s: float = 300) -> None:
+        self.nodes = tuple(nodes)
+        self.base_port = base_port
+        self.ready_timeout_s = ready_timeout_s
+
+    @contextmanager
+    def serve(self, spec) -> Iterator[RayServer]:
+        import threading
+
+        from harness.runners.base import LogBuffer
+
+        if spec.image is None:
+            raise ValueError("RayRunner needs spec.image")
+        log = LogBuffer(spec.log_path, spec.header)
+        stop = threading.Event()
+        pumps: list[threading.Thread] = []
+        try:
+            with ray_cluster(self.nodes, spec.image, base_port=self.base_port, labels=spec.labels,
+                             ready_timeout_s=self.ready_timeout_s, env=spec.env, gpus=spec.gpus,
+                             mounts=spec.mounts) as cluster:
+                log.add(f"# harness: Ray cluster ready at {cluster.address}: "
+                        f"{cluster.resources.get('GPU', 0):g} GPU on {cluster.resources.get('alive_nodes')} nodes")
+                for node, c in zip(cluster.nodes, cluster.containers, strict=True):
+                    role = "ray-head" if c is cluster.head else "ray-worker"
+                    pumps.append(c.follow_logs(lambda line, p=f"({role} {node.host}) ": log.add(p + line), stop))
+                server = RayServer(cluster, spec, log)
+                try:
+                    yield server
+                finally:
+                    stop.set()
+            # the containers are gone: their log pumps end
+            for p in (*pumps, server.process.pump):
+                p.join(timeout=5)
+        finally:
+            log.close()

@@ -542,6 +542,9 @@ class _HostsRun:
         need = {c.id: hostmod.gpus_needed(c, self.matrix) for c in self.cells}
         self.total = len(order)
         self.started = 0
+        # cells that span nodes take several hosts at once: they run after the others, one by one
+        multi = [c for c in order if c.config.nodes > 1]
+        order = [c for c in order if c.config.nodes == 1]
         board = hostmod.Board([c.id for c in order], hosts, self.where, need)
         for name, lv in self.live.items():
             if lv.down is not None:
@@ -558,6 +561,7 @@ class _HostsRun:
         if len(slots) <= 1:
             for slot in slots:  # one slot: this thread, as a run always did
                 self._slot_loop(slot, board, self.opts)
+            self._multinode(multi, need)
             self._save_timeline()
             return
         opts = dataclasses.replace(self.opts, progress=_LockedProgress(self.opts.progress))
@@ -579,11 +583,59 @@ class _HostsRun:
                     t.join(0.2)
         except BaseException:
             self._stop(board, threads)
+            self._save_timeline()
             raise
+        if errors:
+            self._save_timeline()
+            raise errors[0]
+        try:
+            self._multinode(multi, need)
         finally:
             self._save_timeline()
-        if errors:
-            raise errors[0]
+
+    def _multinode(self, cells: list[Cell], need: dict[str, int]) -> None:
+        """Each cell with `nodes = N` on the first N live hosts that take it: a Ray head on the
+        first, a worker on each next (harness/multinode.py), serving on the head."""
+        from harness.hosts import Slot
+        from harness.multinode import Node, RayRunner, ray_argv
+
+        for cell in cells:
+            n = cell.config.nodes
+            names = [h for h in self.where.get(cell.id, ()) if self.live[h].down is None][:n]
+            if not self.named or len(names) < n:
+                self._write_error(cell, ConfigError(
+                    f"this cell spans {n} nodes and {len(names)} host(s) can take it"
+                    + ("" if self.named else " (no [hosts] in the matrix)"),
+                    hint="list a host per node in [hosts] (the first is the Ray head)"), self.store)
+                continue
+            head = self.live[names[0]]
+            per_node = max(1, -(-need[cell.id] // n))  # GPUs each node declares to Ray
+            nodes = [Node(self.live[h].engine, h, self.live[h].host.address, per_node) for h in names]
+            runner = RayRunner(nodes, base_port=head.host.ports[1] + 1,
+                               ready_timeout_s=self.matrix.spec.serve.startup_timeout_s)
+            slot = Slot(head.host, 0)
+            with self.lock:
+                self.started += 1
+                index = self.started
+            self.opts.progress.cell_started(cell, index, self.total)
+            t0 = time.time()
+            ctx = self._ctx(slot, head, None, self.opts, cell)
+            ctx.runner_for = lambda _c, r=runner: r
+            ctx.store = _HostStore(self.store, "+".join(names), False, self.stopping)
+            builds = [self.live[h].builds.get(cell.stack_name) for h in names]
+            build = next((b for b in builds if b is not None and b.failed), builds[0])
+            # the command says what runs it: vLLM's Ray executor (recorded in the cell, the log)
+            cell = dataclasses.replace(cell, config=cell.config.model_copy(
+                update={"args": ray_argv(cell.config.args)}))
+            result = _guarded(cell, ctx, build)
+            self.timeline.append({"cell": cell.id, "host": "+".join(names), "slot": 0, "gpus": None,
+                                  "start": round(t0, 3), "end": round(time.time(), 3)})
+            for after, before in apply_format_rule(self.store):
+                if after.id == result.id:
+                    result = after
+                elif after.status != before:
+                    self.opts.progress.cell_updated(after, before)
+            self.opts.progress.cell_finished(result, index, self.total)
 
     def _slot_loop(self, slot, board, opts: RunOptions) -> None:
         lv = self.live[slot.host.name]
@@ -624,7 +676,7 @@ class _HostsRun:
 
     def _ctx(self, slot, lv: _Live, gpus, opts: RunOptions, cell: Cell) -> _Ctx:
         matrix = self.matrix
-        if self.named and (cell.stack.runner == "local" or slot.host.network == "host"):
+        if self.named and (cell.stack.runner == "local" or slot.host.network == "host" or cell.config.nodes > 1):
             # the server listens on the host itself: the slot's own port, never another's
             serve = matrix.spec.serve.model_copy(update={"port": slot.port, "host_port": None})
             matrix = matrix._replace(spec=matrix.spec.model_copy(update={"serve": serve}))

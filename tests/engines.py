@@ -208,3 +208,26 @@ StrictModes no
             proc.kill()
             proc.wait()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def fake_vllm_context(base: str = "harness-test/debian-python:bookworm", pythonpath: str = "/opt/fake") -> bytes:
+    """Build context of the stand-in vLLM image (as tests/test_pipeline_docker.py) on `base`."""
+    import io
+    import tarfile
+
+    root = Path(__file__).resolve().parent.parent
+    fakevllm = root / "tests" / "fixtures" / "fakevllm"
+    buf = io.BytesIO()
+    dockerfile = (f"FROM {base}\nCOPY fakeserver.py /opt/fake/fakeserver.py\nCOPY vllm /opt/fake/vllm\n"
+                  f"ENV PYTHONPATH={pythonpath} HARNESS_FAKESERVER=/opt/fake/fakeserver.py\n"
+                  "LABEL harness.test=fakevllm\n")
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        def add(name: str, data: bytes) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        add("Dockerfile", dockerfile.encode())
+        add("fakeserver.py", (root / "harness" / "bench" / "fakeserver.py").read_bytes())
+        for path in sorted((fakevllm / "vllm").rglob("*.py")):
+            add(str(path.relative_to(fakevllm)), path.read_bytes())
+    return buf.getvalue()

@@ -24,12 +24,12 @@ from engines import (
     MAIN,
     copy_image,
     dockerd_problem,
+    fake_vllm_context,
     free_port,
     second_dockerd,
     ssh_engine,
     ssh_problem,
 )
-from test_pipeline_docker import _context
 
 from harness.engine import connect
 from harness.matrix.load import load_matrix
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def fake_image():
     engine = connect()
     tag = f"harness-test/fakevllm-hosts:{os.getpid()}"
-    engine.build(_context(), tag, labels={"harness.role": "test-image"})
+    engine.build(fake_vllm_context(), tag, labels={"harness.role": "test-image"})
     yield tag
     engine.remove_image(tag)
 

@@ -69,3 +69,77 @@ def test_a_worker_that_cannot_join_is_a_clear_error_and_nothing_is_left(engines)
             pass
     assert "expected 4 GPU" in info.value.message and "--- main:" in info.value.message
     assert _ours(main, run_id) == [] and _ours(two, run_id) == []
+
+
+def test_a_two_node_cell_serves_on_a_ray_cluster_over_two_engines(engines, tmp_path):
+    from engines import fake_vllm_context
+
+    from harness.matrix.load import load_matrix
+    from harness.pipeline import RunOptions, run_matrix
+
+    main, two = engines
+    tag = f"harness-test/fakevllm-ray:{free_port()}"
+    main.build(fake_vllm_context(RAY_IMAGE, "/opt/fake:/opt/ray-site"), tag, labels={"harness.role": "test-image"})
+    try:
+        copy_image(tag, MAIN, two.url)
+        head_port, worker_port = _base_port(), free_port()
+        path = tmp_path / "ray.toml"
+        path.write_text(f"""
+[matrix]
+name = "fake-ray"
+hardware = "gpu"
+
+[hardware.gpu]
+cc = "12.1"
+bandwidth_gbs = 273
+memory_gib = 128
+
+[stacks.img]
+image = "{tag}"
+
+[models.qwen-fp8]
+checkpoint = "fake/qwen3moe-fp8"
+quantization = "fp8"
+load_format = "dummy"
+active_params_b = 3.3
+bytes_per_param = 1.0
+
+[configs.pp2]
+nodes = 2
+args = ["--pipeline-parallel-size", "2"]
+
+[serve]
+gpus = "none"
+startup_timeout_s = 240
+quiet_period_s = 120
+
+[bench]
+concurrency = [1]
+max_tokens = 16
+repeats = 1
+prompt_tokens = 32
+prefill = false
+
+[hosts.head]
+engine = "{MAIN}"
+ports = [{head_port}, {head_port}]
+
+[hosts.worker]
+engine = "{two.url}"
+ports = [{worker_port}, {worker_port}]
+""")
+        store = run_matrix(load_matrix(path), k=None, opts=RunOptions(results_root=tmp_path / "results"))
+        (cell,) = store.cells()
+        assert cell.status == "pass", (cell.reasons, cell.serve.log_tail if cell.serve else None)
+        assert cell.host == "head+worker"
+        assert cell.serve.url.endswith(f":{head_port}")
+        command = list(cell.serve.command)
+        assert command[command.index("--distributed-executor-backend") + 1] == "ray"
+        log = (store.dir / cell.serve.log).read_text()
+        assert "Ray cluster ready" in log and "2 GPU on 2 nodes" in log
+        assert "fake: Ray executor on 2 GPU over 2 nodes" in log  # the server used both nodes
+        assert "(ray-head head) " in log and "(ray-worker worker) " in log  # every node's log read
+        assert cell.fingerprint.moe_backend == "TRITON"
+        assert _ours(main, store.run_id) == [] and _ours(two, store.run_id) == []
+    finally:
+        main.remove_image(tag)

@@ -215,6 +215,11 @@ class Config(Strict):
     )
     args: tuple[str, ...] = Field((), description="Extra vLLM CLI args.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+    nodes: int = Field(
+        1, ge=1, le=64, description="Machines this cell spans: above 1, a Ray cluster (a head on the first "
+        "[hosts] entry that takes the stack, a worker on each next one, host network) and "
+        "`--distributed-executor-backend ray` with the parallel sizes in `args`.",
+    )
 
     @field_validator("cudagraph_mode")
     @classmethod

@@ -459,8 +459,17 @@ def connect(url: str | None = None, timeout: int = 30, *, tls=None, name: str | 
         if tls is not None:
             tls_config = docker.tls.TLSConfig(client_cert=(tls.client_cert, tls.client_key),
                                               ca_cert=tls.ca_cert, verify=tls.ca_cert if tls.verify else False)
-        return docker.DockerClient(base_url=url, timeout=timeout, tls=tls_config or False,
-                                   use_ssh_client=os.environ.get("DOCKER_SSH_CLIENT") == "1")
+        kwargs = {"base_url": url, "timeout": timeout, "tls": tls_config or False,
+                  "use_ssh_client": os.environ.get("DOCKER_SSH_CLIENT") == "1"}
+        if tls is None or not tls.ca_cert:
+            return docker.DockerClient(**kwargs)
+        # requests lets REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE replace the session's CA file
+        # (psf/requests#3829): the engine's own CA, named in [hosts], must win. The API version
+        # is asked ('auto', docker-py 7.x) only once that is so.
+        client = docker.DockerClient(version=docker.constants.DEFAULT_DOCKER_API_VERSION, **kwargs)
+        client.api.trust_env = False
+        client.api._version = client.api._retrieve_server_version()
+        return client
 
     try:
         client = make()

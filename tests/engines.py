@@ -59,18 +59,50 @@ def dockerd_problem() -> str | None:
 
 
 class Dockerd:
-    def __init__(self, url: str, proc: subprocess.Popen) -> None:
+    def __init__(self, url: str, proc: subprocess.Popen, tls=None) -> None:
         self.url = url
         self.proc = proc
+        self.tls = tls  # harness.hosts.Tls for a tcp:// engine with --tlsverify
+
+    def client(self, timeout: int = 30):
+        import docker
+
+        if self.tls is None:
+            return docker.DockerClient(base_url=self.url, timeout=timeout)
+        from harness.engine import connect
+
+        return connect(self.url, timeout, tls=self.tls).client  # our CA, whatever REQUESTS_CA_BUNDLE says
 
     def stop(self) -> None:
         stop_dockerd(self.proc)
 
 
+def make_tls(folder: Path):
+    """A throw-away CA, a server certificate for 127.0.0.1 and a client certificate (openssl),
+    as `dockerd --tlsverify` and `docker --tlsverify` use them."""
+    from harness.hosts import Tls
+
+    def ssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "1",
+        "-subj", "/CN=harness-test-ca")
+    for name, subject, ext in (("server", "/CN=127.0.0.1", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
+                               ("client", "/CN=harness-test-client", "extendedKeyUsage=clientAuth\n")):
+        (folder / f"{name}.ext").write_text(ext)
+        ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}-key.pem", "-out", f"{name}.csr",
+            "-subj", subject)
+        ssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem", "-CAcreateserial",
+            "-out", f"{name}-cert.pem", "-days", "1", "-extfile", f"{name}.ext")
+    return Tls(ca_cert=str(folder / "ca.pem"), client_cert=str(folder / "client-cert.pem"),
+               client_key=str(folder / "client-key.pem"))
+
+
 @contextlib.contextmanager
-def second_dockerd(timeout_s: float = 60) -> Iterator[Dockerd]:
-    """A fresh dockerd (`.url`, `.stop()`). Stopped (SIGTERM, then SIGKILL) and its folders
-    removed on the way out."""
+def second_dockerd(timeout_s: float = 60, *, tls: bool = False) -> Iterator[Dockerd]:
+    """A fresh dockerd (`.url`, `.stop()`): on a unix socket, or with `tls` on tcp://127.0.0.1
+    with --tlsverify (`.tls` holds the client's files). Stopped (SIGTERM, then SIGKILL) and its
+    folders removed on the way out."""
     tag = uuid.uuid4().hex[:8]
     root = Path(tempfile.mkdtemp(prefix=f"hd-{tag}-", dir="/tmp"))  # short: socket paths have a limit
     sock = f"/tmp/harness-dockerd-{tag}.sock"
@@ -82,24 +114,31 @@ def second_dockerd(timeout_s: float = 60) -> Iterator[Dockerd]:
     subprocess.run(["ip", "link", "add", "name", bridge, "type", "bridge"], check=True)
     subprocess.run(["ip", "addr", "add", f"{subnet}.1/24", "dev", bridge], check=True)
     subprocess.run(["ip", "link", "set", bridge, "up"], check=True)
+    url, client_tls = f"unix://{sock}", None
+    listen = ["-H", url]
+    if tls:
+        (root / "tls").mkdir()
+        client_tls = make_tls(root / "tls")
+        url = f"tcp://127.0.0.1:{free_port()}"
+        listen = ["-H", url, "--tlsverify", "--tlscacert", client_tls.ca_cert,
+                  "--tlscert", str(root / "tls" / "server-cert.pem"), "--tlskey", str(root / "tls" / "server-key.pem")]
     cmd = ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "x"),
-           "-H", f"unix://{sock}", "--pidfile", str(root / "dockerd.pid"), "--bridge", bridge,
+           *listen, "--pidfile", str(root / "dockerd.pid"), "--bridge", bridge,
            "--iptables=false", "--ip-masq=false", "--shutdown-timeout", "2", "--containerd-namespace", f"harness-{tag}",
            "--containerd-plugins-namespace", f"harness-{tag}-plugins"]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    handle = Dockerd(url, proc, client_tls)
     try:
-        import docker
-
         def up() -> bool:
             try:
-                docker.DockerClient(base_url=f"unix://{sock}", timeout=5).ping()
+                handle.client(timeout=5).ping()
             except Exception:  # noqa: BLE001 - not up yet
                 return False
             return True
 
         _wait("the second dockerd", up, timeout_s, proc, log)
-        yield Dockerd(f"unix://{sock}", proc)
+        yield handle
     finally:
         stop_dockerd(proc)
         with contextlib.suppress(OSError):
@@ -134,13 +173,13 @@ def stop_dockerd(proc: subprocess.Popen, timeout_s: float = 30) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # its containerd and shims
 
 
-def copy_image(ref: str, src_url: str, dest_url: str) -> None:
-    """`docker save | docker load` between two engines, through docker-py."""
+def copy_image(ref: str, src_url: str, dest) -> None:
+    """`docker save | docker load` between two engines (`dest`: a URL or a Dockerd), through docker-py."""
     import docker
 
     src = docker.DockerClient(base_url=src_url, timeout=300)
-    dest = docker.DockerClient(base_url=dest_url, timeout=300)
-    data = b"".join(src.images.get(ref).save(named=True))
+    dest = dest.client(timeout=300) if isinstance(dest, Dockerd) else docker.DockerClient(base_url=dest, timeout=300)
+    data = b"".join(src.images.get(ref).save(named=ref))  # that tag: the image may carry others
     dest.images.load(data)
 
 

@@ -249,3 +249,34 @@ env = { FAKE_VLLM_MODE = "hang" }
     run_dir = next(results.iterdir())
     assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
     assert not [p for p in (run_dir / "cells").glob("*.json") if not p.name.endswith(".partial.json")]
+
+
+def test_a_tls_engine_runs_its_cells_and_a_host_refused_at_connect_errors_only_its_own(fake_image, tmp_path):
+    if (why := dockerd_problem()) is not None:
+        pytest.skip(why)
+    with second_dockerd(tls=True) as secure:
+        copy_image(fake_image, MAIN, secure)
+        tls = secure.tls
+        path = _matrix(tmp_path, fake_image, f"""
+[hosts.secure]
+engine = "{secure.url}"
+stacks = ["one"]
+tls = {{ ca_cert = "{tls.ca_cert}", client_cert = "{tls.client_cert}", client_key = "{tls.client_key}" }}
+
+[hosts.plain]
+engine = "{secure.url}"
+stacks = ["two"]
+""", stacks=("one", "two"), configs='''
+[configs.a]
+env = { FAKE_VLLM_STARTUP_S = "1" }
+''')
+        store = run_matrix(load_matrix(path), k=None, opts=RunOptions(results_root=tmp_path / "results"))
+        cells = {c.id: c for c in store.cells()}
+        ok = cells["one/qwen-fp8/a"]
+        assert ok.status == "pass" and ok.host == "secure", ok.reasons
+        refused = cells["two/qwen-fp8/a"]
+        assert refused.status == "error" and refused.host == "plain"
+        assert refused.verdicts[0].message.startswith(f"host plain unreachable: no Docker engine answers at {secure.url}")
+        hosts = json.loads((store.dir / "run.json").read_text())["hosts"]
+        assert hosts["secure"]["version"] and "unreachable" in hosts["plain"]
+        assert secure.client().containers.list(all=True, filters={"label": f"harness.run-id={store.run_id}"}) == []

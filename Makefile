@@ -1,14 +1,19 @@
-# Fresh machine:  make matrix   (sets up, then builds/serves/benchmarks the default matrix)
-#                 make test     (sets up, then runs the test suite)
+# Fresh machine:  make matrix   (sets up, brings up Docker, picks the matrix for this host's GPU,
+#                                checks the host, locks the pins, builds/serves/benchmarks it)
+#                 make test     (sets up, brings up Docker and what the tests need, runs the suite)
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 HARNESS := $(VENV)/bin/harness
-MATRIX  ?= matrix/spark.toml
+# Empty: `harness doctor --pick-matrix` chooses for the GPU found (and says why); MATRIX=... overrides.
+MATRIX  ?=
 K       ?=
 ARGS    ?=
 PYTEST_ARGS ?=
+# The matrix to use, as a shell expression (a recipe line reads it into $$m).
+PICK = m='$(MATRIX)'; if [ -z "$$m" ]; then m=$$($(HARNESS) doctor --pick-matrix) || exit $$?; \
+       else echo "matrix: $$m (MATRIX= given)"; fi
 
-.PHONY: install matrix plan doctor test test-fast lint docker-up clean
+.PHONY: install matrix plan doctor lock test test-fast lint docker-up test-deps clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -18,23 +23,33 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-# The main job: rebuild and verify the stacks of the default matrix, then report.
-matrix: install
-	$(HARNESS) doctor -m $(MATRIX)
-	$(HARNESS) run -m $(MATRIX) $(if $(K),-k '$(K)') $(ARGS)
+# The main job: rebuild and verify the stacks of the matrix for this host, then report.
+# `harness run` locks the pins first when the matrix has no .lock yet (and prints them).
+matrix: install docker-up
+	@$(PICK); set -x; $(HARNESS) doctor -m "$$m" && $(HARNESS) run -m "$$m" $(if $(K),-k '$(K)') $(ARGS)
 
 plan: install
-	$(HARNESS) plan -m $(MATRIX) $(if $(K),-k '$(K)')
+	@$(PICK); $(HARNESS) plan -m "$$m" $(if $(K),-k '$(K)')
 
 doctor: install
-	$(HARNESS) doctor -m $(MATRIX)
+	@$(PICK); $(HARNESS) doctor -m "$$m"
+
+# Pin base-image digests and PyPI sha256s into <matrix>.lock (needs the registry and pypi.org).
+lock: install
+	@$(PICK); $(HARNESS) lock -m "$$m" $(ARGS)
 
 # Brings up a Docker engine (installing Debian's docker.io if root and none is there) and the
 # local base images the Docker tests build on; without an engine those tests skip, with reason.
 docker-up:
-	@bash tools/docker-up.sh && bash tools/base-images.sh || echo "make: no Docker engine here; Docker tests will be skipped"
+	@bash tools/docker-up.sh && bash tools/base-images.sh || echo "make: no Docker engine here: Docker tests will skip, and nothing can be built"
 
-test: install docker-up
+# chromium and docker-registry from Debian when root with apt; elsewhere their tests skip.
+test-deps:
+	@bash tools/test-deps.sh
+
+# The first run also downloads the pinned vLLM and FlashInfer sdists (98 MB, unpacked to
+# ~580 MB in ~/.cache/vllm-bw-harness) for the patch tests; the last lines list every skip and why.
+test: install docker-up test-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: install

@@ -45,9 +45,12 @@ def find_cuobjdump() -> str | None:
 
 
 def run_checks(*, need_docker: bool = True, need_gpu: bool = True, need_gpu_runtime: bool = True,
-               local_pythons: tuple[str, ...] = (), build_dir: str = ".") -> list[Check]:
+               local_pythons: tuple[str, ...] = (), local_keys: tuple[str, ...] = (),
+               build_dir: str = ".", matrix=None,
+               probe: gpus.GpuProbe | None = None) -> list[Check]:
     checks: list[Check] = []
     engine_info = None
+    probe = probe or gpus.probe()
     try:
         from harness.engine import connect
 
@@ -59,6 +62,8 @@ def run_checks(*, need_docker: bool = True, need_gpu: bool = True, need_gpu_runt
         checks.append(Check("docker engine", False, exc.message, exc.hint or "", required=need_docker))
     if engine_info is not None:
         gpu_rt = engine_info.gpu_capable
+        # Without a GPU there is nothing to attach: builds and audits still run.
+        need_gpu_runtime = need_gpu_runtime and (probe.ok or need_gpu)
         checks.append(Check(
             "gpu container runtime", gpu_rt,
             f"runtimes: {', '.join(engine_info.runtimes) or 'none'}; CDI dirs: "
@@ -67,10 +72,11 @@ def run_checks(*, need_docker: bool = True, need_gpu: bool = True, need_gpu_runt
             "(or generate a CDI spec with `nvidia-ctk cdi generate`), then restart dockerd",
             required=need_gpu_runtime,
         ))
-    probe = gpus.probe()
     detail = "; ".join(f"{g.name} cc {g.cc} driver {g.driver}" for g in probe.gpus) or probe.reason
     checks.append(Check("gpus", probe.ok, f"{detail} (via {probe.source})",
-                        "install the NVIDIA driver, or run on a GPU host", required=need_gpu))
+                        "install the NVIDIA driver, or run on a GPU host" + (
+                            "" if need_gpu else " (images are still built and audited here; "
+                            "cells need a GPU)"), required=need_gpu))
     try:
         free = shutil.disk_usage(build_dir).free / 2**30
         checks.append(Check("free disk", free >= MIN_BUILD_DISK_GIB, f"{free:.0f} GiB free at {Path(build_dir).resolve()}",
@@ -80,10 +86,140 @@ def run_checks(*, need_docker: bool = True, need_gpu: bool = True, need_gpu_runt
     cuobj = find_cuobjdump()
     checks.append(Check("cuobjdump", cuobj is not None, cuobj or "not found",
                         "pip install nvidia-cuda-cuobjdump (or install the CUDA toolkit)", required=False))
-    for py in local_pythons:
+    for i, py in enumerate(local_pythons):
+        key = local_keys[i] if i < len(local_keys) else "stacks.<name>.local.python"
         checks.append(Check(f"local python {py}", Path(py).is_file(), "exists" if Path(py).is_file() else "missing",
-                            "fix stacks.<name>.local.python in the matrix"))
+                            f"fix {key} in the matrix (a Python that has vLLM installed on this host)"))
+    if matrix is not None:
+        checks += [c for c in (pins_check(matrix), fit_check(matrix, probe)) if c is not None]
     return checks
+
+
+def pins_check(matrix) -> Check | None:
+    """Base images and sdists pinned, in the matrix or its lock; a stale lock fails here, not
+    an hour into a run."""
+    from harness import lock
+
+    wanted = lock.wants(matrix)
+    if not wanted:
+        return None
+    path = lock.lock_path(matrix)
+    shown = lock._shown(matrix.path)
+    fix = f"`harness lock -m {shown}`"
+    try:
+        held = lock.read_lock(path)
+    except HarnessError as exc:
+        return Check("pins", False, exc.message, fix)
+    if held is not None:
+        if problems := lock.mismatches(matrix, held):
+            return Check("pins", False, f"{path.name} no longer matches: " + "; ".join(problems), fix)
+        return Check("pins", True, f"{len(wanted)} pins from {path.name} (written {held.lock.written})")
+    missing = [w for w in wanted if not w.given]
+    if not missing:
+        return Check("pins", True, f"all {len(wanted)} pins written in the matrix")
+    return Check("pins", False, f"{len(missing)} of {len(wanted)} pins not resolved yet, no {path.name}: "
+                 + ", ".join(sorted({w.what for w in missing})),
+                 fix + " (`harness run` does it first; it needs the image registry and pypi.org)",
+                 required=False)
+
+
+def fit_check(matrix, probe: gpus.GpuProbe) -> Check:
+    """Is this matrix for the GPU this host has? (`make matrix` picks the one that is.)"""
+    hw = matrix.spec.hardware[matrix.spec.matrix.hardware]
+    pick = pick_matrix(probe.gpus, available_matrices())
+    if not probe.ok:
+        return Check("matrix fits this host", False,
+                     f"no GPU: {matrix.path.name}'s images are built and audited, its cells cannot run here",
+                     "run on a host with the GPU the matrix names", required=False)
+    g = probe.gpus[0]
+    ok = g.cc == hw.cc
+    return Check("matrix fits this host", ok,
+                 f"{matrix.path.name} is for {matrix.spec.matrix.hardware} (cc {hw.cc}); GPU 0 is {g.name} cc {g.cc}",
+                 f"`make matrix` picks {pick.path} here ({pick.why}); or MATRIX=...", required=False)
+
+
+# --- which matrix fits the hardware found -----------------------------------------------------
+
+MATRIX_DIR = "matrix"
+GENERIC_TEMPLATE = f"{MATRIX_DIR}/generic.toml"
+GENERATED_DIR = f"{MATRIX_DIR}/generated"
+HOPPER = ("h200-docker.toml", "h200-local.toml")  # a docker one first, when there is one
+
+# Memory bandwidth (GB/s) of GPUs a generic matrix may meet, from their makers' data sheets;
+# the roofline figures of a generated matrix use it. Matched on the NVML name, longest first.
+KNOWN_BANDWIDTH_GBS = {
+    "A100-SXM4-80GB": 2039, "A100 80GB PCIe": 1935, "A100-SXM4-40GB": 1555, "A100-PCIE-40GB": 1555,
+    "A10G": 600, "A10": 600, "A30": 933, "A40": 696, "L4": 300, "L40S": 864, "L40": 864,
+    "RTX 6000 Ada": 960, "RTX 4090": 1008, "RTX 4080": 717, "RTX 3090": 936, "T4": 320,
+    "B200": 8000, "B300": 8000, "GB200": 8000,
+}
+
+
+@dataclass(frozen=True)
+class Pick:
+    path: str  # relative to the repository root
+    why: str
+    generic_cc: str | None = None  # the generic matrix must be written for this cc
+
+
+def available_matrices(root: Path | None = None) -> frozenset[str]:
+    base = (root or Path.cwd()) / MATRIX_DIR
+    return frozenset(p.name for p in base.glob("*.toml")) if base.is_dir() else frozenset()
+
+
+def pick_matrix(found, available) -> Pick:
+    """The shipped matrix for the first GPU found: a pure function of the probe and the files."""
+    if not found:
+        return Pick(f"{MATRIX_DIR}/spark.toml", "no NVIDIA GPU here: the default matrix; its images "
+                    "are built and audited, its cells need a GPU")
+    g = found[0]
+    seen = f"{g.name}, cc {g.cc}" + (f" (GPU 0 of {len(found)})" if len(found) > 1 else "")
+    name = g.name.upper()
+    if "GB10" in name or g.cc == "12.1":
+        return Pick(f"{MATRIX_DIR}/spark.toml", f"{seen}: DGX Spark class (SM 12.1)")
+    if g.cc == "12.0":
+        return Pick(f"{MATRIX_DIR}/rtx-pro-6000.toml", f"{seen}: SM 12.0, the RTX Pro 6000 matrix")
+    if "H100" in name or "H200" in name or g.cc == "9.0":
+        for f in HOPPER:
+            if f in available:
+                kind = "a docker" if "docker" in f else "a local-install"
+                return Pick(f"{MATRIX_DIR}/{f}", f"{seen}: Hopper, {kind} Hopper matrix")
+    tag = g.cc.replace(".", "")
+    return Pick(f"{GENERATED_DIR}/generic-sm{tag}.toml",
+                f"{seen}: no matrix for this GPU, so the current vLLM release built for cc {g.cc} "
+                f"(written from {GENERIC_TEMPLATE})", generic_cc=g.cc)
+
+
+def arch_for(cc: str) -> str:
+    """TORCH_CUDA_ARCH_LIST for one GPU: arch-specific ('a') kernels from 9.0 on."""
+    return f"{cc}a" if int(cc.split(".")[0]) >= 9 else cc
+
+
+def write_generic(gpu, dest: Path, template: Path) -> Path:
+    """The generic matrix with the found GPU's hardware profile and arch list."""
+    import tomllib
+
+    import tomli_w
+
+    data = tomllib.loads(template.read_text())
+    key = f"sm{gpu.cc.replace('.', '')}"
+    bw = next((v for k, v in sorted(KNOWN_BANDWIDTH_GBS.items(), key=lambda kv: -len(kv[0]))
+               if k.upper() in gpu.name.upper()), None)
+    desc = f"{gpu.name} (found by harness doctor)"
+    if bw is None:
+        bw = 1000
+        desc += (": bandwidth unknown to the harness, 1000 GB/s is a placeholder; set "
+                 f"hardware.{key}.bandwidth_gbs before reading roofline figures")
+    data["hardware"] = {key: {"cc": gpu.cc, "bandwidth_gbs": bw,
+                              "memory_gib": max(1, round(gpu.memory_gib)), "description": desc}}
+    data["matrix"].update(hardware=key, name=f"generic-{key}", patches_dir="../../patches")
+    for stack in data["stacks"].values():
+        stack["torch_cuda_arch_list"] = stack["flashinfer_cuda_arch_list"] = arch_for(gpu.cc)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    head = (f"# Written by `harness doctor --pick-matrix` from {GENERIC_TEMPLATE} for {gpu.name} "
+            f"(cc {gpu.cc}).\n# Edit {GENERIC_TEMPLATE} instead; this file is written again.\n\n")
+    dest.write_text(head + tomli_w.dumps(data))
+    return dest
 
 
 def needs_for(matrix) -> dict:
@@ -92,8 +228,12 @@ def needs_for(matrix) -> dict:
     return {
         "need_docker": docker_needed,
         "need_gpu_runtime": docker_needed,
-        "need_gpu": True,
+        # A host without a GPU still builds and audits every image; only serving needs one.
+        "need_gpu": not docker_needed,
+        "matrix": matrix,
         "local_pythons": tuple(s.local.python for s in stacks if s.runner == "local"),
+        "local_keys": tuple(f"stacks.{n}.local.python" for n, s in matrix.spec.stacks.items()
+                            if s.runner == "local"),
     }
 
 
@@ -111,10 +251,28 @@ def register(sub) -> None:
     p = sub.add_parser("doctor", help="check Docker, the GPU runtime, GPUs, disk and cuobjdump")
     p.add_argument("-m", "--matrix", default=None,
                    help="judge against what this matrix needs (default: Docker + GPU)")
+    p.add_argument("--pick-matrix", action="store_true",
+                   help="print the matrix for the GPU found here (stdout: the path; stderr: why)")
     p.set_defaults(func=run)
 
 
+def pick(probe: gpus.GpuProbe | None = None, root: Path | None = None) -> Pick:
+    probe = probe or gpus.probe()
+    root = root or Path.cwd()
+    chosen = pick_matrix(probe.gpus, available_matrices(root))
+    if chosen.generic_cc is not None:
+        write_generic(probe.gpus[0], root / chosen.path, root / GENERIC_TEMPLATE)
+    return chosen
+
+
 def run(args) -> int:
+    if args.pick_matrix:
+        from harness.console import err, out
+
+        chosen = pick()
+        out.print(chosen.path, markup=False, soft_wrap=True)
+        err.print(f"matrix: {chosen.path}: {chosen.why}", markup=False)
+        return 0
     kwargs = {}
     if args.matrix:
         from harness.matrix.load import load_matrix

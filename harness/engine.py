@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import docker
 import docker.errors
 import requests.exceptions
 from tenacity import (
@@ -29,7 +30,6 @@ from tenacity import (
     wait_exponential,
 )
 
-import docker
 from harness.errors import BuildFailed, EngineError, EnvironmentProblem
 
 log = logging.getLogger("harness.engine")
@@ -90,7 +90,7 @@ class Engine:
             client = self._reconnect() if self._reconnect else self.client
             client.ping()
         except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-            return _engine_message(exc)
+            return _why_no_engine(exc)
         except Exception as exc:  # noqa: BLE001 - ssh transport errors
             return f"{type(exc).__name__}: {exc}"
         finally:
@@ -132,6 +132,33 @@ class Engine:
             return self.client.images.get(ref).id
         except docker.errors.ImageNotFound:
             return None
+
+    @retry_transient
+    def pull_digest(self, repository: str, tag: str) -> str:
+        """Pull repository:tag and return the registry digest it resolved to: the pull's
+        `Digest:` line, confirmed by the image's RepoDigests (the engine's own record)."""
+        ref = f"{repository}:{tag}"
+        told = None
+        try:
+            for event in self.api.pull(repository, tag=tag, stream=True, decode=True):
+                if event.get("error"):
+                    raise EngineError(f"cannot pull {ref}: {event['error']}", hint=PULL_HINT)
+                status = event.get("status") or ""
+                if status.startswith("Digest: "):
+                    told = status.split()[1]
+            attrs = self.api.inspect_image(ref)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot pull {ref}: {exc.explanation or exc}", hint=PULL_HINT) from None
+        want = _short_repo(repository)
+        digests = [d.split("@", 1)[1] for d in attrs.get("RepoDigests") or ()
+                   if _short_repo(d.split("@", 1)[0]) == want]
+        if told in digests or (told and not digests):
+            return told
+        if told is None and len(digests) == 1:
+            return digests[0]
+        raise EngineError(f"cannot tell which digest {ref} resolved to (pull said {told}, "
+                          f"RepoDigests list {', '.join(digests) or 'none'})",
+                          hint=f"`docker image rm {ref}` and run again")
 
     def remove_image(self, ref: str) -> None:
         try:
@@ -371,6 +398,9 @@ class RunningContainer:
             self._c.stop(timeout=timeout)
         except docker.errors.NotFound:
             pass
+        except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
+            # a dying engine: the removal that follows tries again, the reaper after that
+            log.warning("could not stop container %s: %s", self.name, exc)
 
     def exec(self, cmd: list[str], *, timeout_s: float = 120) -> tuple[int, str]:
         """Run `cmd` inside; (124, ...) when it outlasts `timeout_s` (the container's removal
@@ -427,6 +457,30 @@ class RunningContainer:
         self._c.put_archive(dest_dir, buf.getvalue())
 
 
+PULL_HINT = ("check the image name and that this host reaches its registry (`docker pull` it by "
+             "hand); or write base_image.digest in the matrix from a host that can")
+
+
+def _short_repo(name: str) -> str:
+    """'docker.io/library/ubuntu' and 'ubuntu' are one repository, as RepoDigests write it."""
+    name = name.removeprefix("docker.io/").removeprefix("index.docker.io/")
+    return name.removeprefix("library/")
+
+
+def _why_no_engine(exc: BaseException) -> str:
+    """A sentence for the usual reasons, instead of the client's nested exception tuple."""
+    text = str(exc)
+    for needle, why in (("FileNotFoundError", "its socket does not exist (no dockerd is running)"),
+                        ("No such file or directory", "its socket does not exist (no dockerd is running)"),
+                        ("PermissionError", "permission denied on its socket (root, or the docker group)"),
+                        ("Permission denied", "permission denied on its socket (root, or the docker group)"),
+                        ("Connection refused", "nothing listens there (dockerd stopped)"),
+                        ("timed out", "it did not answer in time (dockerd busy or hung)")):
+        if needle in text:
+            return why
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
 class ExecProcess:
     """A process started in a running container by `exec_stream`."""
 
@@ -476,8 +530,10 @@ def connect(url: str | None = None, timeout: int = 30, *, tls=None, name: str | 
         client.ping()
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         raise EnvironmentProblem(
-            f"{label} unreachable: no Docker engine answers at {_safe_url(where)}: {_engine_message(exc)}",
-            hint="start dockerd (or `sudo systemctl start docker`), or set DOCKER_HOST; "
+            (f"host {name} unreachable: " if name else "")
+            + f"no Docker engine answers at {_safe_url(where)}: {_why_no_engine(exc)}",
+            hint="`make docker-up` (as root with apt: installs Debian's docker.io and starts dockerd), "
+            "or start dockerd yourself (`sudo systemctl start docker`), or set DOCKER_HOST; "
             "then `harness doctor`" if name is None else
             "check the engine URL in [hosts], the network and the login (`docker -H URL info`)",
         ) from None
@@ -490,10 +546,3 @@ def connect(url: str | None = None, timeout: int = 30, *, tls=None, name: str | 
 def _safe_url(url: str) -> str:
     """An engine URL without a password (tcp://user:pw@host)."""
     return re.sub(r"//[^/@:]+:[^/@]+@", "//***@", url)
-
-
-def _engine_message(exc: BaseException) -> str:
-    """The innermost message of a connection error: 'Connection refused', not the adapter chain."""
-    text = str(exc)
-    m = re.search(r"\[Errno -?\d+\] ([^'\")]+)|(Connection refused|No such file or directory)", text)
-    return (m[1] or m[2]).strip() if m else text[-300:]

@@ -109,14 +109,17 @@ def hosts_of(matrix: Matrix | MatrixFile) -> tuple[Host, ...]:
 
 def host_problems(spec: MatrixFile) -> list[str]:
     """Cross-checks of [hosts] that need the rest of the file (load.py collects them)."""
+    from harness.matrix.load import problem
+
     problems = []
     for name, h in spec.hosts.items():
         if h.hardware is not None and h.hardware not in spec.hardware:
-            problems.append(f"hosts.{name}.hardware: '{h.hardware}' is not a hardware profile "
-                            f"(defined: {', '.join(spec.hardware)})")
+            problems.append(problem(f"hosts.{name}.hardware", f"'{h.hardware}' is not a hardware profile "
+                                    f"(defined: {', '.join(spec.hardware)})", "name a [hardware.NAME] table"))
         for i, pat in enumerate(h.stacks):
             if not fnmatch.filter(spec.stacks, pat):
-                problems.append(f"hosts.{name}.stacks[{i}]: '{pat}' names no stack (defined: {', '.join(spec.stacks)})")
+                problems.append(problem(f"hosts.{name}.stacks[{i}]", f"'{pat}' names no stack "
+                                        f"(defined: {', '.join(spec.stacks)})", "use a name or glob of a defined stack"))
     return problems
 
 

@@ -801,6 +801,10 @@ def _guarded(cell: Cell, ctx: _Ctx, build: BuildOutcome | None) -> CellResult:
         raise
     except Exception as exc:  # noqa: BLE001 - a failed cell is a result, not a crash
         store = ctx.store
+        written = store.read_cell(cell.id)
+        if written is not None and written.started_at == started:
+            # it broke while stopping the server, after its result was written: keep that
+            return written
         log = store.log_path(cell.id)
         tail: tuple[str, ...] = ()
         if log.is_file():

@@ -1,8 +1,13 @@
 """Remove secrets before anything is written to a result, a log excerpt or a bug report.
 
-A name is secret when it contains token, key, secret or password (any case), plus HF_TOKEN
-always; values that look like Hugging Face tokens (`hf_` + 30 or more letters/digits) are
-masked wherever they appear. The mask keeps the name so a reader knows the variable was set.
+A name is secret when one of its words (split at _ - . and camelCase) is token, key, secret,
+password, passwd, credential, auth or authorization (HF_TOKEN, api_key, X-Api-Key, apiKey,
+AWS_SECRET_ACCESS_KEY), unless it is a count or size of them (max_tokens, token_ids,
+tokenizer: those words differ). A secret name's value is masked in every form a log or a
+command writes it: `NAME=v`, `NAME: v`, `'name': 'v'`, `'name': ['v1', 'v2']` (vLLM's
+non-default args), `--name v`, `--name=v`. `Authorization: Bearer v`, credentials in URLs and
+values shaped like well-known tokens (hf_, sk-, ghp_, github_pat_, glpat-, xox?-, AKIA, JWTs)
+are masked wherever they appear. The mask keeps the name, so a reader knows it was set.
 """
 
 from __future__ import annotations
@@ -12,68 +17,126 @@ from collections.abc import Mapping
 
 MASK = "***"
 
-# "tokens" and "tokenizer" are sizes and model paths, not secrets (--max-num-batched-tokens).
-_SECRET_NAME = re.compile(r"token(?!s|izer)|key|secret|passw(?:or)?d", re.IGNORECASE)
-_ALWAYS = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN"})
-_HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
-# NAME=VALUE (shell, env dumps, `-e NAME=VALUE`), NAME: VALUE (YAML), 'name': 'value' (dict repr).
+_SECRET_WORDS = frozenset({
+    "token", "key", "secret", "secrets", "password", "passwd", "pwd", "passphrase", "credential",
+    "credentials", "auth", "authorization", "apikey", "cookie",
+})
+# words glued without a separator: HFTOKEN, apikey, accesstoken
+_SECRET_ENDINGS = ("token", "apikey", "secret", "password", "passwd")
+# a last word that makes the name a count, size or path of secrets, not one
+_NOT_SECRET_TAIL = frozenset({
+    "ids", "id", "count", "counts", "len", "length", "size", "sizes", "limit", "limits", "budget",
+    "num", "number", "type", "types", "mode", "dim", "index", "idx", "file", "path", "dir", "env", "name",
+})
+_ALWAYS = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN", "HUGGINGFACEHUB_API_TOKEN"})
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+# values that are secrets by their shape, whatever name (or none) they come with
+_TOKEN_SHAPES = re.compile(
+    r"\bhf_[A-Za-z0-9]{30,}\b"
+    r"|\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}"
+    r"|\bgh[pousr]_[A-Za-z0-9]{30,}\b"
+    r"|\bgithub_pat_[A-Za-z0-9_]{30,}"
+    r"|\bglpat-[A-Za-z0-9_-]{20,}"
+    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}"
+    r"|\bAKIA[0-9A-Z]{16}\b"
+    r"|\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"
+)
+_HF_TOKEN = _TOKEN_SHAPES  # the old name, for callers that imported it
+# Authorization: Bearer v / Basic v / v, as a header line, a dict entry or a curl -H argument
+_AUTH = re.compile(
+    r"(?i)(?P<head>\b(?:proxy-)?authorization\\?['\"]?\s*[:=]\s*\\?['\"]?)"
+    r"(?:(?P<scheme>bearer|basic|token|digest|apikey)\s+)?(?P<cred>[^\s'\",}\\]+)"
+)
+_BEARER = re.compile(r"(?i)\b(?P<scheme>bearer)\s+(?P<cred>[A-Za-z0-9._~+/=-]{8,})")
+_URL_CREDS = re.compile(r"(?P<pre>\b[a-z][a-z0-9+.-]*://[^\s:/@'\"]+:)(?P<cred>[^\s/@'\"]+)(?P<at>@)")
+# NAME=VALUE, NAME: VALUE, 'name': value, "name": value, \"name\": value; the value quoted,
+# a [list], a (tuple) or bare. (vLLM FrontendArgs, vllm/entrypoints/openai/cli_args.py, has
+# `api_key: list[str] | None`: its "non-default args" log line prints the keys as a list.)
 _PAIR = re.compile(
-    r"(?P<nq>['\"]?)(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*)(?P=nq)(?P<sep>\s*[=:]\s*)(?P<quote>['\"]?)(?P<value>[^\s'\",;]+)"
+    r"(?P<nq>\\?['\"]?)(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*)(?P=nq)(?P<sep>\s*[=:]\s*)"
+    r"(?P<value>\\\"[^\"\n]*?\\\"|'[^'\n]*'|\"[^\"\n]*\"|\[[^\]\n]*\]|\([^)\n]*\)|[^\s'\",;&)}\]]+)"
 )
 _FLAG_VALUE = re.compile(
-    r"(?P<flag>--[A-Za-z0-9][A-Za-z0-9_.-]*)(?P<sep>\s+)(?P<value>[^\s-][^\s]*)"
+    r"(?P<flag>--[A-Za-z0-9][A-Za-z0-9_.-]*)(?P<sep>\s+)(?P<value>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\"-][^\s]*)"
 )
+_EMPTY = frozenset({"None", "null", "''", '""', "[]", "()", "false", "False", "\\\"\\\""})
 
 
 def is_secret_name(name: str) -> bool:
-    bare = name.lstrip("-").upper().replace("-", "_")
-    return bare in _ALWAYS or bool(_SECRET_NAME.search(name))
+    bare = name.lstrip("-")
+    if bare.upper().replace("-", "_") in _ALWAYS:
+        return True
+    words = [w.lower() for part in re.split(r"[^A-Za-z0-9]+", bare) for w in _WORD.findall(part)]
+    if not words or words[-1] in _NOT_SECRET_TAIL:
+        return False
+    return any(w in _SECRET_WORDS or w.endswith(_SECRET_ENDINGS) for w in words)
 
 
-def redact_env(mapping: Mapping[str, str]) -> dict[str, str]:
-    """A copy of an environment with secret values masked (and hf_ tokens masked anywhere)."""
-    return {
-        k: MASK if is_secret_name(k) else _HF_TOKEN.sub(MASK, str(v)) for k, v in mapping.items()
-    }
-
-
-def redact_args(argv: list[str]) -> list[str]:
-    """A copy of a command line: `--api-key X`, `--hf-token=X`, `-e HF_TOKEN=X` masked."""
-    out: list[str] = []
-    mask_next = False
-    for arg in argv:
-        if mask_next:
-            out.append(MASK)
-            mask_next = False
-            continue
-        if arg.startswith("-") and "=" in arg:
-            flag, _, _ = arg.partition("=")
-            out.append(f"{flag}={MASK}" if is_secret_name(flag) else _HF_TOKEN.sub(MASK, arg))
-            continue
-        if arg.startswith("--") and is_secret_name(arg):
-            out.append(arg)
-            mask_next = True
-            continue
-        if "=" in arg and not arg.startswith("-"):
-            name, _, _ = arg.partition("=")
-            if is_secret_name(name):
-                out.append(f"{name}={MASK}")
-                continue
-        out.append(_HF_TOKEN.sub(MASK, arg))
-    return out
+def _mask_value(value: str) -> str:
+    if value in _EMPTY:
+        return value  # "not set" is worth seeing, and hides nothing
+    if value[:2] == '\\"':
+        return f'\\"{MASK}\\"'
+    if value[:1] in "'\"":
+        return f"{value[0]}{MASK}{value[0]}"
+    return MASK
 
 
 def redact_text(text: str) -> str:
-    """Mask hf_ tokens, NAME=VALUE / NAME: VALUE pairs and `--flag value` with secret names."""
+    """Every secret form above masked in free text (logs, messages, reports, JSON dumps)."""
+
+    def auth(m: re.Match[str]) -> str:
+        scheme = f"{m['scheme']} " if m["scheme"] else ""
+        return f"{m['head']}{scheme}{MASK}"
 
     def pair(m: re.Match[str]) -> str:
-        if not is_secret_name(m.group("name")):
-            return m.group(0)
-        return f"{m.group('nq')}{m.group('name')}{m.group('nq')}{m.group('sep')}{m.group('quote')}{MASK}"
+        if not is_secret_name(m["name"]) or m["name"].lower().endswith("authorization"):
+            return m.group(0)  # (an Authorization value was masked above, scheme kept)
+        return f"{m['nq']}{m['name']}{m['nq']}{m['sep']}{_mask_value(m['value'])}"
 
     def flag(m: re.Match[str]) -> str:
-        if not is_secret_name(m.group("flag")):
+        if not is_secret_name(m["flag"]):
             return m.group(0)
-        return f"{m.group('flag')}{m.group('sep')}{MASK}"
+        return f"{m['flag']}{m['sep']}{MASK}"  # shell quotes around the value go with it
 
-    return _HF_TOKEN.sub(MASK, _FLAG_VALUE.sub(flag, _PAIR.sub(pair, text)))
+    text = _AUTH.sub(auth, text)
+    text = _BEARER.sub(lambda m: f"{m['scheme']} {MASK}", text)
+    text = _URL_CREDS.sub(lambda m: f"{m['pre']}{MASK}{m['at']}", text)
+    text = _PAIR.sub(pair, text)
+    text = _FLAG_VALUE.sub(flag, text)
+    return _TOKEN_SHAPES.sub(MASK, text)
+
+
+def redact_env(mapping: Mapping[str, str]) -> dict[str, str]:
+    """A copy of an environment: secret names masked, secret forms masked inside other values."""
+    return {k: MASK if is_secret_name(k) else redact_text(str(v)) for k, v in mapping.items()}
+
+
+def redact_args(argv: list[str]) -> list[str]:
+    """A copy of a command line: `--api-key X [Y ...]`, `--hf-token=X`, `-e HF_TOKEN=X`,
+    `-H 'Authorization: Bearer X'` and any secret form inside an argument masked."""
+    out: list[str] = []
+    masking = 0  # values seen since a secret flag, or 0 when not after one
+    for arg in argv:
+        # the first value is masked even when it starts with '-' (a key may); then every value
+        # up to the next option (vLLM's --api-key takes several)
+        if masking and not arg.startswith("--") and (masking == 1 or not arg.startswith("-")):
+            out.append(MASK)
+            masking += 1
+            continue
+        masking = 0
+        if arg.startswith("-") and "=" in arg:
+            flag, _, value = arg.partition("=")
+            out.append(f"{flag}={_mask_value(value)}" if is_secret_name(flag) else redact_text(arg))
+            continue
+        if arg.startswith("--") and is_secret_name(arg):
+            out.append(arg)
+            masking = 1
+            continue
+        if "=" in arg and not arg.startswith("-"):
+            name, _, value = arg.partition("=")
+            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name) and is_secret_name(name):
+                out.append(f"{name}={_mask_value(value)}")
+                continue
+        out.append(redact_text(arg))
+    return out

@@ -224,6 +224,13 @@ def run(args) -> int:
         err.print(f"resuming {resume}: {len(stored.finished_ids())} of {len(stored.run.cells)} "
                   "cells already finished", markup=False)
     matrix = load_matrix(matrix_path)
+    from harness.lock import locked_matrix
+    from harness.matrix.plan import group_by_stack
+
+    # Pins first: a stale lock is refused before anything starts; no lock yet is written now.
+    matrix = locked_matrix(matrix, list(group_by_stack(expand(matrix, k))),
+                           lock_if_missing=not args.allow_unpinned,
+                           say=lambda s: err.print(s, markup=False))
     total = len(expand(matrix, k))
     progress_cls = LiveProgress if err.is_terminal else PlainProgress
     err.print(f"harness run {matrix.path.name}: {total} cells", markup=False)
@@ -268,18 +275,30 @@ def rejudge(args) -> int:
     except ValueError as exc:
         raise ConfigError(f"{store.dir}/run.json: matrix.expect is not valid ({exc})",
                           hint="re-run the matrix") from None
-    changed = 0
-    for cell in store.cells():
+    before = {c.id: c for c in store.cells()}
+    for cell in before.values():
         log = store.dir / cell.serve.log if cell.serve and cell.serve.log else None
         text = log.read_text(errors="replace") if log is not None and log.is_file() else None
         after = rejudge_cell(cell, expect, text)
         if after != cell:
             store.write_cell(after)
-        if after.status != cell.status or after.verdicts != cell.verdicts:
-            changed += 1
     apply_format_rule(store)
+    changed = 0
     for c in store.cells():
+        old = before[c.id]
         _print_cell(out, c, "")
+        was = {(v.check, v.status): v.message for v in old.verdicts}
+        now = {(v.check, v.status): v.message for v in c.verdicts}
+        if c.status != old.status:
+            out.print(f"              status {old.status.value} -> {c.status.value}", markup=False)
+        for check, status in sorted(now.keys() - was.keys()):
+            out.print(f"              + {check} ({status.value})", markup=False)
+        for check, status in sorted(was.keys() - now.keys()):
+            out.print(f"              - {check} ({status.value})", markup=False)
+        reworded = sorted(k for k in now.keys() & was.keys() if now[k] != was[k])
+        for check, status in reworded:
+            out.print(f"              ~ {check} ({status.value}): reworded", markup=False)
+        changed += now != was or c.status != old.status
     out.print(f"{changed} cell(s) changed verdicts", markup=False)
     return 0
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from harness.errors import ConfigError
 from harness.fingerprint.tables import kernel_names
-from harness.matrix.model import Serve
+from harness.matrix.model import Serve, is_local_checkpoint
+from harness.matrix.paths import mount_problem
 from harness.matrix.plan import Cell
 
 # vLLM's CLI entry point as a module, so the command works whether or not `vllm` is on PATH.
@@ -76,14 +77,33 @@ def env_for_kernels(quant: str, moe: str | None, linear: str | None) -> dict[str
 
 
 def model_path(cell: Cell, matrix_dir: Path) -> str:
+    """The hub id, or the resolved local folder (what a docker runner bind-mounts).
+
+    The loader kept the folder inside the matrix's repository (or allowed it out); it is checked
+    again here, just before it is served, because the folder may have changed since."""
     ckpt = cell.model.checkpoint
-    if ckpt.startswith(("./", "../")):
-        return str((matrix_dir / ckpt).resolve())
-    return ckpt
+    if not is_local_checkpoint(ckpt):
+        return ckpt
+    folder = matrix_dir / ckpt
+    if (why := mount_problem(folder)) is not None:
+        raise ConfigError(f"models.{cell.model_name}.checkpoint: {why}",
+                          hint="name the model's own folder (the one with config.json)")
+    return str(folder.resolve())
+
+
+def model_cache(serve: Serve) -> str | None:
+    """serve.model_cache, checked again just before it is bind-mounted (see model_path)."""
+    if serve.model_cache is None:
+        return None
+    if (why := mount_problem(Path(serve.model_cache))) is not None:
+        raise ConfigError(f"serve.model_cache: {why}", hint="name the cache folder itself")
+    return serve.model_cache
 
 
 def build(cell: Cell, serve: Serve, *, matrix_dir: Path, port: int, host: str = "127.0.0.1",
           model_override: str | None = None, identity: str | None = None) -> ServeCommand:
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"port {port} is not a TCP port", hint="use 1..65535 (serve.port / serve.host_port)")
     model = model_override or model_path(cell, matrix_dir)
     served = cell.served_name
     # vLLM serves every name given (and lists each in /v1/models): the second one is the cell's

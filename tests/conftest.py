@@ -90,3 +90,22 @@ def root() -> Path:
 @pytest.fixture
 def fixtures() -> Path:
     return FIXTURES
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """After pytest's own summary: every skipped test, grouped by reason, so the last lines of
+    `make test` say what did not run and what would make it run."""
+    result = yield
+    skipped = terminalreporter.stats.get("skipped", [])
+    by_reason: dict[str, list[str]] = {}
+    for rep in skipped:
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        by_reason.setdefault(" ".join(reason.removeprefix("Skipped: ").split()), []).append(rep.nodeid)
+    if by_reason:
+        terminalreporter.section(f"{len(skipped)} skipped, by reason", sep="-")
+        for reason, ids in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
+            names = ", ".join(i.split("::")[-1] for i in ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+            terminalreporter.write_line(f"{len(ids):4d}  {reason}")
+            terminalreporter.write_line(f"      ({names})")
+    return result

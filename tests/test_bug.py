@@ -1,13 +1,33 @@
-"""`harness bug` on real run directories: every section, the right tracker, no secret."""
+"""`harness bug` on the committed run directories (tests/fixtures/runs/, results format 1, and
+the v1 example H200 run): every section, the right tracker, the right rebuild step for each kind
+of stack, no secret, and no report for a cell with nothing wrong."""
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import pytest
-from conftest import make_runs_module
+from conftest import FIXTURES, ROOT, make_runs_module
 
 from harness.cli import main as cli_main
 from harness.errors import ConfigError
-from harness.results.bug import bug_report
+from harness.results.bug import bug_report, stack_kind, symptom, trackers
+from harness.results.model import (
+    BuildOutcome,
+    CellError,
+    CellResult,
+    FingerprintRecord,
+    ImageInfo,
+    RunRecord,
+    Status,
+    Verdict,
+    VerdictStatus,
+)
+from harness.results.store import RunStore
+
+EXAMPLE = ROOT / "examples" / "h200" / "run"
 
 SECTIONS = (
     "## Environment",
@@ -30,8 +50,13 @@ def mr():
 
 
 @pytest.fixture(scope="session")
-def cand(tmp_path_factory, mr):
-    return mr.build_all(tmp_path_factory.getbasetemp() / "runs")["candidate"]
+def cand():
+    (path,) = (FIXTURES / "runs").glob("*-spark-candidate-*")
+    return RunStore.open(path)
+
+
+def _cell(status: Status, **fields) -> CellResult:
+    return CellResult(id="s/m/c", stack="s", model="m", config="c", status=status, **fields)
 
 
 def test_mismatch_cell_report(cand, mr):
@@ -65,27 +90,23 @@ def test_crashed_cell_report(cand, mr):
     assert "Cell status: **crashed**" in text
 
 
-def test_driver_signature_points_at_the_driver(mr):
-    from harness.results.bug import trackers
-
-    cell = {"status": "crashed", "fingerprint": {"signatures": ["nv-err-no-memory"]}}
+def test_driver_signature_points_at_the_driver():
+    cell = _cell(Status.CRASHED, fingerprint=FingerprintRecord(signatures=("nv-err-no-memory",)))
     assert trackers(cell)[0].key == "driver"
-    cell = {
-        "status": "fail",
-        "verdicts": [
-            {
-                "check": "autotuner:trtllm::fused_moe::gemm2",
-                "status": "fail",
-                "message": "skipped 10",
-            }
-        ],
-    }
+    cell = _cell(Status.FAIL, verdicts=(Verdict(check="autotuner:trtllm::fused_moe::gemm2",
+                                               status=VerdictStatus.FAIL, message="skipped 10"),))
     assert trackers(cell)[0].key == "flashinfer"
+
+
+def test_a_tool_error_points_at_the_harness():
+    cell = _cell(Status.ERROR, error=CellError(type="ValueError", message="no level at c=1"))
+    assert symptom(cell) == "harness raised inside the cell: ValueError: no level at c=1"
+    assert trackers(cell)[0].key == "harness"
 
 
 def test_no_secret_in_any_report(cand, mr):
     for cid in mr.PLAN:
-        text = bug_report(cand, cid)
+        text = bug_report(cand, cid, force=True)
         for secret in mr.SECRETS:
             assert secret not in text, (cid, secret)
         assert "HF_TOKEN='***'" in text and "--api-key ***" in text
@@ -97,9 +118,94 @@ def test_unknown_cell_names_the_finished_ones(cand):
     assert "vllm-0251/qwen3moe-fp8/auto" in exc.value.hint
 
 
+def test_a_cell_with_nothing_wrong_has_no_report_unless_forced(cand, mr, capsys):
+    """The DECODE cell of the candidate passed (slower, but no verdict failed): no bug."""
+    with pytest.raises(ConfigError, match="no bug to report") as exc:
+        bug_report(cand, mr.DECODE)
+    assert mr.MARLIN in exc.value.hint and "--force" in exc.value.hint
+    assert cli_main(["bug", str(cand.dir), mr.DECODE]) == 2
+    assert "--force" in capsys.readouterr().err
+    text = bug_report(cand, mr.DECODE, force=True)
+    title = text.splitlines()[0]
+    assert "no failure recorded" in title and "cell status pass" not in title
+    assert "exit code None" not in text and "Start-up: state `ready`, after 1.0 s." in text
+
+
+def test_v1_example_local_stack(tmp_path, monkeypatch):
+    """examples/h200/run: a local stack (nothing to build) with its matrix path stored absolute."""
+    cid = "vllm-0251/qwen3moe-nvfp4/moe=marlin"
+    monkeypatch.chdir(tmp_path)  # the run's /work/main/matrix/... is not under here
+    text = bug_report(RunStore.open(EXAMPLE), cid, force=True)
+    assert "## The Python environment (local stack: nothing to build)" in text
+    assert "harness build" not in text and "## Rebuild the exact image" not in text
+    assert "vllm==0.25.1" in text and "torch==2.11.0" in text
+    assert "python 3.12.3 (/opt/torch/.venv/bin/python3)" in text
+    assert f"harness run -m h200-local.toml -k '{cid}'" in text
+    assert "h200-local.toml` from a directory outside this one" in text
+    assert "/work/main/matrix" not in text
+    assert "`logs/vllm-0251__qwen3moe-nvfp4__moe=marlin.server.log` in the run directory" in text
+
+
+def test_matrix_path_under_the_current_directory_is_relative(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run)
+    data = json.loads((run / "run.json").read_text())
+    data["matrix"]["path"] = str(tmp_path / "matrix" / "h200-local.toml")
+    (run / "run.json").write_text(json.dumps(data))
+    monkeypatch.chdir(tmp_path)
+    text = bug_report(RunStore.open(run), "vllm-0251/qwen3moe-fp8/auto", force=True)
+    assert "harness run -m matrix/h200-local.toml -k" in text and str(tmp_path) not in text
+
+
+def _prebuilt_run(root: Path, mr) -> RunStore:
+    """A stack that names an image the harness did not build: reused, no harness.* labels."""
+    (src,) = (FIXTURES / "runs").glob("*-spark-candidate-*")
+    cell = RunStore.open(src).read_cell(mr.MARLIN)
+    store = RunStore.create(root, RunRecord.from_json(json.loads((src / "run.json").read_text())))
+    ref, image_id = "nvcr.io/nvidia/vllm:25.11-py3", "sha256:" + "d4" * 32
+    labels = {"org.opencontainers.image.version": "25.11"}
+    store.write_build(BuildOutcome(stack=cell.stack, status="reused", image_ref=ref,
+                                   image_id=image_id, labels=labels))
+    store.write_cell(cell.model_copy(update={"image": ImageInfo(ref=ref, id=image_id,
+                                                                labels=labels)}))
+    return store
+
+
+def test_prebuilt_image_is_pulled_not_built(tmp_path, mr):
+    store = _prebuilt_run(tmp_path, mr)
+    cell = store.read_cell(mr.MARLIN)
+    assert stack_kind(cell, store.builds()[cell.stack]) == "prebuilt"
+    text = bug_report(store, mr.MARLIN)
+    assert "## The image (prebuilt: nothing to build)" in text
+    assert "docker pull nvcr.io/nvidia/vllm:25.11-py3" in text
+    assert "sha256:" + "d4" * 32 in text
+    assert "harness build" not in text
+
+
+def test_stack_kinds():
+    built = BuildOutcome(stack="s", status="built", image_ref="vllm-bw:s-1",
+                         labels={"harness.stack": "s"})
+    cached = built.model_copy(update={"status": "reused"})  # built by the harness earlier
+    prebuilt = BuildOutcome(stack="s", status="reused", image_ref="vllm/vllm-openai:v0.25.1")
+    local = BuildOutcome(stack="s", status="local", image_ref="local:/usr/bin/python3",
+                         labels={"harness.local.vllm_dir": "/x/vllm"})
+    cell = _cell(Status.FAIL)
+    assert [stack_kind(cell, b) for b in (built, cached, prebuilt, local)] == [
+        "built", "built", "prebuilt", "local"]
+    assert stack_kind(_cell(Status.FAIL, runner="local"), None) == "local"
+    assert stack_kind(_cell(Status.BUILD_FAILED), BuildOutcome(stack="s", status="failed")) == "built"
+
+
 def test_cli_writes_the_report(cand, mr, tmp_path, capsys):
     out = tmp_path / "bug.md"
     assert cli_main(["bug", str(cand.dir), mr.CRASH, "--out", str(out)]) == 0
     assert out.read_text().startswith("# [NVIDIA GB10")
     assert cli_main(["bug", str(cand.dir), mr.MARLIN]) == 0
     assert "## Reproduce" in capsys.readouterr().out
+
+
+def test_cli_out_that_is_a_folder_is_exit_2(cand, mr, tmp_path, capsys):
+    assert cli_main(["bug", str(cand.dir), mr.CRASH, "--out", str(tmp_path)]) == 2
+    err = " ".join(capsys.readouterr().err.split())  # the console wraps long lines
+    assert "is a folder" in err and "Traceback" not in err
+    assert cli_main(["bug", str(cand.dir), mr.CRASH, "--out", str(tmp_path / "no" / "b.md")]) == 2

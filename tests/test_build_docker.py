@@ -69,7 +69,7 @@ def test_progress_lines_and_log_file(built):
     steps = [e.text for e in events if e.stack == "tiny-ok" and e.kind == "step"]
     assert steps and steps[0].startswith("Step 1/")
     assert any("step one for 12.1a" in e.text for e in events if e.kind == "line")
-    assert "step one for 12.1a" in ok.log_path.read_text()
+    assert "step one for 12.1a" in Path(ok.log_path).read_text()
 
 
 def test_build_log_arch_check_runs_on_the_image(built):
@@ -85,7 +85,7 @@ def test_failing_step_is_a_result(built):
     assert bad.status == "failed" and bad.image_id is None
     assert any("boom: failing on purpose" in line for line in bad.log_tail)
     assert "returned a non-zero code: 3" in bad.reason
-    assert bad.log_path.is_file()
+    assert Path(bad.log_path).is_file()
 
 
 def test_second_build_is_reused_without_engine_build(built, engine, tmp_path):

@@ -44,7 +44,7 @@ def test_rendered_stack_is_complete(matrix_file, stack):
         uses = re.findall(rf"\$\{{{arg}\}}|\${arg}\b", text)
         assert uses, f"ARG {arg} is declared but never used"
     spec = matrix.spec.stacks[stack]
-    expected = list(spec.vllm.patches) + [pr.patch for pr in spec.flashinfer.prs]
+    expected = [p.path for p in spec.vllm.patches] + [pr.patch for pr in spec.flashinfer.prs]
     assert [p.rel for p in r.patches] == expected
     context = dict(r.files)
     positions = []
@@ -74,6 +74,7 @@ def test_spark_121a_carries_the_cmake_patch_and_differs_from_stock():
 def test_hash_follows_patch_bytes_and_ignores_descriptions(tmp_path):
     shutil.copytree(ROOT / "matrix", tmp_path / "matrix")
     shutil.copytree(ROOT / "patches", tmp_path / "patches")
+    (tmp_path / ".git").mkdir()  # the copy is a repository: ../patches is inside it
     path = tmp_path / "matrix" / "spark.toml"
     before = render(load_matrix(path), "spark-121a").content_hash
     path.write_text(path.read_text().replace("vLLM 0.33.0 with the local CMake patch", "Reworded"))

@@ -1,27 +1,45 @@
-"""`harness compare` on real run directories (tests/fixtures/runs/make_runs.py): the fake server
-at 400 tok/s for the baseline and 300 for the candidate, real captured logs fingerprinted."""
+"""`harness compare` on the committed run directories in tests/fixtures/runs/ (real runs made by
+make_runs.py: the fake server at 400 tok/s for the baseline and 300 for the candidate, real
+captured logs fingerprinted), read as they are: nothing here measures against the clock."""
 
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
-from conftest import make_runs_module
+from conftest import FIXTURES, ROOT, make_runs_module
 
 from harness.cli import main as cli_main
-from harness.errors import Regression
+from harness.errors import ConfigError, Regression
 from harness.results.compare import compare_runs, to_markdown
+from harness.results.model import CellError, Status
 from harness.results.store import RunStore
+
+RUNS = FIXTURES / "runs"
+EXAMPLE = ROOT / "examples" / "h200" / "run"
+
+
+def _run_dir(kind: str) -> Path:
+    (path,) = RUNS.glob(f"*-spark-{kind}-*")
+    return path
 
 
 @pytest.fixture(scope="session")
-def runs(tmp_path_factory):
-    return make_runs_module().build_all(tmp_path_factory.getbasetemp() / "runs")
+def runs() -> dict[str, RunStore]:
+    return {kind: RunStore.open(_run_dir(kind)) for kind in ("baseline", "candidate", "same")}
 
 
 @pytest.fixture(scope="session")
 def mr():
     return make_runs_module()
+
+
+def _copy(kind: str, tmp_path: Path) -> Path:
+    dst = tmp_path / _run_dir(kind).name
+    shutil.copytree(_run_dir(kind), dst)
+    return dst
 
 
 def kinds(cmp, cell):
@@ -81,8 +99,10 @@ def test_reversed_direction_is_gains(runs, mr):
 
 
 def test_cells_in_one_run_only_are_listed(runs, mr, tmp_path):
-    partial = mr.make_run(tmp_path, "same", only=(mr.MARLIN,), finish=False)
-    cmp = compare_runs(runs["baseline"], partial)
+    partial = _copy("same", tmp_path)  # as a run stopped after its first cell leaves it
+    for cid in (mr.DECODE, mr.CRASH):
+        RunStore.open(partial).cell_path(cid).unlink()
+    cmp = compare_runs(runs["baseline"], RunStore.open(partial))
     assert cmp.only_baseline == (mr.DECODE, mr.CRASH) and cmp.only_candidate == ()
     md = to_markdown(cmp)
     assert "Cells in one run only" in md and mr.CRASH in md
@@ -124,5 +144,73 @@ def test_no_secret_in_compare_output_or_stored_json(runs, mr):
         assert not any(secret in t for t in texts), secret
     # ...and they were really planted: the masks are there.
     cell = RunStore.open(runs["candidate"].dir).read_cell(mr.MARLIN)
-    assert cell["serve"]["env"]["HF_TOKEN"] == "***"
-    assert "--api-key" in cell["serve"]["command"]
+    assert cell.serve.env["HF_TOKEN"] == "***"
+    assert "--api-key" in cell.serve.command
+
+
+def test_the_v1_example_against_itself_is_quiet():
+    """examples/h200/run, a real H200 run in results format 1, through the typed path."""
+    run = RunStore.open(EXAMPLE)
+    cmp = compare_runs(run, run)
+    assert cmp.findings == () and len(cmp.compared) == 3
+    # c=1 and c=8: per-stream, aggregate and TTFT each, plus prefill, for 3 cells
+    assert len(cmp.figures) == 3 * (2 * 3 + 1)
+    assert all(r["kind"] == "noise" and r["delta"] == 0 for r in cmp.figures)
+    assert cli_main(["compare", str(EXAMPLE), str(EXAMPLE)]) == 0
+
+
+def test_error_and_skipped_are_notes_not_regressions(runs, mr, tmp_path):
+    """A tool error says nothing about the stack: never a gain or a regression."""
+    broken = _copy("same", tmp_path)
+    store = RunStore.open(broken)
+    cell = store.read_cell(mr.DECODE)
+    store.cell_path(mr.DECODE).write_text(json.dumps(cell.model_copy(update={
+        "status": Status.ERROR, "bench": None,
+        "error": CellError(type="ValueError", message="bench returned no level at c=1"),
+    }).to_json()))
+    skipped = store.read_cell(mr.MARLIN).model_copy(update={"status": Status.SKIPPED})
+    store.cell_path(mr.MARLIN).write_text(json.dumps(skipped.to_json()))
+    cmp = compare_runs(runs["baseline"], RunStore.open(broken))
+    status = {f.cell: f for f in cmp.findings if f.what == "status"}
+    assert {cid: f.kind for cid, f in status.items()} == {mr.DECODE: "note", mr.MARLIN: "note"}
+    assert "not comparable" in status[mr.DECODE].message
+    assert "ValueError: bench returned no level at c=1" in status[mr.DECODE].message
+    assert cmp.regressions == []
+
+
+@pytest.mark.parametrize("floor", ["nan", "-1", "0", "5", "inf"])
+def test_cli_refuses_a_floor_outside_0_1(runs, floor, capsys):
+    base, same = str(runs["baseline"].dir), str(runs["same"].dir)
+    assert cli_main(["compare", base, same, "--floor", floor]) == ConfigError.exit_code == 2
+    err = " ".join(capsys.readouterr().err.split())  # the console wraps long lines
+    assert "--floor" in err and "fix:" in err and "Traceback" not in err
+
+
+def test_cli_md_that_is_a_folder_or_has_no_folder_is_exit_2(runs, tmp_path, capsys):
+    base, same = str(runs["baseline"].dir), str(runs["same"].dir)
+    assert cli_main(["compare", base, same, "--md", str(tmp_path)]) == 2
+    assert "is a folder" in " ".join(capsys.readouterr().err.split())
+    missing = tmp_path / "no" / "such" / "cmp.md"
+    assert cli_main(["compare", base, same, "--md", str(missing)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "does not exist" in err and "Traceback" not in err
+    assert not missing.parent.exists()
+
+
+@pytest.mark.parametrize("damage", ["run-list", "cell-list", "cell-no-status"])
+def test_cli_wrong_shaped_json_is_exit_2(runs, mr, tmp_path, damage, capsys):
+    bad = _copy("same", tmp_path)
+    if damage == "run-list":
+        target = bad / "run.json"
+        target.write_text("[]")
+    else:
+        target = RunStore.open(bad).cell_path(mr.MARLIN)
+        data = json.loads(target.read_text())
+        if damage == "cell-list":
+            data = [data]
+        else:
+            del data["status"]
+        target.write_text(json.dumps(data))
+    assert cli_main(["compare", str(runs["baseline"].dir), str(bad)]) == 2
+    err = "".join(capsys.readouterr().err.split())
+    assert target.name in err and "Traceback" not in err  # (whitespace removed: paths wrap)

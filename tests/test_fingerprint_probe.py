@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import ast
+import gzip
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from harness.cli import main
 
@@ -79,7 +82,7 @@ def test_cli_json(capsys):
         ]
     )
     data = json.loads(capsys.readouterr().out)
-    assert rc == 0
+    assert rc == 1  # a failed verdict is exit 1 (issue 13)
     assert data["fingerprint"]["moe_backend"] == "MARLIN"
     assert {
         "check": "linear_backend",
@@ -90,9 +93,49 @@ def test_cli_json(capsys):
 
 
 def test_cli_table(capsys):
-    assert main(["fingerprint", str(LOGS / "dynamo4087_log_ends_in_capture.log")]) == 0
+    assert main(["fingerprint", str(LOGS / "dynamo4087_log_ends_in_capture.log")]) == 1
     text = capsys.readouterr().out
     assert "132752" in text and "cudagraph-capture-hang" in text
+    assert "cuda-graph-hang" in text  # failure_class row
+
+
+def test_cli_passing_log_exits_0(capsys):
+    log = LOGS / "corpus" / "016-v0191-phi3-ok.log"
+    assert main(["fingerprint", str(log)]) == 0
+    assert "fail" not in capsys.readouterr().out.split("verdicts")[-1]
+
+
+def test_cli_shows_new_facts(capsys):
+    log = LOGS / "corpus" / "001-gb10-v0251-dflash-laguna-nvfp4.log"
+    main(["fingerprint", str(log), "--json"])
+    fp = json.loads(capsys.readouterr().out)["fingerprint"]
+    assert fp["spec_method"] == "dflash" and fp["num_speculative_tokens"] == 15
+    assert fp["spec_acceptance_per_position"] == [0.0] * 15  # the drafter never hit
+    main(["fingerprint", str(LOGS / "corpus" / "010-gb10-fi3486-swiglustep-refused.log")])
+    text = capsys.readouterr().out
+    assert "backend-refused" in text and "flashinfer_cutlass" in text
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (b"", "is empty"),
+        (b"  \n\n", "is empty"),
+        (b"\x7fELF\x02\x01\x01\x00\x00\x00" + bytes(range(256)) * 4, "not text"),
+        (gzip.compress(b"INFO 05-12 10:00:00 [x.py:1] hi\n"), "compressed (gzip)"),
+    ],
+)
+def test_cli_bad_input_is_exit_2_naming_the_file(tmp_path, capsys, content, words):
+    log = tmp_path / "vllm.log"
+    log.write_bytes(content)
+    assert main(["fingerprint", str(log)]) == 2
+    err = " ".join(capsys.readouterr().err.split())  # the console wraps long paths
+    assert str(log) in err and words in err and "fix:" in err
+
+
+def test_cli_directory_is_exit_2(tmp_path, capsys):
+    assert main(["fingerprint", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
 
 
 def test_cli_missing_file(capsys):

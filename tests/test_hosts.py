@@ -39,12 +39,18 @@ bandwidth_gbs = 1792
 memory_gib = 96
 
 [stacks.spark121a]
-image = "vllm:spark"
 torch_cuda_arch_list = "12.1a"
+base_image = { repository = "nvidia/cuda", tag = "13.0.1-devel-ubuntu24.04" }
+torch = { version = "2.10.0" }
+vllm = { pypi = "0.33.0" }
+flashinfer = { version = "0.7.2.post1" }
 
 [stacks.family]
-image = "vllm:family"
 torch_cuda_arch_list = "12.0f"
+base_image = { repository = "nvidia/cuda", tag = "13.0.1-devel-ubuntu24.04" }
+torch = { version = "2.10.0" }
+vllm = { pypi = "0.33.0" }
+flashinfer = { version = "0.7.2.post1" }
 
 [models.qwen]
 checkpoint = "Qwen/Qwen3-30B-A3B-FP8"

@@ -71,6 +71,8 @@ def problems(tmp_path: Path, text: str) -> list[str]:
         load_matrix(write(tmp_path, text))
     assert info.value.path.endswith("m.toml")
     assert info.value.exit_code == 2
+    for p in info.value.problems:  # every problem says how to fix it, pydantic's own included
+        assert "\n      fix: " in p, p
     return info.value.problems
 
 
@@ -125,7 +127,7 @@ def test_valid_file_loads_and_expands(tmp_path):
         (lambda t: t.replace('quantization = "fp8"', 'quantization = "int4"'),
          "models.fp8.quantization: Input should be 'fp8', 'nvfp4' or 'bf16'"),
         (lambda t: t.replace('hardware = "gb10"\npatches_dir', 'hardware = "gb11"\npatches_dir'),
-         "matrix.hardware: 'gb11' is not a hardware profile (defined: gb10)"),
+         "matrix.hardware: 'gb11' is not a hardware profile\n      fix: use one of: gb10"),
         (lambda t: t.replace("[configs.auto]", '[configs.auto]\ncudagraph_mode = "sometimes"'),
          "configs.auto.cudagraph_mode: 'sometimes' is not a CUDA-graph mode"),
         # a docker stack without its pins
@@ -156,7 +158,7 @@ def test_all_problems_reported_at_once(tmp_path):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(MatrixError, match="cannot read the file"):
+    with pytest.raises(MatrixError, match="cannot read the matrix file: missing"):
         load_matrix(tmp_path / "nope.toml")
 
 

@@ -57,11 +57,11 @@ def fake_image():
     engine.remove_image(tag)  # tests leave no image behind, tagged or dangling
 
 
-def _matrix(tmp_path: Path, image: str, extra: str = "", quiet: int = 6) -> Path:
+def _matrix(tmp_path: Path, image: str, extra: str = "", quiet: int = 6, name: str = "fake-docker") -> Path:
     path = tmp_path / "docker.toml"
     path.write_text(f"""
 [matrix]
-name = "fake-docker"
+name = "{name}"
 hardware = "gpu"
 
 [hardware.gpu]
@@ -117,6 +117,13 @@ def _labelled(run_id: str) -> list[str]:
     return connect().containers({"harness.run-id": run_id})
 
 
+def _mine(engine, name: str, cell: str) -> list[str]:
+    """Containers of `cell` started by runs of the matrix called `name` (run ids carry it): the
+    engine is shared, other sessions' runs must not count."""
+    return [c.name for c in engine.client.containers.list(all=True, filters={"label": f"harness.cell={cell}"})
+            if f"-{name}-" in (c.labels or {}).get("harness.run-id", "")]
+
+
 def test_docker_cells_pass_fail_crash_hang_and_clean_up(fake_image, tmp_path):
     matrix = load_matrix(_matrix(tmp_path, fake_image))
     store = run_matrix(matrix, k="(qwen-fp8 and (auto or crash or hang)) or (nvfp4 and flashinfer)",
@@ -141,7 +148,8 @@ def test_docker_cells_pass_fail_crash_hang_and_clean_up(fake_image, tmp_path):
 
 
 def test_sigint_leaves_no_container_and_an_interrupted_run(fake_image, tmp_path):
-    path = _matrix(tmp_path, fake_image, quiet=600)
+    name = f"sigint{os.getpid()}"
+    path = _matrix(tmp_path, fake_image, quiet=600, name=name)
     results = tmp_path / "results"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-m", str(path), "-k", "qwen-fp8/hang",
@@ -151,21 +159,22 @@ def test_sigint_leaves_no_container_and_an_interrupted_run(fake_image, tmp_path)
     deadline = time.monotonic() + 60
     names: list[str] = []
     while time.monotonic() < deadline and not names:
-        names = engine.containers({"harness.cell": "img/qwen-fp8/hang"})
+        names = _mine(engine, name, "img/qwen-fp8/hang")
         time.sleep(0.3)
     assert names, "the run never started its container"
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     output = proc.communicate(timeout=60)[0].decode()
     assert proc.returncode == 130, output
-    assert engine.containers({"harness.cell": "img/qwen-fp8/hang"}) == []
+    assert _mine(engine, name, "img/qwen-fp8/hang") == []
     run_dir = next(results.iterdir())
     assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
     assert not [p for p in (run_dir / "cells").glob("*.json") if not p.name.endswith(".partial.json")]
 
 
 def test_sigkill_of_the_controller_leaves_a_container_the_next_run_reaps(fake_image, tmp_path):
-    path = _matrix(tmp_path, fake_image, quiet=600)
+    name = f"sigkill{os.getpid()}"
+    path = _matrix(tmp_path, fake_image, quiet=600, name=name)
     results = tmp_path / "results"
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-m", str(path), "-k", "qwen-fp8/hang",
                              "--results", str(results), "--no-report"],
@@ -174,20 +183,20 @@ def test_sigkill_of_the_controller_leaves_a_container_the_next_run_reaps(fake_im
     deadline = time.monotonic() + 60
     names: list[str] = []
     while time.monotonic() < deadline and not names:
-        names = engine.containers({"harness.cell": "img/qwen-fp8/hang"})
+        names = _mine(engine, name, "img/qwen-fp8/hang")
         time.sleep(0.3)
     assert names, "the run never started its container"
     labels = engine.client.containers.get(names[0]).labels
     assert labels["harness.controller.pid"] == str(proc.pid)
     proc.kill()  # SIGKILL: no cleanup can run in the controller
     proc.wait(timeout=10)
-    assert engine.containers({"harness.cell": "img/qwen-fp8/hang"}) == names  # left behind
+    assert _mine(engine, name, "img/qwen-fp8/hang") == names  # left behind
     run_dir = next(results.iterdir())
     assert json.loads((run_dir / "run.json").read_text())["status"] == "running"
     # the next run reaps what the dead one left before it starts its own cells
     store = run_matrix(load_matrix(path), k="qwen-fp8/crash",
                        opts=RunOptions(results_root=results, bench=False))
-    assert engine.containers({"harness.cell": "img/qwen-fp8/hang"}) == []
+    assert _mine(engine, name, "img/qwen-fp8/hang") == []
     assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
     assert store.cells()[0].status == "crashed"
     assert _labelled(store.run_id) == []
@@ -201,7 +210,7 @@ def test_built_stack_whose_build_log_shows_the_arch_trap_fails_its_cells(fake_im
     path.write_text(_matrix(tmp_path, fake_image).read_text().replace(
         f'[stacks.img]\nimage = "{fake_image}"',
         '[stacks.built]\ntorch_cuda_arch_list = "12.1a"\n'
-        'base_image = { repository = "harness-test/fakevllm", tag = "latest" }\n'
+        f'base_image = {{ repository = "{fake_image.split(":")[0]}", tag = "{fake_image.split(":")[1]}" }}\n'
         'torch = { version = "0" }\nvllm = { pypi = "0.33.0" }\nflashinfer = { version = "0.7.2.post1" }\n'))
     run_id = f"pipe-{os.getpid()}-{time.monotonic_ns() % 100000}"
     store = run_matrix(load_matrix(path), k="qwen-fp8/auto", opts=RunOptions(

@@ -64,3 +64,112 @@ TEXT = [
 @pytest.mark.parametrize(("text", "expected"), TEXT)
 def test_text(text, expected):
     assert redact_text(text) == expected
+
+
+# --- every form a secret reaches us in (issue 11): plant one, none may survive -------------------
+
+SECRETS = {  # each value is unique, so a leak names its form
+    "list": "sk-listvalued0000000000000000",
+    "list2": "second-list-key-9f8e7d",
+    "bearer": "bearer-cred-5b4a39c2e1d0",
+    "basic": "dXNlcjpiYXNpYy1wYXNz",
+    "auth_dict": "authdict-4c3b2a19",
+    "kv_token": "kvtoken-77aa66bb",
+    "kv_colon": "kvcolon-88cc99dd",
+    "kv_quoted": "quoted secret with spaces",
+    "password": "hunter2-pw-0001",
+    "credential": "cred-31415926",
+    "flag_space": "flagspace-2718281",
+    "flag_eq": "flageq-1618033",
+    "json": "jsonvalue-abcdef12",
+    "json_escaped": "escapedjson-123abc",
+    "url": "urlpass-9x8y7z",
+    "hf": "hf_" + "Q" * 34,
+    "gh": "ghp_" + "A1" * 18,
+    "env_hf": "envhf-000111222",
+    "env_custom": "envcustom-333444",
+    "env_value_bearer": "envbearer-555666777",
+    "dashed": "-starts-with-dash-secret",
+    "camel": "camelcase-secret-42",
+    "header": "xapikey-hdr-8080",
+}
+S = SECRETS
+
+PLANTED_TEXT = [
+    # vLLM 0.33 logs its non-default args as a dict repr: api_key is list-valued
+    f"(APIServer pid=1) INFO non-default args: {{'model': '/m', 'api_key': ['{S['list']}', '{S['list2']}'], "
+    "'max_model_len': 8192}",
+    f"Namespace(api_key=['{S['list']}'], port=8000)",
+    f"curl -H 'Authorization: Bearer {S['bearer']}' http://x/v1/models",
+    f"Authorization: Basic {S['basic']}",
+    f"{{'authorization': '{S['auth_dict']}', 'accept': '*/*'}}",
+    f"retrying with token={S['kv_token']} after 1 s",
+    f"db password: {S['password']}",
+    f"credential={S['credential']}",
+    f"aws secret_key: {S['kv_colon']}",
+    f"'secret': '{S['kv_quoted']}'",
+    f"vllm serve /m --api-key {S['flag_space']} --port 8000",
+    f"vllm serve /m --api-key={S['flag_eq']}",
+    f'{{"api_key": "{S["json"]}", "max_tokens": 256}}',
+    f'"{{\\"hf_token\\": \\"{S["json_escaped"]}\\"}}"',
+    f"git clone https://user:{S['url']}@github.com/org/repo",
+    f"logged in as {S['hf']}.",
+    f"GH {S['gh']}",
+    f"X-Api-Key: {S['header']}",
+    f"apiKey={S['camel']}",
+]
+
+
+def _leaks(text: str) -> list[str]:
+    return [k for k, v in SECRETS.items() if v in text]
+
+
+@pytest.mark.parametrize("line", PLANTED_TEXT)
+def test_no_planted_secret_survives_in_text(line):
+    assert _leaks(redact_text(line)) == [], redact_text(line)
+
+
+def test_no_planted_secret_survives_in_commands():
+    argv = ["python3", "-m", "vllm.entrypoints.cli.main", "serve", "/m",
+            "--api-key", S["list"], S["list2"], "--port", "8000",
+            f"--api-key={S['flag_eq']}", "--hf-token", S["dashed"],
+            "-H", f"Authorization: Bearer {S['bearer']}", "-e", f"HF_TOKEN={S['env_hf']}",
+            f"https://user:{S['url']}@host/x", S["gh"],
+            "--compilation-config", f'{{"api_key": "{S["json"]}"}}']
+    got = redact_args(argv)
+    assert _leaks(" ".join(got)) == [], got
+    assert got[:5] == argv[:5] and "--port" in got and "8000" in got  # the command stays readable
+
+
+def test_no_planted_secret_survives_in_env():
+    env = {"HF_TOKEN": S["env_hf"], "MY_SERVICE_CREDENTIAL": S["env_custom"],
+           "EXTRA_HEADERS": f"Authorization: Bearer {S['env_value_bearer']}",
+           "PIP_INDEX_URL": f"https://user:{S['url']}@pypi.example/simple", "NOTE": S["hf"],
+           "VLLM_ARGS": f"--api-key {S['flag_space']}"}
+    got = redact_env(env)
+    assert _leaks(repr(got)) == [], got
+    assert set(got) == set(env)
+
+
+def test_a_list_valued_flag_is_masked_whole():
+    line = "non-default args: {'api_key': ['sk-aaaaaaaaaaaaaaaaaaaaaaaa', 'b'], 'port': 8000}"
+    assert redact_text(line) == f"non-default args: {{'api_key': {MASK}, 'port': 8000}}"
+
+
+def test_bearer_keeps_its_scheme():
+    assert redact_text("Authorization: Bearer abcdefgh12345") == f"Authorization: Bearer {MASK}"
+
+
+NOT_SECRETS = [
+    "max_tokens=256", "tokenizer=/models/tok", "--tokenizer /tok", "--tokenizer-mode auto",
+    "--max-num-batched-tokens 65536", "prompt_token_ids: [1, 2, 3]", "num_tokens: 5",
+    "GPU KV cache size: 872,960 tokens", "Maximum concurrency for 8,192 tokens per request: 106.56x",
+    "'max_model_len': 8192, 'api_key': None", "author=alice", "monkeypatch=1", "kv_cache_dtype=auto",
+    "token_budget=4096", "--ssl-keyfile /etc/ssl/k.pem", "moe=marlin,lin=auto",
+    "Authorization header missing", "the bearer of bad news",
+]
+
+
+@pytest.mark.parametrize("text", NOT_SECRETS)
+def test_not_over_masked(text):
+    assert redact_text(text) == text

@@ -78,3 +78,42 @@ def test_env_form_for_older_vllm(quant, moe, linear, env):
 def test_env_form_refuses_what_it_cannot_express(quant, moe, linear):
     with pytest.raises(ConfigError, match="kernel_selection"):
         env_for_kernels(quant, moe, linear)
+
+
+def test_a_checkpoint_that_became_a_system_folder_is_refused_at_serve_time(tmp_path, root):
+    # loaded while it was a plain folder, swapped for a link to /etc before the cell starts
+    from harness.serve_cmd import model_path
+
+    m = load_matrix(root / "matrix" / "h200-local.toml")
+    cell = expand(m)[0]
+    link = tmp_path / "ckpt"
+    link.symlink_to("/etc")
+    moved = cell.model.model_copy(update={"checkpoint": str(link)})
+    from dataclasses import replace
+
+    with pytest.raises(ConfigError, match="system folder /etc"):
+        model_path(replace(cell, model=moved), tmp_path)
+    (tmp_path / "real").mkdir()
+    ok = cell.model.model_copy(update={"checkpoint": "./real"})
+    assert model_path(replace(cell, model=ok), tmp_path) == str(tmp_path / "real")
+
+
+@pytest.mark.parametrize("port", [0, -1, 65536])
+def test_port_out_of_range_is_refused(root, port):
+    m = load_matrix(root / "matrix" / "h200-local.toml")
+    with pytest.raises(ConfigError, match="not a TCP port"):
+        build(expand(m)[0], m.spec.serve, matrix_dir=m.path.parent, port=port)
+
+
+def test_model_cache_is_checked_before_mounting(tmp_path):
+    from harness.matrix.model import Serve
+    from harness.serve_cmd import model_cache
+
+    assert model_cache(Serve()) is None
+    assert model_cache(Serve(model_cache=str(tmp_path))) == str(tmp_path)
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        model_cache(Serve(model_cache=str(tmp_path / "f")))
+    (tmp_path / "l").symlink_to("/proc")
+    with pytest.raises(ConfigError, match="system folder /proc"):
+        model_cache(Serve(model_cache=str(tmp_path / "l")))

@@ -2,31 +2,35 @@
 # Local base images for the Docker tests: no registry can be reached, so make them here.
 #   harness-test/busybox:latest        busybox rootfs, < 1 s, 2 MB
 #   harness-test/debian-python:bookworm  debootstrap minbase + python3, ~1-2 min
-# Idempotent: an image that exists is kept.
+# Idempotent: an image that exists is kept. BUSYBOX_IMAGE / DEBIAN_IMAGE name them otherwise
+# (to time a build from scratch without touching the images the tests use).
 set -euo pipefail
+BUSYBOX_IMAGE=${BUSYBOX_IMAGE:-harness-test/busybox:latest}
+DEBIAN_IMAGE=${DEBIAN_IMAGE:-harness-test/debian-python:bookworm}
 have() { docker image inspect "$1" >/dev/null 2>&1; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT  # every scratch tree lives under here
 
-if ! have harness-test/busybox:latest; then
+if ! have "$BUSYBOX_IMAGE"; then
   command -v busybox >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static >/dev/null; }
-  root=$(mktemp -d); trap 'rm -rf "$root"' EXIT
+  root="$tmp/busybox"
   mkdir -p "$root/bin" "$root/tmp" "$root/etc"
   cp "$(command -v busybox)" "$root/bin/busybox"
   for applet in $("$root/bin/busybox" --list); do
     [ "$applet" = busybox ] || ln -sf busybox "$root/bin/$applet"
   done
-  tar -C "$root" -c . | docker import --change 'ENV PATH=/bin' - harness-test/busybox:latest >/dev/null
-  echo "base-images: harness-test/busybox:latest"
+  tar -C "$root" -c . | docker import --change 'ENV PATH=/bin' - "$BUSYBOX_IMAGE" >/dev/null
+  echo "base-images: $BUSYBOX_IMAGE"
 fi
 
-if ! have harness-test/debian-python:bookworm; then
+if ! have "$DEBIAN_IMAGE"; then
   command -v debootstrap >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
-  root=$(mktemp -d)
-  debootstrap --variant=minbase --include=python3 bookworm "$root" >/tmp/debootstrap.log 2>&1 \
-    || { tail -20 /tmp/debootstrap.log >&2; exit 1; }
+  root="$tmp/debian"
+  log="$tmp/debootstrap.log"
+  debootstrap --variant=minbase --include=python3 bookworm "$root" >"$log" 2>&1 \
+    || { tail -20 "$log" >&2; exit 1; }
   rm -rf "$root/var/cache/apt/archives/"*.deb "$root/var/lib/apt/lists/"*
   tar -C "$root" -c . | docker import \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-    - harness-test/debian-python:bookworm >/dev/null
-  rm -rf "$root"
-  echo "base-images: harness-test/debian-python:bookworm"
+    - "$DEBIAN_IMAGE" >/dev/null
+  echo "base-images: $DEBIAN_IMAGE"
 fi

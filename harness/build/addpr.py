@@ -1,29 +1,41 @@
 """`harness patches add-pr`: take an upstream PR's patch, pinned to its head SHA, into patches/.
 
-GitHub's shapes: GET {api}/repos/{owner}/{repo}/pulls/{n} -> {"head": {"sha"}, "title",
-"patch_url"}, and the patch_url (https://github.com/{owner}/{repo}/pull/{n}.patch). The file
-starts with a provenance header (git apply skips text before the first diff), so a reader knows
-which head it was and when it was taken; refresh by running the command again.
+Everything comes from the forge's API host and nowhere else: GET {api}/repos/{owner}/{repo}/pulls/{n}
+as JSON gives `head.sha` and `title`; the same URL with `Accept: application/vnd.github.patch`
+gives the patch (GitHub REST "Get a pull request", custom media types). The `patch_url` in the
+answer is never followed, so an answer cannot send us to another host or scheme. The patch must
+be git format-patch output whose last `From <sha>` line is the head SHA the API named.
+
+The file starts with a provenance header, a TOML table written by tomli-w (git apply skips
+text before the first diff), so a reader knows which head it was and when it was taken;
+refresh by running the command again. The TOML snippet printed for the matrix is tomli-w's too.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import re
-import urllib.error
-import urllib.request
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
+import tomli_w
+
+from harness import http
 from harness.console import out
-from harness.errors import ConfigError, EnvironmentProblem
+from harness.errors import ConfigError
 
 REPOS = {"vllm": "vllm-project/vllm", "flashinfer": "flashinfer-ai/flashinfer"}
+API = "https://api.github.com"
 # patches/<project>/ of the repository the command runs in (the matrix's repository)
 PATCHES_DIR = Path("patches")
 SLUG = re.compile(r"[^a-z0-9]+")
+HEAD_SHA = re.compile(r"^[0-9a-f]{40}$")
+# git format-patch's first line of each commit; the last one of a PR's series is its head.
+FROM_LINE = re.compile(rb"^From ([0-9a-f]{40}) Mon Sep 17 00:00:00 2001$", re.MULTILINE)
+PATCH_MAX_BYTES = 32 << 20
+TITLE_MAX = 200
 
 
 @dataclass(frozen=True)
@@ -36,54 +48,97 @@ class AddedPr:
     source_url: str
 
 
-def _get(url: str, accept: str) -> bytes:
-    req = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "harness"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return resp.read()
-    except (urllib.error.URLError, TimeoutError) as exc:
-        raise EnvironmentProblem(f"GET {url}: {exc}",
-                                 hint="check the network (or --base-url); GitHub rate-limits anonymous calls") from None
-
-
 def slug(title: str, limit: int = 48) -> str:
     return SLUG.sub("-", title.lower()).strip("-")[:limit].rstrip("-") or "pr"
 
 
-def add_pr(project: str, number: int, *, base_url: str = "https://api.github.com",
-           patches_dir: Path = PATCHES_DIR, now: dt.datetime | None = None) -> AddedPr:
-    repo = REPOS[project]
-    meta = json.loads(_get(f"{base_url.rstrip('/')}/repos/{repo}/pulls/{number}", "application/vnd.github+json"))
-    try:
-        head_sha, title = meta["head"]["sha"], meta.get("title", "")
-    except (KeyError, TypeError):
-        raise ConfigError(f"{repo}#{number}: the PR answer has no head.sha", hint="is it a pull request number?") from None
-    patch_url = meta.get("patch_url") or f"https://github.com/{repo}/pull/{number}.patch"
-    body = _get(patch_url, "text/x-patch")
+def clean_title(title: object) -> str:
+    """One line of printable text: control characters (newlines included) become spaces, so a
+    title cannot add a line to the provenance header or the printed snippet."""
+    if not isinstance(title, str):
+        return ""
+    text = "".join(" " if unicodedata.category(ch)[0] in "CZ" and ch != " " else ch for ch in title)
+    text = " ".join(text.split())
+    return text[:TITLE_MAX]
+
+
+def _api_base(base_url: str) -> str:
+    base = base_url.rstrip("/")
+    http.check_url(base + "/")
+    return base
+
+
+def _head_of(meta: object, repo: str, number: int) -> tuple[str, str]:
+    if not isinstance(meta, dict) or not isinstance(meta.get("head"), dict):
+        raise ConfigError(f"{repo}#{number}: the PR answer has no head.sha", hint="is it a pull request number?")
+    sha = meta["head"].get("sha")
+    if not isinstance(sha, str) or not HEAD_SHA.match(sha):
+        raise ConfigError(f"{repo}#{number}: head.sha {sha!r} is not a 40-hex commit SHA",
+                          hint="the answer is not GitHub's: check --base-url")
+    if meta.get("number") not in (None, number):
+        raise ConfigError(f"{repo}#{number}: the answer is about PR #{meta.get('number')!r}",
+                          hint="the answer is not GitHub's: check --base-url")
+    base = meta.get("base")
+    base_repo = base.get("repo") if isinstance(base, dict) else None
+    full_name = base_repo.get("full_name") if isinstance(base_repo, dict) else None
+    if isinstance(full_name, str) and full_name.lower() != repo.lower():
+        raise ConfigError(f"{repo}#{number}: the PR belongs to {full_name!r}", hint="check the project and number")
+    return sha, clean_title(meta.get("title", ""))
+
+
+def check_patch(body: bytes, head_sha: str, where: str) -> None:
     if b"diff --git" not in body:
-        raise ConfigError(f"{patch_url}: no 'diff --git' in the answer", hint="the PR may be empty or closed")
+        raise ConfigError(f"{where}: no 'diff --git' in the answer", hint="the PR may be empty or closed")
+    froms = FROM_LINE.findall(body)
+    if not froms:
+        raise ConfigError(f"{where}: no `From <sha>` line: not git format-patch output",
+                          hint="the answer is not GitHub's patch media type: check --base-url")
+    if froms[-1].decode() != head_sha:
+        raise ConfigError(f"{where}: the patch ends at commit {froms[-1].decode()}, not the head {head_sha}",
+                          hint="the PR moved between the two requests: run the command again")
+
+
+def provenance(repo: str, number: int, title: str, head_sha: str, url: str, when: str, project: str) -> str:
+    return tomli_w.dumps({"provenance": {
+        "repo": repo, "pr": number, "title": title, "head_sha": head_sha, "taken_from": url,
+        "taken_on": when, "taken_by": f"harness patches add-pr {project} {number}",
+    }})
+
+
+def add_pr(project: str, number: int, *, base_url: str = API,
+           patches_dir: Path = PATCHES_DIR, now: dt.datetime | None = None) -> AddedPr:
+    if project not in REPOS:
+        raise ConfigError(f"unknown project {project!r}", hint=f"use one of: {', '.join(sorted(REPOS))}")
+    if number < 1:
+        raise ConfigError(f"PR number {number} is not a pull request number", hint="give the number after '#'")
+    repo = REPOS[project]
+    url = f"{_api_base(base_url)}/repos/{repo}/pulls/{number}"
+    meta = http.get_json(url, accept="application/vnd.github+json")
+    head_sha, title = _head_of(meta, repo, number)
+    body = http.get(url, accept="application/vnd.github.patch", max_bytes=PATCH_MAX_BYTES)
+    check_patch(body, head_sha, f"{repo}#{number}")
     when = (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    header = (f"Provenance: {repo} PR #{number}: {title}\n"
-              f"Head-SHA: {head_sha}\n"
-              f"Taken-from: {patch_url}\n"
-              f"Taken-on: {when}\n"
-              f"Taken-by: harness patches add-pr {project} {number}\n\n")
+    header = provenance(repo, number, title, head_sha, url, when, project)
     dest = patches_dir / project / f"pr{number}-{slug(title)}.patch"
     dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_bytes(header.encode() + body)
-    return AddedPr(project, number, title, head_sha, dest, patch_url)
+    dest.write_bytes(header.encode() + b"\n" + body)
+    return AddedPr(project, number, title, head_sha, dest, url)
+
+
+def snippet(added: AddedPr, rel: str, stack: str) -> str:
+    """The matrix lines that use the patch, as TOML (tomli-w escapes whatever the title holds)."""
+    if added.project == "flashinfer":
+        entry = {"number": added.number, "head_sha": added.head_sha, "patch": rel, "title": added.title}
+        return tomli_w.dumps({"stacks": {stack: {"flashinfer": {"prs": [entry]}}}})
+    return tomli_w.dumps({"stacks": {stack: {"vllm": {"patches": [rel]}}}})
 
 
 def _cmd(args: argparse.Namespace) -> int:
     added = add_pr(args.project, args.number, base_url=args.base_url, patches_dir=Path(args.patches_dir))
     rel = added.path.relative_to(Path(args.patches_dir)).as_posix()
     out.print(f"wrote {added.path} (head {added.head_sha})", markup=False)
-    if added.project == "flashinfer":
-        out.print("add to the stack's [stacks.<name>.flashinfer] table:", markup=False)
-        out.print(f'prs = [{{ number = {added.number}, head_sha = "{added.head_sha}", patch = "{rel}", '
-                  f'title = {json.dumps(added.title)} }}]', markup=False)
-    else:
-        out.print(f'add "{rel}" to stacks.<name>.vllm.patches', markup=False)
+    out.print(f"add to the matrix (merge with the stack's existing {added.project} table):", markup=False)
+    out.print(snippet(added, rel, args.stack), markup=False)
     return 0
 
 
@@ -94,6 +149,7 @@ def register(subparsers) -> None:
     a = sub.add_parser("add-pr", help="download an upstream PR's patch with its head SHA")
     a.add_argument("project", choices=sorted(REPOS))
     a.add_argument("number", type=int)
-    a.add_argument("--base-url", default="https://api.github.com", help="GitHub API base URL")
+    a.add_argument("--base-url", default=API, help=f"the forge's API base URL, https only (default {API})")
+    a.add_argument("--stack", default="STACK", help="stack name for the printed TOML snippet")
     a.add_argument("--patches-dir", default=str(PATCHES_DIR), help="where patches/<project>/ lives")
     a.set_defaults(func=_cmd)

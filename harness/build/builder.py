@@ -118,11 +118,14 @@ def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Pat
                  template: Path | None = None, template_values: dict[str, str] | None = None,
                  audit: bool = True) -> dict[str, BuildOutcome]:
     """Each named docker stack once; 'local' stacks are skipped (they have no image)."""
+    from harness.lock import locked_matrix
+
     names = [n for n in dict.fromkeys(stack_names) if matrix.spec.stacks[n].runner == "docker"]
+    matrix = locked_matrix(matrix, names)  # the lock's digest where the matrix wrote none
     if not allow_unpinned and (problems := unpinned(matrix, names)):
         raise ConfigError("unpinned base image(s):\n  - " + "\n  - ".join(problems),
-                          hint="record base_image.digest (`docker buildx imagetools inspect <ref>`), "
-                          "or pass --allow-unpinned for a build you will not compare against")
+                          hint=f"`harness lock -m {matrix.path.name}` pins them (`harness run` does it "
+                          "itself), or pass --allow-unpinned for a build you will not compare against")
     out: dict[str, BuildOutcome] = {}
     for name in names:
         rendered = render(matrix, name, template=template, extra=template_values)

@@ -36,7 +36,8 @@ def register(sub) -> None:
 
 def _stacks(matrix, k) -> list[str]:
     stacks = list(group_by_stack(expand(matrix, k)))
-    return [s for s in stacks if matrix.spec.stacks[s].runner == "docker"]
+    # a prebuilt `image` stack has nothing to build: `harness run` records what it is
+    return [s for s in stacks if matrix.spec.stacks[s].runner == "docker" and matrix.spec.stacks[s].image is None]
 
 
 def _engine_or_none():
@@ -58,7 +59,7 @@ def dry_run(matrix, stacks: list[str]) -> int:
     for name in stacks:
         r = render(matrix, name)
         exists = "?" if engine is None else ("yes" if engine.image_labels(r.image_ref) is not None else "no")
-        pinned = "yes" if matrix.spec.stacks[name].base_image.digest else "NO (needs --allow-unpinned)"
+        pinned = "yes" if matrix.spec.stacks[name].base_image.digest else "NO (`harness lock`, or --allow-unpinned)"
         lines = []
         for series in preflight_stack(matrix, name):
             if not series.patches:
@@ -85,12 +86,17 @@ def run(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     stacks = _stacks(matrix, args.k)
     if not stacks:
-        raise ConfigError("no docker stack in the selected cells", hint="check -k and `harness plan`")
+        raise ConfigError("no docker stack to build in the selected cells (local and prebuilt-image stacks "
+                          "have none)", hint="check -k and `harness plan`")
+    from harness.lock import locked_matrix
+
+    matrix = locked_matrix(matrix, stacks, lock_if_missing=not (args.dry_run or args.allow_unpinned),
+                           say=lambda s: err.print(s, markup=False))
     if args.dry_run:
         return dry_run(matrix, stacks)
     if not args.allow_unpinned and (problems := unpinned(matrix, stacks)):
         raise ConfigError("unpinned base image(s):\n  - " + "\n  - ".join(problems),
-                          hint="record base_image.digest, or pass --allow-unpinned")
+                          hint=f"`harness lock -m {args.matrix}`, or pass --allow-unpinned")
     if not args.no_preflight:
         _check_patches(matrix, stacks)
     from harness.engine import connect

@@ -17,11 +17,14 @@ __all__ = ["DOCKER_DIR", "IMAGE_REPO", "image_ref"]
 
 
 def image_ref(matrix: Matrix, stack_name: str, dockerfile_text: str | None = None) -> str:
-    """`vllm-bw:<stack>-<12 hex>` for docker stacks, `local:<python>` for local ones.
+    """`vllm-bw:<stack>-<12 hex>` for docker stacks, `local:<python>` for local ones, and the
+    image itself for a stack that serves a prebuilt `image` (nothing is rendered for it).
 
     `dockerfile_text` replaces the template's text (tests, experiments); it is rendered the same way.
     """
     stack = matrix.spec.stacks[stack_name]
     if stack.runner == "local":
         return f"local:{stack.local.python}"
+    if stack.image is not None:
+        return stack.image
     return render(matrix, stack_name, template=Path(DEFAULT_TEMPLATE), template_text=dockerfile_text).image_ref

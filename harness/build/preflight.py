@@ -98,11 +98,11 @@ def apply_series(tree: Path, patches: list[tuple[str, Path]], *, project: str = 
         work = tree if in_place else scratch_parent / "src"
         if not in_place and patches:
             _copy_touched(tree, work, [path for _n, path in patches])
-            proc.run(["git", "init", "-q", str(work)], timeout=60)
+            proc.run(["git", "init", "-q", "--", str(work)], timeout=60)
         for name, path in patches:
             # --unsafe-paths is not needed: patches are relative; -v lists the files it touches.
             # `cwd` is outside any enclosing repo (scratch), so git applies to this tree only.
-            check = proc.run(["git", "apply", "--check", "-v", str(path)], cwd=str(work), timeout=120)
+            check = proc.run(["git", "apply", "--check", "-v", "--", str(path)], cwd=str(work), timeout=120)
             files = tuple(CHECKING.findall(check.stderr))
             if check.ok and (skipped := SKIPPED.findall(check.stderr)):
                 results.append(PatchResult(name, False, files, skipped[0], None,
@@ -112,7 +112,7 @@ def apply_series(tree: Path, patches: list[tuple[str, Path]], *, project: str = 
                 f, line, why = parse_failure(check.stderr)
                 results.append(PatchResult(name, False, files, f, line, why))
                 break
-            done = proc.run(["git", "apply", str(path)], cwd=str(work), timeout=120)
+            done = proc.run(["git", "apply", "--", str(path)], cwd=str(work), timeout=120)
             if not done.ok:
                 f, line, why = parse_failure(done.stderr)
                 results.append(PatchResult(name, False, files, f, line, why))
@@ -130,7 +130,7 @@ def preflight_stack(matrix, stack_name: str) -> list[SeriesResult]:
 
     stack = matrix.spec.stacks[stack_name]
     out = []
-    series = [("vllm", sources.vllm_source(stack), [(Path(p).name, matrix.patch_path(p)) for p in stack.vllm.patches])]
+    series = [("vllm", sources.vllm_source(stack), [(Path(p.path).name, matrix.patch_path(p)) for p in stack.vllm.patches])]
     if stack.flashinfer:
         series.append(("flashinfer", sources.flashinfer_source(stack),
                        [(Path(pr.patch).name, matrix.patch_path(pr.patch)) for pr in stack.flashinfer.prs]))

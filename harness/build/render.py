@@ -66,7 +66,8 @@ def patch_files(matrix: Matrix, stack: Stack) -> list[PatchFile]:
     """The stack's two patch series, in apply order, with their bytes."""
     out: list[PatchFile] = []
     if stack.vllm:
-        for i, rel in enumerate(stack.vllm.patches):
+        for i, entry in enumerate(stack.vllm.patches):
+            rel = entry.path
             data = matrix.patch_path(rel).read_bytes()
             out.append(PatchFile("vllm", rel, f"patches/vllm/{i:02d}-{Path(rel).name}",
                                  hashlib.sha256(data).hexdigest(), data))
@@ -182,9 +183,9 @@ def render(matrix: Matrix, stack_name: str, *, template: Path | None = None,
     if stack.runner != "docker":
         raise ConfigError(f"stacks.{stack_name}: a '{stack.runner}' stack has no image to build",
                           hint="leave it out of `harness build` (-k), it runs an existing install")
-    if stack.flashinfer is None:
-        raise ConfigError(f"stacks.{stack_name}: the vLLM template needs a [stacks.{stack_name}.flashinfer] pin",
-                          hint="add version = \"...\" (the release vLLM's requirements/cuda.txt pins)")
+    if stack.image is not None:
+        raise ConfigError(f"stacks.{stack_name}: serves the prebuilt image {stack.image}: nothing to build",
+                          hint="leave it out of `harness build` (-k); `harness run` records its labels")
     template = template or DEFAULT_TEMPLATE
     text = template_text if template_text is not None else template.read_text()
     patches = patch_files(matrix, stack)

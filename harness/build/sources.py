@@ -13,13 +13,13 @@ import os
 import re
 import shutil
 import tarfile
-import urllib.error
-import urllib.request
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import proc
+from harness import http, proc
 from harness.errors import ConfigError, EnvironmentProblem
+from harness.matrix.model import FULL_SHA, GIT_URL, VERSION
 
 # Downloads are kept across runs and checkouts: HARNESS_CACHE_DIR, else the user's cache folder.
 CACHE_ROOT = Path(os.environ.get("HARNESS_CACHE_DIR")
@@ -28,6 +28,10 @@ CACHE = CACHE_ROOT / "sources"
 SDIST_CACHE = CACHE_ROOT / "sdist"
 SIMPLE_INDEX = "https://pypi.org/simple/{name}/"
 HREF = re.compile(r'href="([^"#]+)(?:#sha256=([0-9a-f]{64}))?"')
+SDIST_MAX_BYTES = 1 << 30
+# Only these transports, whatever git's own defaults or the user's config say (ext:: and file://
+# run or read things on this host).
+GIT_SAFE = ("-c", "protocol.allow=never", "-c", "protocol.https.allow=always", "-c", "protocol.ssh.allow=always")
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,24 @@ class Source:
     def key(self) -> str:
         tail = self.pin if self.kind == "pypi" else self.pin[:12]
         return f"{self.project}-{self.kind}-{tail}"
+
+
+def check_source(source: Source) -> Source:
+    """The matrix model checked these shapes already; a Source built elsewhere is checked again
+    here, because its fields become git arguments and cache paths."""
+    if source.kind == "git":
+        if not GIT_URL.match(source.name) or source.name.startswith("-"):
+            raise ConfigError(f"{source.project}: {source.name!r} is not a git URL (https://, ssh:// or user@host:path)",
+                              hint="fix the `git` key of the stack")
+        if not FULL_SHA.match(source.pin):
+            raise ConfigError(f"{source.project}: commit {source.pin!r} is not a full 40-hex SHA",
+                              hint="run `git rev-parse <ref>` and pin the full SHA")
+    elif source.kind == "pypi":
+        if not VERSION.match(source.pin):
+            raise ConfigError(f"{source.project}: {source.pin!r} is not a release version", hint="e.g. '0.33.0'")
+    else:
+        raise ConfigError(f"{source.project}: unknown source kind {source.kind!r}", hint="use 'pypi' or 'git'")
+    return source
 
 
 def vllm_source(stack) -> Source:
@@ -71,15 +93,14 @@ def _sha256(path: Path) -> str:
 def find_sdist_url(name: str, version: str, index: str = SIMPLE_INDEX) -> tuple[str, str | None]:
     url = index.format(name=re.sub(r"[-_.]+", "-", name).lower())
     try:
-        with urllib.request.urlopen(url, timeout=60) as resp:
-            page = resp.read().decode()
-    except (urllib.error.URLError, TimeoutError) as exc:
-        raise EnvironmentProblem(f"cannot read {url}: {exc}",
+        page = http.get(url, accept="text/html", timeout=60, max_bytes=32 << 20).decode("utf-8", "replace")
+    except http.HttpError as exc:
+        raise EnvironmentProblem(f"cannot read {url}: {exc.message}",
                                  hint=f"put {sdist_filename(name, version)} in {SDIST_CACHE} to work offline") from None
     want = sdist_filename(name, version)
     for href, sha in HREF.findall(page):
         if href.rsplit("/", 1)[-1].lower() == want:
-            return urllib.request.urljoin(url, href), sha
+            return urllib.parse.urljoin(url, href), sha
     raise ConfigError(f"{name} {version}: no sdist {want} on {url}", hint="check the version in the matrix")
 
 
@@ -94,9 +115,8 @@ def sdist(source: Source, cache: Path = CACHE) -> Path:
         cache.mkdir(parents=True, exist_ok=True)
         url, listed = find_sdist_url(source.name, source.pin)
         path = cache / want
-        tmp = path.with_suffix(".part")
-        with urllib.request.urlopen(url, timeout=600) as resp, tmp.open("wb") as f:
-            shutil.copyfileobj(resp, f)
+        tmp = cache / f".{want}.download"
+        http.download(url, tmp, timeout=600, max_bytes=SDIST_MAX_BYTES)
         if listed and _sha256(tmp) != listed:
             tmp.unlink()
             raise EnvironmentProblem(f"{url}: download does not match the index's sha256", hint="try again")
@@ -110,6 +130,7 @@ def sdist(source: Source, cache: Path = CACHE) -> Path:
 
 def tree(source: Source, cache: Path = CACHE) -> Path:
     """The unpacked, pristine source tree (never patched in place: preflight copies it)."""
+    check_source(source)
     dest = cache / source.key
     if (dest / ".harness-complete").is_file():
         return dest
@@ -122,17 +143,34 @@ def tree(source: Source, cache: Path = CACHE) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         with tarfile.open(tarball) as tar:
             tar.extractall(staging, filter="data")
-        (top,) = [p for p in staging.iterdir() if p.is_dir()]
-        top.rename(dest)
+        tops = [p for p in staging.iterdir() if p.is_dir()]
+        if len(tops) != 1:
+            shutil.rmtree(staging)
+            raise EnvironmentProblem(f"{tarball.name}: expected one top folder in the sdist, found {len(tops)}",
+                                     hint="delete the cached file and try again; the pin may name a broken sdist")
+        tops[0].rename(dest)
         shutil.rmtree(staging)
     else:
-        for argv in (["git", "init", "-q", str(dest)],
-                     ["git", "-C", str(dest), "fetch", "-q", "--depth", "1", source.name, source.pin],
-                     ["git", "-C", str(dest), "checkout", "-q", "FETCH_HEAD"]):
-            res = proc.run(argv, timeout=1800)
-            if not res.ok:
-                raise EnvironmentProblem(f"{source.name}@{source.pin}: {' '.join(argv[:4])} failed: "
-                                         f"{res.stderr.strip()[-400:]}", hint="check the URL, the commit and the network")
-        shutil.rmtree(dest / ".git")
+        _git_checkout(source, dest)
     (dest / ".harness-complete").write_text(f"{source}\n")
     return dest
+
+
+def _git_checkout(source: Source, dest: Path) -> None:
+    # `--` ends the options: the URL and the commit are positionals whatever they hold.
+    steps = (("init", ["git", "init", "-q", "--", str(dest)]),
+             ("fetch", ["git", *GIT_SAFE, "-C", str(dest), "fetch", "-q", "--depth", "1", "--",
+                        source.name, source.pin]),
+             ("checkout", ["git", "-C", str(dest), "checkout", "-q", "--detach", "FETCH_HEAD"]),
+             ("rev-parse", ["git", "-C", str(dest), "rev-parse", "--verify", "HEAD^{commit}"]))
+    for step, argv in steps:
+        res = proc.run(argv, timeout=1800)
+        if not res.ok:
+            shutil.rmtree(dest, ignore_errors=True)
+            raise EnvironmentProblem(f"{source.name}@{source.pin}: git {step} failed: {res.stderr.strip()[-400:]}",
+                                     hint="check the URL, the commit and the network")
+    if res.stdout.strip() != source.pin:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise EnvironmentProblem(f"{source.name}: fetched {res.stdout.strip()}, not the pinned {source.pin}",
+                                 hint="the remote answered another commit: check the URL")
+    shutil.rmtree(dest / ".git")

@@ -16,7 +16,10 @@ from harness.fingerprint.verdicts import verdicts
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "fingerprint", help="read a vLLM server log: selected kernels, KV cache, known failures"
+        "fingerprint",
+        help="read a vLLM server log: selected kernels, KV cache, known failures",
+        description="Exit codes: 0 every verdict passed (or warned), 1 a verdict failed, "
+        "2 bad input (missing, empty, compressed or binary file).",
     )
     p.add_argument(
         "log", metavar="LOG", help="vLLM server log file ('-' is not accepted: save it first)"
@@ -41,14 +44,50 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
-    path = Path(args.log)
+# Compressed or binary files a user might pass by mistake, by their magic bytes.
+_MAGIC = {
+    b"\x1f\x8b": "gzip: run `gunzip` (or `zcat LOG > LOG.txt`) first",
+    b"BZh": "bzip2: run `bunzip2` first",
+    b"\xfd7zXZ": "xz: run `unxz` first",
+    b"PK\x03\x04": "zip: unzip it first",
+    b"\x28\xb5\x2f\xfd": "zstd: run `unzstd` first",
+}
+
+
+def read_log(path: Path) -> str:
+    """The log's text; a missing, empty or binary file is a ConfigError naming it and the fix."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        data = path.read_bytes()
+    except IsADirectoryError as exc:
+        raise ConfigError(
+            f"cannot read log {path}: it is a directory", hint="pass the server log file inside it"
+        ) from exc
     except OSError as exc:
         raise ConfigError(
             f"cannot read log {path}: {exc.strerror}", hint="pass the path of a saved server log"
         ) from exc
+    if not data.strip():
+        raise ConfigError(
+            f"log {path} is empty",
+            hint="save the server's output first (`docker logs NAME > vllm.log 2>&1`)",
+        )
+    for magic, fix in _MAGIC.items():
+        if data.startswith(magic):
+            raise ConfigError(f"log {path} is compressed ({fix.split(':')[0]})", hint=fix)
+    head = data[:65536]
+    text = head.decode("utf-8", errors="replace")
+    # Text logs hold no NUL bytes and few undecodable ones; a binary file has both.
+    if b"\x00" in head or text.count("\ufffd") > max(8, len(text) // 100):
+        raise ConfigError(
+            f"log {path} is not text (binary data)",
+            hint="pass the vLLM server log as plain text (utf-8)",
+        )
+    return data.decode("utf-8", errors="replace")
+
+
+def run(args) -> int:
+    path = Path(args.log)
+    text = read_log(path)
     fp = fingerprint(text, process_ended=not args.running)
     # Requests named on the command line win; otherwise judge against what the log says was asked.
     vs = verdicts(
@@ -69,7 +108,7 @@ def run(args) -> int:
                 }
             )
         )
-        return 0
+        return _exit_code(vs)
 
     data = fp.to_json()
     table = Table(title=f"fingerprint of {path}")
@@ -90,6 +129,22 @@ def run(args) -> int:
         "graph_capture_gib",
         "requested",
         "autotuner_skipped",
+        "linear_by_layer",
+        "drafter_moe_backend",
+        "drafter_linear_kernels",
+        "drafter_attention_backend",
+        "spec_method",
+        "num_speculative_tokens",
+        "spec_acceptance_rate",
+        "spec_acceptance_per_position",
+        "spec_mean_acceptance_length",
+        "fatal",
+        "failure_class",
+        "asked",
+        "failure_phase",
+        "failure_op",
+        "root_cause",
+        "root_cause_line",
         "signatures",
     ):
         value = data[key]
@@ -113,4 +168,9 @@ def run(args) -> int:
         for line in v.lines:
             checks.add_row("", "", Text(f"| {line}", style="dim"))
     out.print(checks)
-    return 0
+    return _exit_code(vs)
+
+
+def _exit_code(vs) -> int:
+    """1 when any verdict failed (a death, a refused or ignored request), else 0."""
+    return 1 if any(v.status == "fail" for v in vs) else 0

@@ -11,7 +11,12 @@ message. Formats read here (format strings from the PyPI sdists):
 - colour (logging_utils/formatter.py ColoredFormatter: ANSI SGR codes around every field);
 - FlashInfer's own logger (`2026-05-16 17:30:20,721 - INFO - autotuner.py:1274 - flashinfer.jit:
   ...`) and tqdm progress bars, which carry no vLLM prefix at all;
-- whatever Docker or compose put in front: an RFC 3339 timestamp, `service  | `.
+- whatever Docker or compose put in front: an RFC 3339 timestamp, `service  | `;
+- nested process prefixes: the 0.10-era multiprocess wrapper inside EngineCore
+  (`(EngineCore_0)(VllmWorker TP1 pid=1)`), Ray's `(RayWorkerWrapper pid=N, ip=A)` after vLLM's
+  own `(EngineCore_DP0 pid=N) `, and Ray's de-duplication tail `[repeated 3x across cluster]`;
+- journald (`Dec 01 12:00:00 host vllm[123]: ...`, short and ISO forms), `kubectl logs --prefix`
+  (`[pod/name/container] `), Docker's json-file records (`{"log": "...", "stream": ...}`).
 """
 
 from __future__ import annotations
@@ -23,15 +28,30 @@ from dataclasses import dataclass
 # SGR and other CSI sequences; tqdm also writes bare carriage returns between updates.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # `docker logs -t` and compose prefixes, before anything vLLM wrote.
-_DOCKER_TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z\s+")
+_DOCKER_TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\s+")
+# journalctl's short and short-iso forms: "Dec 01 12:00:00 host unit[pid]: " (pid optional).
+_JOURNALD = re.compile(
+    r"^(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
+    r" [\w.-]+ [\w@./:-]+(?:\[\d+\])?: "
+)
+_KUBECTL = re.compile(r"^\[pod/[^\]\s]+\]\s")
 _COMPOSE = re.compile(r"^[\w.-]+\s+\|\s")
 # Log viewers that export "2026-05-01 18:52:10.981 | line" (seen in a GB10 report); the pipe is
 # required so FlashInfer's own "2026-05-03 18:41:37,368 - INFO - ..." lines keep their timestamp.
 _VIEWER_TS = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\s+\|\s?")
-_PROCESS = re.compile(r"^\((?P<proc>[^()]*?)\s*pid=(?P<pid>\d+)\)\s?")
+_PROCESS = re.compile(
+    r"^\((?P<proc>[^()]*?)\s*pid=(?P<pid>\d+)(?:,\s*ip=[\w.:]+)?(?:,[^()]*)?\)\s*"
+)
+# A prefix without a pid, `(EngineCore_0)`: stripped only when another prefix or a vLLM line
+# follows, so a message that starts with a parenthesis keeps it.
+# A reporter's paste that lost the opening parenthesis ("Worker_TP3_EP3 pid=18935) ERROR ...").
+_PROCESS_CUT = re.compile(r"^(?P<proc>[A-Za-z][\w.-]*(?: [\w.-]+)?) pid=(?P<pid>\d+)\)\s*")
+_PROCESS_BARE = re.compile(r"^\((?P<proc>[A-Za-z][\w.-]*(?: [\w.-]+)?)\)\s*")
+_RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _VLLM = re.compile(
     r"^(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
-    r"(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+"
+    # the date is absent when a reporter trims it ("WARNING [envs.py:2057] ...")
+    r"(?:(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+)?"
     r"\[(?P<src>[^\]]+)\]\s?(?P<msg>.*)$"
 )
 # FlashInfer's logging.Formatter: "%(asctime)s - %(levelname)s - %(filename)s:%(lineno)d - %(name)s: %(message)s"
@@ -55,42 +75,101 @@ def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text)
 
 
-def _from_json(line: str) -> tuple[str, str | None, str | None] | None:
+def _from_json(line: str) -> tuple[str, str | None, str | None, bool] | None:
+    """(message, level, process, is_raw_line) of a JSON record; None if the line is not one.
+
+    vLLM's JSON formatter writes `message`; Docker's json-file driver and log shippers wrap the
+    whole raw line in `log` (or `msg`), which is then parsed again as a line."""
     if not line.startswith("{"):
         return None
     try:
         obj = json.loads(line)
     except ValueError:
         return None
-    if not isinstance(obj, dict) or "message" not in obj:
+    if not isinstance(obj, dict):
         return None
     process = obj.get("processName")
-    return str(obj["message"]), obj.get("levelname"), str(process) if process else None
+    process = str(process) if process else None
+    if "message" in obj:
+        level = obj.get("levelname") or obj.get("level")
+        return str(obj["message"]), str(level).upper() if level else None, process, False
+    for key in ("log", "msg"):
+        if isinstance(obj.get(key), str):
+            return obj[key], None, process, True
+    return None
+
+
+def _strip_prefixes(line: str) -> tuple[str, str | None]:
+    """Remove outer wrappers (Docker, compose, journald, kubectl) and every process prefix."""
+    # Each wrapper is tried only when its first character can start it: most lines of a long
+    # log start with "(" or a level name, and this runs once per line.
+    head = line[:1]
+    if head.isdigit() or line[3:4] == " ":
+        line = _JOURNALD.sub("", line, count=1)
+        head = line[:1]
+    if head.isdigit():
+        line = _VIEWER_TS.sub("", _DOCKER_TS.sub("", line, count=1), count=1)
+    if "|" in line[:120]:
+        line = _COMPOSE.sub("", line, count=1)
+    if line.startswith("[pod/"):
+        line = _KUBECTL.sub("", line, count=1)
+    process = None
+    for _ in range(8):  # nesting is 1-3 deep in practice; the bound keeps it linear
+        if not line.startswith("("):
+            if " pid=" in line[:60] and (m := _PROCESS_CUT.match(line)):
+                process, line = m.group("proc"), line[m.end() :]
+                continue
+            break
+        if m := _PROCESS.match(line):
+            pass
+        elif (m := _PROCESS_BARE.match(line)) and (
+            line[m.end() :].startswith("(") or _VLLM.match(line[m.end() :])
+        ):
+            pass
+        else:
+            break
+        # The innermost prefix names the process that wrote the line.
+        process = m.group("proc") or process
+        line = line[m.end() :]
+    return line, process
 
 
 def parse_line(number: int, raw: str) -> LogLine:
-    line = _COMPOSE.sub("", _VIEWER_TS.sub("", _DOCKER_TS.sub("", strip_ansi(raw).strip())))
-    process = None
-    if m := _PROCESS.match(line):
-        process = m.group("proc") or None
-        line = line[m.end() :]
+    line, process = _strip_prefixes((strip_ansi(raw) if "\x1b" in raw else raw).strip())
     # JSON records may still carry the multiprocess wrapper's "(EngineCore pid=N) " prefix.
     as_json = _from_json(line)
     if as_json is not None:
-        message, level, json_process = as_json
+        message, level, json_process, is_raw = as_json
+        if is_raw:
+            inner = parse_line(number, message.rstrip("\n"))
+            return LogLine(number, inner.message, raw, inner.level, inner.process or process)
         return LogLine(number, message.strip(), raw, level, json_process or process)
     if m := _VLLM.match(line):
-        return LogLine(number, m.group("msg").strip(), raw, m.group("level"), process)
+        msg = m.group("msg")
+        if "[repeated" in msg:
+            msg = _RAY_REPEATED.sub("", msg)
+        msg = msg.strip()
+        return LogLine(number, msg, raw, m.group("level"), process)
     if m := _FLASHINFER.match(line):
         return LogLine(number, m.group("msg").strip(), raw, m.group("level"), process)
+    if "[repeated" in line:
+        line = _RAY_REPEATED.sub("", line)
     return LogLine(number, line.strip(), raw, None, process)
 
 
 def split_lines(text: str) -> list[LogLine]:
-    """Every non-empty line of `text`, carriage-return progress updates split apart."""
+    """Every non-empty line of `text`, carriage-return progress updates split apart. A JSON
+    record whose message spans several lines (a traceback) gives one LogLine per line."""
     clean = strip_ansi(text).replace("\r\n", "\n").replace("\r", "\n")
     out: list[LogLine] = []
     for number, raw in enumerate(clean.split("\n"), start=1):
-        if raw.strip():
-            out.append(parse_line(number, raw.rstrip()))
+        if not raw.strip():
+            continue
+        ln = parse_line(number, raw.rstrip())
+        if "\n" in ln.message:
+            for part in ln.message.split("\n"):
+                if part.strip():
+                    out.append(LogLine(number, part.strip(), raw, ln.level, ln.process))
+        else:
+            out.append(ln)
     return out

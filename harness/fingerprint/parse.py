@@ -20,31 +20,80 @@ Message formats, from the PyPI sdists (0.33.0 unless said otherwise):
 - Requested: entrypoints `non-default args: %s` (a dict repr); engine config `kernel_config=
   KernelConfig(... moe_backend='marlin', linear_backend='auto' ...)`.
 - FlashInfer autotuner: `[Autotuner]: Skipped {n} unsupported tactic(s) for {op} (...)`.
+- Other linear kernel lines (0.2x): `Using FlashInferCutlassMxfp8LinearKernel for MXFP8 GEMM`,
+  `Using MacheteLinearKernel for GPTQMarlinLinearMethod`; older MoE wordings are data
+  (kernel_names.toml [moe.legacy_messages]).
+- Speculative decoding: gpu_model_runner.py `Loading drafter model...` (0.10-0.33) starts the
+  drafter's own kernel lines, up to that process's `Model loading took`; the method and
+  `num_spec_tokens` from the engine config dump `speculative_config=SpeculativeConfig(method=
+  'eagle3', model=..., num_spec_tokens=3)` or the `speculative_config` of non-default args;
+  v1/spec_decode/metrics.py `SpecDecoding metrics: ...`, whose fields changed: 0.8 `Draft
+  acceptance rate: 59.4%, Accepted: N tokens, Drafted: N tokens`; 0.9+ adds `Mean acceptance
+  length`, `Per-position acceptance rate: 0.800, 0.594`; 0.10+ `Accepted throughput`, `Drafted
+  throughput` and `Avg Draft acceptance rate: 59.4%` last. Read field by field.
+- Failures: see failure.py (root cause, phase, operation) and harness/data/failures.toml.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
-from harness.fingerprint.lines import LogLine, split_lines
-from harness.fingerprint.tables import KernelNames, kernel_names, signatures
+from harness.fingerprint.failure import (
+    QUIET_LEVELS,
+    Indexed,
+    RootCause,
+    died,
+    op_near,
+    root_cause,
+)
+from harness.fingerprint.lines import split_lines
+from harness.fingerprint.tables import KernelNames, Signature, kernel_names, signatures
 
 _MOE = re.compile(
-    r"Using '?(?P<backend>[A-Z][A-Z0-9_]*)'? (?P<quant>[A-Za-z0-9]+) MoE backend out of potential backends"
+    # 0.25.1 unquantized.py prints a display name: "Using FlashInfer CUTLASS Unquantized MoE ..."
+    r"Using '?(?P<backend>[A-Z][\w ]*?)'? (?P<quant>[A-Za-z0-9]+) MoE backend"
+    # 0.25.1 int_wna16.py: "Using 'MARLIN' WNA16 MoE backend." (no list of candidates)
+    r"(?: out of potential backends|\.?\s*$)"
 )
-_NVFP4_GEMM = re.compile(r"Using (?P<kernel>[\w.]+) for NVFP4 GEMM")
+# `Using X for Y GEMM` (any format), `Using XKernel for Y`, `Using Enum.X for Y`; and `Selected`.
+_USING_KERNEL = re.compile(
+    r"^Using (?P<kernel>[\w.-]+) for (?:(?P<gemm>[\w-]+) GEMM|(?P<what>\w+))\.?\s*$"
+)
+_KERNEL_NAME = re.compile(r"^(?:\w+Kernel|\w+Backend\.\w+)$")
 _SELECTED = re.compile(r"Selected (?P<kernel>\w+Kernel) for (?P<what>\S.*?)\s*$")
+_DRAFTER_START = re.compile(r"Loading drafter model")
+_SPEC_CONFIG = re.compile(r"speculative_config=SpeculativeConfig\((?P<body>[^)]*)\)")
+_SPEC_FIELD = re.compile(
+    r"""['"]?(?P<key>method|num_spec_tokens|num_speculative_tokens)['"]?\s*[:=]\s*['"]?(?P<value>[\w.-]+)"""
+)
+_SPEC_METRICS = re.compile(r"SpecDecoding metrics:\s*(?P<body>.*)$")
+# V0 (0.6-0.7) spec_decode/metrics.py: "Speculative metrics: Draft acceptance rate: 0.067, System
+# efficiency: 0.167, Number of speculative tokens: 5, Number of accepted tokens: 1, ..." (fractions;
+# cumulative since start).
+_SPEC_METRICS_V0 = re.compile(
+    r"Speculative metrics: Draft acceptance rate: (?P<rate>[\d.]+|nan)"
+    r"(?:.*?Number of speculative tokens: (?P<k>\d+))?"
+)
+_SPEC_RATE = re.compile(r"(?:^|, )(?:Avg )?Draft acceptance rate: (?P<pct>[\d.]+|nan)%")
+_SPEC_COUNTS = re.compile(r"Accepted: (?P<acc>\d+) tokens, Drafted: (?P<dr>\d+) tokens")
+_SPEC_MEAN_LEN = re.compile(r"Mean acceptance length: (?P<x>[\d.]+)")
+_SPEC_PER_POS = re.compile(r"Per-position acceptance rate: (?P<r>[\d.]+(?:, [\d.]+)*)")
 _ATTN_AUTO = re.compile(
     r"Using (?P<name>[A-Z][A-Z0-9_]*) attention backend out of potential backends"
 )
 _ATTN_EXPLICIT = re.compile(
     r"^Using (?:AttentionBackendEnum\.)?(?P<name>[A-Z][A-Z0-9_]*) backend\.?\s*$"
 )
+# 0.11.0 "Using Flash Attention backend on V1 engine."; V0 (<=0.10) "Using Flash Attention
+# backend." / "Using XFormers backend."; only names in kernel_names.toml count.
 _ATTN_LEGACY = re.compile(
-    r"^Using (?P<name>[\w ]+?) backend(?: with \w+ KV cache layout)? on V1 engine"
+    r"^Using (?P<name>[\w ]+?) backend(?: with \w+ KV cache layout)?(?: on V1 engine)?\.?\s*$"
 )
 _CG_CONFIG = re.compile(
     r"""['"]cudagraph_mode['"]\s*:\s*(?:<CUDAGraphMode\.(?P<name>\w+)[^>]*>|(?P<num>\[\s*\d\s*,\s*\d\s*\]|\d)|['"](?P<str>\w+)['"]|None)"""
@@ -64,7 +113,8 @@ _AUTOTUNER = re.compile(
     r"\[autotuner\]: Skipped (?P<n>\d+) unsupported tactic\(s\) for (?P<op>\S+)", re.IGNORECASE
 )
 _VERSION = (
-    re.compile(r"Initializing a V1 LLM engine \(v(?P<v>[^)\s]+)\)"),
+    # 0.33.0 v1/engine/core.py; V0 (<=0.10) llm_engine.py "Initializing an LLM engine (v0.6.3) ..."
+    re.compile(r"Initializing an? (?:V1 )?LLM engine \(v(?P<v>[^)\s]+)\)"),
     # 0.11.0 entrypoints/openai/api_server.py; 0.33.0 entrypoints/common/startup.py (no logo)
     re.compile(r"vLLM (?:API )?server version (?P<v>[^\s,]+)"),
     # the logo form of the same message (0.20+): "... ▀▄▀ █  version 0.20.0"
@@ -79,6 +129,13 @@ _ENV = re.compile(
     r"|VLLM_NVFP4_GEMM_BACKEND)=['\"]?(?P<value>[\w-]*)"
 )
 _UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected:?\s*(?P<name>VLLM_\w+)")
+# Words that appear in every line the main loop reads; a line with none of them is skipped
+# (most of a long log is request and progress lines). Kept in step with the regexes above.
+_INTERESTING = re.compile(
+    r"Using|Selected|cudagraph|KV cache|concurrency|Model loading|Graph captur|Capturing CUDA"
+    r"|utotuner|uto[Tt]uner|unsupported tactic|version|non-default|kernel_config|KernelConfig"
+    r"|VLLM_|drafter|speculative|Speculative|SpecDecoding|Initializing"
+)
 
 # CUDAGraphMode values (0.33.0 config/compilation.py): NONE=0, PIECEWISE=1, FULL=2,
 # FULL_DECODE_ONLY=(FULL, NONE), FULL_AND_PIECEWISE=(FULL, PIECEWISE).
@@ -98,7 +155,10 @@ _REQUEST_KEYS = {
 
 @dataclass(frozen=True)
 class Fingerprint:
-    """What one vLLM log proves. Absent facts are None / empty, never guessed."""
+    """What one vLLM log proves. Absent facts are None / empty, never guessed.
+
+    Kernel facts are the main model's; a speculative-decoding drafter's own selections are in
+    the `drafter_*` fields. Failure facts are set only when the log shows a death (`fatal`)."""
 
     moe_backend: str | None = None
     moe_quant: str | None = None
@@ -119,6 +179,27 @@ class Fingerprint:
     graph_capture_gib: float | None = None
     capture_started: bool = False
     evidence: dict[str, str] = field(default_factory=dict)
+    # issue 13: per layer type, drafter, speculative decoding, failure
+    linear_by_layer: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    drafter_moe_backend: str | None = None
+    drafter_moe_quant: str | None = None
+    drafter_linear_kernels: tuple[str, ...] = ()
+    drafter_attention_backend: str | None = None
+    spec_method: str | None = None
+    num_speculative_tokens: int | None = None
+    spec_acceptance_rate: float | None = None
+    spec_acceptance_per_position: tuple[float, ...] = ()
+    spec_mean_acceptance_length: float | None = None
+    spec_acceptance_rate_all: float | None = None
+    spec_metrics_lines: int = 0
+    fatal: bool = False
+    failure_class: str | None = None
+    root_cause: str | None = None
+    root_cause_line: int | None = None
+    failure_phase: str | None = None
+    failure_op: str | None = None
+    asked: str | None = None
+    signature_context: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -145,6 +226,27 @@ class Fingerprint:
             "graph_capture_gib": self.graph_capture_gib,
             "capture_started": self.capture_started,
             "evidence": dict(self.evidence),
+            # added in issue 13 (existing keys above keep their names and shapes)
+            "linear_by_layer": {k: list(v) for k, v in self.linear_by_layer.items()},
+            "drafter_moe_backend": self.drafter_moe_backend,
+            "drafter_moe_quant": self.drafter_moe_quant,
+            "drafter_linear_kernels": list(self.drafter_linear_kernels),
+            "drafter_attention_backend": self.drafter_attention_backend,
+            "spec_method": self.spec_method,
+            "num_speculative_tokens": self.num_speculative_tokens,
+            "spec_acceptance_rate": self.spec_acceptance_rate,
+            "spec_acceptance_per_position": list(self.spec_acceptance_per_position),
+            "spec_mean_acceptance_length": self.spec_mean_acceptance_length,
+            "spec_acceptance_rate_all": self.spec_acceptance_rate_all,
+            "spec_metrics_lines": self.spec_metrics_lines,
+            "fatal": self.fatal,
+            "failure_class": self.failure_class,
+            "root_cause": self.root_cause,
+            "root_cause_line": self.root_cause_line,
+            "failure_phase": self.failure_phase,
+            "failure_op": self.failure_op,
+            "asked": self.asked,
+            "signature_context": {k: dict(v) for k, v in self.signature_context.items()},
         }
 
 
@@ -189,21 +291,74 @@ def _requested_from_env(env: dict[str, str], names: KernelNames) -> dict[str, st
     return out
 
 
-def _match_signatures(lines: list[LogLine], process_ended: bool) -> list[tuple[str, LogLine]]:
-    hits: list[tuple[str, LogLine]] = []
-    for sig in signatures():
-        first = next((ln for ln in lines if sig.pattern.search(ln.message)), None)
-        if first is None:
+@dataclass(frozen=True)
+class _Hit:
+    sig: Signature
+    index: int
+    asked: str | None
+    phase: str | None
+    op: str | None
+
+
+def _signature_hit(
+    sig: Signature, ix: Indexed, root: RootCause | None, process_ended: bool
+) -> _Hit | None:
+    lines = ix.lines
+    if sig.on == "root-cause":
+        candidates: Iterator[int] = iter(
+            [root.index] if root is not None and sig.pattern.search(root.line) else []
+        )
+    else:
+        candidates = ix.find(_multiline(sig.pattern))
+    for i in candidates:
+        ln = lines[i]
+        if sig.raised_only and ln.level in QUIET_LEVELS:
             continue
-        if not all(any(r.search(ln.message) for ln in lines) for r in sig.requires):
+        phase = ix.phase(i)
+        if (sig.phases and phase not in sig.phases) or phase in sig.not_phases:
             continue
-        if sig.unless_after is not None:
-            if not process_ended:
-                continue
-            if any(sig.unless_after.search(ln.message) for ln in lines if ln.number > first.number):
-                continue
-        hits.append((sig.id, first))
-    return hits
+        op = op_near(ix, i) if (sig.ops or sig.not_ops) else None
+        if (sig.ops and op not in sig.ops) or op in sig.not_ops:
+            continue
+        m = sig.pattern.search(ln.message)
+        asked = m.group("asked") if m and "asked" in sig.pattern.groupindex else None
+        hit = _Hit(sig, i, asked, phase, op)
+        break
+    else:
+        return None
+    if not all(ix.any(_multiline(r)) for r in sig.requires):
+        return None
+    if sig.unless_after is not None:
+        if not process_ended:
+            return None
+        rest = ix.text[ix.starts[hit.index + 1] :] if hit.index + 1 < len(lines) else ""
+        if _multiline(sig.unless_after).search(rest):
+            return None
+    return hit
+
+
+@cache
+def _multiline(rx: re.Pattern[str]) -> re.Pattern[str]:
+    """The table regex for a search over the joined text (^ and $ per line)."""
+    return re.compile(rx.pattern, rx.flags | re.MULTILINE)
+
+
+def _classify(hits: list[_Hit], root: RootCause | None, ix: Indexed) -> tuple[_Hit | None, str]:
+    """The fatal signature that explains the death, and its class.
+
+    First (in table order, specific before generic) a signature whose pattern or required
+    pattern matches the root-cause line; then the earliest fatal hit in the log."""
+    fatal = [h for h in hits if h.sig.severity == "fatal" and h.sig.failure_class]
+    if root is not None:
+        for h in fatal:
+            if h.index == root.index or any(
+                r.search(root.line) for r in (h.sig.pattern, *h.sig.requires)
+            ):
+                return h, h.sig.failure_class or "unclassified"
+    if fatal:
+        h = min(fatal, key=lambda h: h.index)
+        return h, h.sig.failure_class or "unclassified"
+    return None, "unclassified"
 
 
 def _mismatches(
@@ -230,6 +385,71 @@ def _mismatches(
     return out
 
 
+@dataclass
+class _Model:
+    """Kernel selections of one model (the main model or the drafter)."""
+
+    moe: str | None = None
+    quant: str | None = None
+    legacy_moe: str | None = None
+    attention: str | None = None
+    linear: list[str] = field(default_factory=list)
+    by_layer: dict[str, list[str]] = field(default_factory=dict)
+
+    def add_linear(self, kernel: str, layer: str) -> bool:
+        kernels = self.by_layer.setdefault(layer, [])
+        if kernel not in kernels:
+            kernels.append(kernel)
+        if kernel in self.linear:
+            return False
+        self.linear.append(kernel)
+        return True
+
+    @property
+    def moe_backend(self) -> str | None:
+        return self.moe or self.legacy_moe
+
+
+def _spec_metrics(body: str) -> tuple[float | None, list[float], float | None, int, int]:
+    """(overall rate as a fraction, per-position rates, mean length, accepted, drafted)."""
+    rate = None
+    counts = _SPEC_COUNTS.search(body)
+    acc, drafted = (int(counts.group("acc")), int(counts.group("dr"))) if counts else (0, 0)
+    if (m := _SPEC_RATE.search(body)) and m.group("pct") != "nan":
+        rate = float(m.group("pct")) / 100
+    elif drafted:
+        rate = acc / drafted
+    per_pos = (
+        [float(x) for x in m.group("r").split(", ")] if (m := _SPEC_PER_POS.search(body)) else []
+    )
+    mean = float(m.group("x")) if (m := _SPEC_MEAN_LEN.search(body)) else None
+    return rate, per_pos, mean, acc, drafted
+
+
+def _spec_from_args(args: dict[str, Any]) -> dict[str, str]:
+    # 0.26 dev builds flattened the CLI: 'spec_method': 'dspark', 'spec_tokens': 7
+    flat = {
+        "method": args.get("spec_method"),
+        "num_speculative_tokens": args.get("spec_tokens", args.get("num_speculative_tokens")),
+    }
+    spec = args.get("speculative_config") or (
+        flat if flat["method"] or flat["num_speculative_tokens"] else None
+    )
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except ValueError:
+            spec = None
+    out: dict[str, str] = {}
+    if isinstance(spec, dict):
+        if spec.get("method"):
+            out["method"] = str(spec["method"])
+        n = spec.get("num_speculative_tokens", spec.get("num_spec_tokens"))
+        if isinstance(n, int):
+            out["num"] = str(n)
+    return out
+
+
 def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
     """Read a vLLM log. `process_ended=False` when the server may still be running: then an
     unfinished CUDA-graph capture is not yet a hang."""
@@ -237,8 +457,9 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
     lines = split_lines(text)
     ev: dict[str, str] = {}
 
-    moe = quant = attention = cg_mode = version = None
-    linear: list[str] = []
+    main, drafter = _Model(), _Model()
+    in_drafter: set[str | None] = set()  # processes between `Loading drafter model` and load end
+    cg_mode = version = None
     kv_tokens: int | None = None
     max_conc: float | None = None
     load_gib = load_s = cap_s = cap_gib = None
@@ -247,24 +468,57 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
     env: dict[str, str] = {}
     unknown_env: dict[str, str] = {}
     capture_started = False
+    spec: dict[str, str] = {}
+    spec_rate: float | None = None
+    spec_pos: list[float] = []
+    spec_mean: float | None = None
+    spec_acc = spec_drafted = spec_lines = 0
 
     for ln in lines:
         msg = ln.message
-        if m := _MOE.search(msg):
-            moe, quant = m.group("backend"), m.group("quant").lower()
-            ev["moe_backend"] = msg
-        for rx in (_NVFP4_GEMM, _SELECTED):
-            if (m := rx.search(msg)) and m.group("kernel") not in linear:
-                linear.append(m.group("kernel"))
-                ev.setdefault("linear_kernels", msg)
-                ev[f"linear:{m.group('kernel')}"] = msg
-        if m := _ATTN_AUTO.search(msg) or _ATTN_EXPLICIT.search(msg):
-            attention = m.group("name")
-            ev["attention_backend"] = msg
+        if not _INTERESTING.search(msg) and not ln.raw.startswith(("VLLM_", "#")):
+            continue
+        if "drafter" in msg and _DRAFTER_START.search(msg):
+            in_drafter.add(ln.process)
+            ev["drafter"] = msg
+        drafting = ln.process in in_drafter
+        model, tag = (drafter, "drafter_") if drafting else (main, "")
+        using = msg.startswith("Using")
+        if "MoE backend" in msg and (m := _MOE.search(msg)):
+            if model.moe is None:
+                model.moe, model.quant = m.group("backend"), m.group("quant").lower()
+                ev[f"{tag}moe_backend"] = msg
+        elif using and model.legacy_moe is None:
+            for rx, backend in names.moe_legacy:
+                if rx.search(msg):
+                    model.legacy_moe = backend
+                    ev.setdefault(f"{tag}moe_backend_legacy", msg)
+                    break
+        if (
+            using
+            and " for " in msg
+            and (m := _USING_KERNEL.match(msg))
+            and (m.group("gemm") or _KERNEL_NAME.match(m.group("kernel")))
+        ):
+            kernel = m.group("kernel")
+            layer = m.group("gemm") or m.group("what")
+            if model.add_linear(kernel, layer):
+                ev.setdefault(f"{tag}linear_kernels", msg)
+                ev[f"{tag}linear:{kernel}"] = msg
+        elif "Selected " in msg and (m := _SELECTED.search(msg)):
+            kernel = m.group("kernel")
+            if model.add_linear(kernel, m.group("what")):
+                ev.setdefault(f"{tag}linear_kernels", msg)
+                ev[f"{tag}linear:{kernel}"] = msg
+        if "backend" not in msg:
+            pass
+        elif m := _ATTN_AUTO.search(msg) or _ATTN_EXPLICIT.search(msg):
+            model.attention = m.group("name")
+            ev[f"{tag}attention_backend"] = msg
         elif (m := _ATTN_LEGACY.search(msg)) and m.group("name") in names.attention_legacy:
-            attention = names.attention_legacy[m.group("name")]
-            ev["attention_backend"] = msg
-        if (m := _CG_CONFIG.search(msg)) and "cudagraph_mode" not in ev:
+            model.attention = names.attention_legacy[m.group("name")]
+            ev[f"{tag}attention_backend"] = msg
+        if "cudagraph_mode" in msg and "cudagraph_mode" not in ev and (m := _CG_CONFIG.search(msg)):
             if m.group("name"):
                 cg_mode = m.group("name")
             elif m.group("num"):
@@ -274,47 +528,77 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
             else:
                 cg_mode = "NONE"
             ev["cudagraph_mode"] = msg[max(0, m.start() - 40) : m.end() + 10]
-        if m := _CG_DOWNGRADE.search(msg):
+        if "setting cudagraph_mode" in msg and (m := _CG_DOWNGRADE.search(msg)):
             cg_mode = m.group("mode")
             ev["cudagraph_mode"] = msg
-        if m := _KV_TOKENS.search(msg):
+        if "KV cache size" in msg and (m := _KV_TOKENS.search(msg)):
             kv_tokens = _number(m.group("tokens"))
             ev["kv_cache_tokens"] = msg
-        if m := _MAX_CONC.search(msg):
+        if "Maximum concurrency" in msg and (m := _MAX_CONC.search(msg)):
             max_conc = float(m.group("x"))
             ev["max_concurrency"] = msg
-        if m := _MODEL_LOAD.search(msg):
+        if "Model loading took" in msg and (m := _MODEL_LOAD.search(msg)):
             load_gib, load_s = float(m.group("gib")), float(m.group("s"))
             ev["model_load"] = msg
+            in_drafter.discard(ln.process)
         if "Capturing CUDA graphs" in msg:
             capture_started = True
-        if m := _GRAPH_DONE.search(msg):
+        if "Graph capturing finished" in msg and (m := _GRAPH_DONE.search(msg)):
             cap_s, cap_gib = float(m.group("s")), float(m.group("gib"))
             ev["graph_capture"] = msg
-        if m := _AUTOTUNER.search(msg):
+        if "unsupported tactic" in msg and (m := _AUTOTUNER.search(msg)):
             op, n = m.group("op"), int(m.group("n"))
             if n > skipped.get(op, -1):
                 skipped[op] = n
                 ev[f"autotuner:{op}"] = msg[m.start() :]
-        if version is None:
+        if version is None and ("version" in msg or "engine (v" in msg):
             for rx in _VERSION:
                 if m := rx.search(msg):
                     version = m.group("v")
                     ev["vllm_version"] = msg[: m.end()]
                     break
-        if m := _NON_DEFAULT.search(msg):
+        if "non-default args" in msg and (m := _NON_DEFAULT.search(msg)):
             if parsed := _parse_dict(m.group("dict")):
                 requested_args.update(_requested_from_args(parsed))
                 ev["requested"] = msg
+                for key, value in _spec_from_args(parsed).items():
+                    spec.setdefault(key, value)
         elif "kernel_config=" in msg or "KernelConfig(" in msg:
             for m in _KERNEL_CONFIG_FIELD.finditer(msg):
                 if m.group("value").lower() != "auto":
                     requested_args.setdefault(m.group("key"), m.group("value"))
                     ev.setdefault("requested", msg)
-        for m in _ENV.finditer(ln.raw):
+        if "speculative" not in msg:
+            pass
+        elif m := _SPEC_CONFIG.search(msg):
+            for f in _SPEC_FIELD.finditer(m.group("body")):
+                key = "method" if f.group("key") == "method" else "num"
+                spec.setdefault(key, f.group("value"))
+            ev.setdefault("speculative_config", m.group(0))
+        elif "SpecDecoding" not in msg:
+            # a command line (`--speculative-config '{"method": ...}'`) or an older config repr
+            tail = msg[msg.index("speculative") :]
+            for f in _SPEC_FIELD.finditer(tail):
+                key = "method" if f.group("key") == "method" else "num"
+                spec.setdefault(key, f.group("value"))
+        if "Speculative metrics" in msg and (m := _SPEC_METRICS_V0.search(msg)):
+            spec_lines += 1
+            if m.group("rate") != "nan":
+                spec_rate, spec_pos, spec_mean = float(m.group("rate")), [], None
+                ev["spec_decode_metrics"] = msg
+            if m.group("k"):
+                spec.setdefault("num", m.group("k"))
+        if "SpecDecoding metrics" in msg and (m := _SPEC_METRICS.search(msg)):
+            rate, pos, mean, acc, drafted = _spec_metrics(m.group("body"))
+            spec_lines += 1
+            spec_acc, spec_drafted = spec_acc + acc, spec_drafted + drafted
+            if rate is not None:
+                spec_rate, spec_pos, spec_mean = rate, pos, mean
+                ev["spec_decode_metrics"] = msg
+        for m in _ENV.finditer(ln.raw) if "VLLM_" in ln.raw else ():
             env[m.group("name")] = m.group("value")
             ev.setdefault("requested_env", ln.raw.strip())
-        if m := _UNKNOWN_ENV.search(msg):
+        if "Unknown vLLM" in msg and (m := _UNKNOWN_ENV.search(msg)):
             unknown_env[m.group("name")] = msg
 
     requested: dict[str, str] = dict(requested_args)
@@ -325,7 +609,9 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
             requested[key] = value
             source = "env" if source is None else "args+env"
 
-    mismatches = _mismatches(requested, moe, quant, linear, attention, names)
+    mismatches = _mismatches(
+        requested, main.moe_backend, main.quant, main.linear, main.attention, names
+    )
     # An env var the release no longer knows is a request that was dropped on the floor.
     for var, line in unknown_env.items():
         if var in env:
@@ -334,15 +620,65 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
                 {"what": what, "asked": f"{var}={env[var]}", "got": f"ignored ({line})"}
             )
 
-    hits = _match_signatures(lines, process_ended)
-    for sig_id, ln in hits:
-        ev[f"signature:{sig_id}"] = ln.message
+    # Failures: signatures with their context, then the death and its root cause.
+    ix = Indexed(lines)
+    death = died(ix)
+    root = root_cause(ix)
+    hits: list[_Hit] = []
+    unclassified: Signature | None = None
+    for sig in signatures():
+        if sig.on == "unclassified-death":
+            unclassified = sig
+        elif hit := _signature_hit(sig, ix, root, process_ended):
+            hits.append(hit)
+    fatal = death is not None or any(h.sig.severity == "fatal" for h in hits)
+    failure_class = cause = phase = op = asked = None
+    cause_line: int | None = None
+    if fatal:
+        explained, failure_class = _classify(hits, root, ix)
+        if root is not None:
+            cause, cause_line = root.line, lines[root.index].number
+            ev["root_cause"] = root.line
+        elif explained is not None:
+            cause, cause_line = lines[explained.index].message, lines[explained.index].number
+        elif death is not None:
+            cause, cause_line = lines[death].message, lines[death].number
+        at = explained.index if explained else root.index if root else death
+        if at is not None:
+            phase = explained.phase if explained else ix.phase(at)
+            op = (explained.op if explained else None) or op_near(ix, at)
+        if explained is None and unclassified is not None:
+            at_line = root.index if root is not None else death if death is not None else 0
+            hits.append(_Hit(unclassified, at_line, None, phase, op))
+        if explained is not None and explained.sig.failure_class == "backend-refused":
+            key = explained.sig.asked_from
+            asked = requested.get(key) if key else None
+            if asked is None and explained.asked:
+                asked = names.moe_flag(explained.asked) or explained.asked.lower()
+            if asked is None and key == "moe_backend":
+                line = lines[explained.index].message
+                asked = next((flag for shown, flag in names.moe_display if shown in line), None)
+
+    signature_context: dict[str, dict[str, Any]] = {}
+    for h in hits:
+        ev[f"signature:{h.sig.id}"] = (
+            cause if h.sig.on == "unclassified-death" and cause else lines[h.index].message
+        )
+        ctx: dict[str, Any] = {"line": lines[h.index].number, "phase": h.phase or ix.phase(h.index)}
+        if h.sig.severity == "fatal":
+            ctx["op"] = h.op or op_near(ix, h.index)
+        if h.asked:
+            ctx["asked"] = h.asked
+        signature_context[h.sig.id] = ctx
+
+    def rounded(x: float | None) -> float | None:
+        return None if x is None else round(x, 6)
 
     return Fingerprint(
-        moe_backend=moe,
-        moe_quant=quant,
-        linear_kernels=tuple(linear),
-        attention_backend=attention,
+        moe_backend=main.moe_backend,
+        moe_quant=main.quant,
+        linear_kernels=tuple(main.linear),
+        attention_backend=main.attention,
         cudagraph_mode=cg_mode,
         kv_cache_tokens=kv_tokens,
         max_concurrency=max_conc,
@@ -350,7 +686,7 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
         requested={k: requested.get(k) for k in _REQUEST_KEYS.values()},
         requested_source=source,
         mismatches=tuple(mismatches),
-        signatures=tuple(sig_id for sig_id, _ in hits),
+        signatures=tuple(h.sig.id for h in hits),
         vllm_version=version,
         model_load_gib=load_gib,
         model_load_s=load_s,
@@ -358,4 +694,24 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
         graph_capture_gib=cap_gib,
         capture_started=capture_started,
         evidence=ev,
+        linear_by_layer={k: tuple(v) for k, v in main.by_layer.items()},
+        drafter_moe_backend=drafter.moe_backend,
+        drafter_moe_quant=drafter.quant,
+        drafter_linear_kernels=tuple(drafter.linear),
+        drafter_attention_backend=drafter.attention,
+        spec_method=spec.get("method"),
+        num_speculative_tokens=int(spec["num"]) if spec.get("num", "").isdigit() else None,
+        spec_acceptance_rate=rounded(spec_rate),
+        spec_acceptance_per_position=tuple(spec_pos),
+        spec_mean_acceptance_length=spec_mean,
+        spec_acceptance_rate_all=rounded(spec_acc / spec_drafted) if spec_drafted else None,
+        spec_metrics_lines=spec_lines,
+        fatal=fatal,
+        failure_class=failure_class,
+        root_cause=cause,
+        root_cause_line=cause_line,
+        failure_phase=phase,
+        failure_op=op,
+        asked=asked,
+        signature_context=signature_context,
     )

@@ -18,6 +18,30 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from harness.errors import ConfigError
 
 Severity = Literal["fatal", "warn"]
+FailureClass = Literal[
+    "oom",
+    "backend-refused",
+    "driver-tma",
+    "illegal-instruction",
+    "illegal-memory-access",
+    "cuda-graph-hang",
+    "unsupported-arch",
+    "import-error",
+    "unclassified",
+]
+Phase = Literal[
+    "load",
+    "drafter-load",
+    "compile",
+    "profile",
+    "autotune",
+    "post-autotune",
+    "cuda-graph-capture",
+    "post-capture",
+    "serving",
+]
+Op = Literal["fused-moe", "attention", "gemm", "sampler", "all-reduce"]
+RequestKey = Literal["moe_backend", "linear_backend", "attention_backend"]
 _DATA = Path(__file__).resolve().parent.parent / "data"
 
 
@@ -38,6 +62,37 @@ class _SignatureSpec(BaseModel):
     )
     link: str = Field(description="Issue, release note or doc to read first.")
     meaning: str = Field(description="What it means and what to try.")
+    failure_class: FailureClass | None = Field(
+        default=None, description="The class a death explained by this signature gets."
+    )
+    on: Literal["line", "root-cause", "unclassified-death"] = Field(
+        default="line",
+        description="Where `pattern` is searched: every line, only the root-cause line, or "
+        "nowhere (fires when the engine died and no other fatal signature did).",
+    )
+    raised_only: bool = Field(
+        default=False,
+        description="Ignore lines logged at DEBUG/INFO/WARNING (a backend the auto-selection "
+        "skipped is logged with the same words as a refused request).",
+    )
+    phases: list[Phase] = Field(
+        default_factory=list, description="The hit counts only in these phases (empty: any)."
+    )
+    not_phases: list[Phase] = Field(
+        default_factory=list, description="The hit never counts in these phases."
+    )
+    ops: list[Op] = Field(
+        default_factory=list,
+        description="The operation around the hit (failures.toml [[op]]) must be one of these.",
+    )
+    not_ops: list[Op] = Field(
+        default_factory=list, description="The operation around the hit must not be one of these."
+    )
+    asked_from: RequestKey | None = Field(
+        default=None,
+        description="For a refused request: the request key that names what was asked "
+        "(a `(?P<asked>...)` group in the pattern is used when the log has no request).",
+    )
 
     @field_validator("pattern", "unless_after")
     @classmethod
@@ -62,6 +117,21 @@ class _MoeTables(BaseModel):
         description="VLLM_FLASHINFER_MOE_BACKEND value -> flag value."
     )
     aliases: dict[str, list[str]] = Field(description="Request names that accept several backends.")
+    display_names: dict[str, str] = Field(
+        default_factory=dict,
+        description="Name a refusal prints (not the enum) -> the --moe-backend value.",
+    )
+    legacy_messages: dict[str, str] = Field(
+        default_factory=dict,
+        description="Regex of an older MoE selection message -> the backend name it means.",
+    )
+
+    @field_validator("legacy_messages")
+    @classmethod
+    def _legacy_compiles(cls, value: dict[str, str]) -> dict[str, str]:
+        for rx in value:
+            re.compile(rx)
+        return value
 
 
 class _LinearTables(BaseModel):
@@ -94,6 +164,14 @@ class Signature:
     tracker: str
     link: str
     meaning: str
+    failure_class: str | None = None
+    on: str = "line"
+    raised_only: bool = False
+    phases: frozenset[str] = frozenset()
+    not_phases: frozenset[str] = frozenset()
+    ops: frozenset[str] = frozenset()
+    not_ops: frozenset[str] = frozenset()
+    asked_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +185,16 @@ class KernelNames:
     linear: dict[str, frozenset[str]]
     linear_env_backend: dict[str, str]
     attention_legacy: dict[str, str]
+    moe_legacy: tuple[tuple[re.Pattern[str], str], ...] = ()
+    moe_display: tuple[tuple[str, str], ...] = ()
+
+    def moe_flag(self, backend: str) -> str | None:
+        """The `--moe-backend` value whose table lists `backend` (reverse lookup)."""
+        for table in (self.moe_nvfp4, self.moe_fp8):
+            for flag, names in table.items():
+                if backend in names:
+                    return flag
+        return None
 
     def moe_expected(self, requested: str, quant: str | None) -> frozenset[str] | None:
         """Log names that honour `--moe-backend requested`; None when the table lacks it."""
@@ -158,6 +246,14 @@ def signatures() -> tuple[Signature, ...]:
             tracker=s.tracker,
             link=s.link,
             meaning=" ".join(s.meaning.split()),
+            failure_class=s.failure_class,
+            on=s.on,
+            raised_only=s.raised_only,
+            phases=frozenset(s.phases),
+            not_phases=frozenset(s.not_phases),
+            ops=frozenset(s.ops),
+            not_ops=frozenset(s.not_ops),
+            asked_from=s.asked_from,
         )
         for s in spec.signature
     )
@@ -186,4 +282,6 @@ def kernel_names() -> KernelNames:
         linear=freeze(spec.linear.kernels),
         linear_env_backend=dict(spec.linear.env_backend),
         attention_legacy=dict(spec.attention.legacy_names),
+        moe_legacy=tuple((re.compile(rx), b) for rx, b in spec.moe.legacy_messages.items()),
+        moe_display=tuple(spec.moe.display_names.items()),
     )

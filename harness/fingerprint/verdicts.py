@@ -185,8 +185,42 @@ def verdicts(
             Verdict(
                 f"signature:{sig_id}",
                 status,
-                f"{sig.meaning} [{sig.tracker}: {sig.link}]{note}",
+                f"{_context(fp, sig_id)}{sig.meaning} [{sig.tracker}: {sig.link}]{note}",
                 line,
             )
         )
+
+    # A death is a failure even when every fatal signature was allowed: say what died of what.
+    if fp.fatal:
+        fatal_ids = [s for s in fp.signatures if by_id[s].severity == "fatal"]
+        status = "warn" if fatal_ids and all(s in allowed for s in fatal_ids) else "fail"
+        out.append(Verdict("failure", status, failure_summary(fp), _cause_lines(fp)))
     return out
+
+
+def _context(fp: Fingerprint, sig_id: str) -> str:
+    ctx = fp.signature_context.get(sig_id) or {}
+    parts = [f"{k} {ctx[k]}" for k in ("phase", "op", "asked") if ctx.get(k)]
+    return f"({', '.join(parts)}) " if parts else ""
+
+
+def _cause_lines(fp: Fingerprint) -> tuple[str, ...]:
+    return tuple(x for x in [fp.root_cause] if x)
+
+
+def failure_summary(fp: Fingerprint) -> str:
+    """One line: class, what was asked, where, and the root-cause line."""
+    where = ", ".join(
+        x
+        for x in (
+            f"asked {fp.asked}" if fp.asked else "",
+            f"during {fp.failure_phase}" if fp.failure_phase else "",
+            f"in {fp.failure_op}" if fp.failure_op else "",
+        )
+        if x
+    )
+    head = f"engine died: {fp.failure_class or 'unclassified'}"
+    if where:
+        head += f" ({where})"
+    line = f" at line {fp.root_cause_line}" if fp.root_cause_line else ""
+    return f"{head}; root cause{line}: {fp.root_cause or 'not in the log'}"

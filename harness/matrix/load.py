@@ -1,23 +1,32 @@
 """Load a matrix file: TOML -> pydantic -> cross-checks, with every problem named at once.
 
-A problem reads `<key path>: <what is wrong> (<what would be valid>)`, e.g.
-`stacks.spark-121a.vllm.patches[2]: patch file not found: ...`. All problems of a file are
-collected and raised together as one MatrixError (exit code 2).
+A problem reads `<key path>: <what is wrong>` and then a `fix:` line, e.g.
+`stacks.spark-121a.vllm.patches[2]: patch file not found: ...` / `fix: add it under patches/`;
+pydantic's own messages get their fix from the field's description. All problems of a file are
+collected and raised together as one MatrixError (exit code 2). The paths a matrix names are
+kept inside its repository here (harness.matrix.paths), before anything reads them.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import json
+import re
 import tomllib
 import types
 import typing
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from harness.errors import MatrixError
-from harness.matrix.model import MatrixFile
+from harness.matrix.model import MatrixFile, PatchRef, is_local_checkpoint
+from harness.matrix.paths import is_inside, mount_problem, repo_root, secret_part, system_folder
 from harness.matrix.select import SelectionError, compile_expression
+
+MAX_FILE_BYTES = 4 << 20
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.=,+*-]+$")
 
 
 def key_path(loc: tuple) -> str:
@@ -27,7 +36,8 @@ def key_path(loc: tuple) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            text = str(part) if _PLAIN_KEY.match(str(part)) else json.dumps(str(part))
+            out += f".{text}" if out else text
     return out or "(top level)"
 
 
@@ -66,6 +76,37 @@ def _unwrap(tp: object) -> object:
             return tp
 
 
+def _field_at(loc: tuple) -> FieldInfo | None:
+    """The pydantic field that `loc` (or, for a list item or dict entry, its container) names."""
+    keys = list(loc)
+    while keys:
+        owner = _model_at(tuple(keys))
+        field = owner.model_fields.get(str(keys[-1])) if owner else None
+        if field is not None:
+            return field
+        keys.pop()
+    return None
+
+
+def _fix_for(error: dict, loc: tuple) -> str:
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return "remove the key, or correct its spelling to one of the valid keys"
+    if loc and loc[-1] == "[key]":
+        return "a name is lowercase letters, digits and . _ = , + - (at most 64), e.g. spark-121a"
+    field = _field_at(loc)
+    described = field.description if field is not None and field.description else None
+    if kind == "missing":
+        return f"add it: {described}" if described else "add the key (README 'Matrix format')"
+    if kind in ("tuple_type", "list_type"):
+        return f"write a list, e.g. [1, 8]{': ' + described if described else ''}"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"write a table {{ key = value, ... }}{': ' + described if described else ''}"
+    if described:
+        return described
+    return "change the value as the message says (README 'Matrix format' describes every key)"
+
+
 def _describe(error: dict) -> str:
     loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     where = key_path(loc)
@@ -73,27 +114,52 @@ def _describe(error: dict) -> str:
     if kind == "extra_forbidden":
         owner = _model_at(loc)
         valid = ", ".join(owner.model_fields) if owner else "see README 'Matrix format'"
-        return f"{where}: unknown key (valid keys here: {valid})"
-    if kind == "missing":
-        return f"{where}: required key is missing"
-    msg = error["msg"].removeprefix("Value error, ")
-    return f"{where}: {msg}"
+        what = f"unknown key (valid keys here: {valid})"
+    elif kind == "missing":
+        what = "required key is missing"
+    else:
+        what = error["msg"].removeprefix("Value error, ")
+    return problem(where, what, _fix_for(error, loc))
+
+
+def problem(where: str, what: str, fix: str) -> str:
+    """One problem of a matrix file: `<key path>: <what is wrong>` and a `fix:` line."""
+    return f"{where}: {_one_line(what)}\n      fix: {_one_line(fix)}"
+
+
+def _one_line(text: str) -> str:
+    # A key or value from the file may hold newlines; a message must not grow forged lines.
+    return " ".join(text.split()) if ("\n" in text or "\r" in text) else text
 
 
 def load_matrix(path: str | Path) -> Matrix:
     path = Path(path)
+    fix_path = "check the -m path"
     try:
+        if not path.is_file():
+            kind = "a folder" if path.is_dir() else "missing" if not path.exists() else "not a regular file"
+            raise MatrixError(str(path), [problem("(file)", f"cannot read the matrix file: {kind}", fix_path)])
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise MatrixError(str(path), [problem("(file)", f"the file is larger than {MAX_FILE_BYTES} bytes",
+                                                  "a matrix is a few kilobytes: check the -m path")])
         raw = path.read_bytes()
     except OSError as exc:
-        raise MatrixError(str(path), [f"cannot read the file: {exc.strerror} (check the -m path)"]) from None
+        raise MatrixError(str(path), [problem("(file)", f"cannot read the file: {exc.strerror}", fix_path)]) from None
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise MatrixError(str(path), [f"not valid TOML: {exc}"]) from None
+        raise MatrixError(str(path), [problem("(file)", f"not valid TOML: {exc}",
+                                              "correct the TOML syntax at the line named")]) from None
+    except RecursionError:
+        raise MatrixError(str(path), [problem("(file)", "not valid TOML: arrays or tables nested too deep to read",
+                                              "a matrix nests a few levels: remove the runaway nesting")]) from None
     try:
         spec = MatrixFile.model_validate(data)
     except ValidationError as exc:
         raise MatrixError(str(path), [_describe(e) for e in exc.errors()]) from None
+    except RecursionError:
+        raise MatrixError(str(path), [problem("(file)", "values nested too deep to check",
+                                              "a matrix nests a few levels: remove the runaway nesting")]) from None
     problems = _cross_check(spec, path)
     if problems:
         raise MatrixError(str(path), problems)
@@ -111,60 +177,116 @@ class Matrix(typing.NamedTuple):
     def patches_root(self) -> Path:
         return (self.path.parent / self.spec.matrix.patches_dir).resolve()
 
-    def patch_path(self, rel: str) -> Path:
-        return self.patches_root / rel
+    @property
+    def repo_root(self) -> Path:
+        return repo_root(self.path)
+
+    def patch_path(self, rel: str | PatchRef) -> Path:
+        """The resolved patch file; load_matrix has already kept it inside the repository (or
+        the matrix allowed it out)."""
+        return (self.patches_root / str(rel)).resolve()
+
+
+def _patch_series(name: str, stack) -> list[tuple[str, str, bool]]:
+    """(key path, path as written, allow_outside) of both patch series of a stack."""
+    series: list[tuple[str, str, bool]] = []
+    if stack.vllm:
+        series += [(f"stacks.{name}.vllm.patches[{i}]", p.path, p.allow_outside)
+                   for i, p in enumerate(stack.vllm.patches)]
+    if stack.flashinfer:
+        series += [(f"stacks.{name}.flashinfer.prs[{i}].patch", pr.patch, pr.allow_outside)
+                   for i, pr in enumerate(stack.flashinfer.prs)]
+    return series
+
+
+def _patch_problem(where: str, rel: str, allow_outside: bool, patches_root: Path, root: Path) -> str | None:
+    raw = Path(rel)
+    if not allow_outside and (raw.is_absolute() or ".." in raw.parts):
+        return problem(where, f"'{rel}' must be a relative path inside {patches_root}",
+                       "name the file relative to patches_dir, or write { path = \"...\", allow_outside = true } "
+                       "for a file you trust outside the repository")
+    try:
+        target = (patches_root / raw).resolve()
+    except (OSError, RuntimeError) as exc:
+        return problem(where, f"cannot resolve '{rel}': {exc}", "fix the path")
+    if not allow_outside and not is_inside(target, root):
+        return problem(where, f"'{rel}' resolves to {target}, outside the matrix's repository {root}",
+                       "keep patches inside the repository (patches_dir and symlinks included), or write "
+                       "{ path = \"...\", allow_outside = true } for a file you trust")
+    if (sysdir := system_folder(target)) is not None:
+        return problem(where, f"'{rel}' resolves to {target}, under the system folder {sysdir}",
+                       "a patch is never read from a system folder: copy it under patches/")
+    if (part := secret_part(target)) is not None:
+        return problem(where, f"'{rel}' resolves to {target}, in '{part}' (credentials)",
+                       "a patch is never read from a folder of credentials: copy it under patches/")
+    if not target.is_file():
+        return problem(where, f"patch file not found: {target}",
+                       "add it under patches/, or fix the path; `harness patches add-pr` fetches a PR")
+    return None
+
+
+def _checkpoint_problems(spec: MatrixFile, matrix_dir: Path, root: Path) -> list[str]:
+    problems = []
+    for name, model in spec.models.items():
+        if not is_local_checkpoint(model.checkpoint):
+            continue
+        where = f"models.{name}.checkpoint"
+        named = matrix_dir / model.checkpoint
+        folder = named.resolve()
+        if not model.allow_outside and not is_inside(folder, root):
+            problems.append(problem(where, f"'{model.checkpoint}' resolves to {folder}, outside the matrix's "
+                                    f"repository {root}",
+                                    f"set models.{name}.allow_outside = true if this folder is meant, "
+                                    "or move the checkpoint into the repository"))
+        elif (why := mount_problem(named)) is not None:
+            problems.append(problem(where, why, "name the model's own folder (the one with config.json)"))
+    if (cache := spec.serve.model_cache) is not None and (why := mount_problem(Path(cache))) is not None:
+        problems.append(problem("serve.model_cache", why,
+                                "name the cache folder itself, e.g. /home/me/.cache/huggingface"))
+    return problems
 
 
 def _cross_check(spec: MatrixFile, path: Path) -> list[str]:
     problems: list[str] = []
     patches_root = (path.parent / spec.matrix.patches_dir).resolve()
+    root = repo_root(path)
     if spec.matrix.hardware not in spec.hardware:
-        problems.append(
-            f"matrix.hardware: '{spec.matrix.hardware}' is not a hardware profile "
-            f"(defined: {', '.join(spec.hardware)})"
-        )
+        problems.append(problem("matrix.hardware", f"'{spec.matrix.hardware}' is not a hardware profile",
+                                f"use one of: {', '.join(spec.hardware)}"))
     for name, stack in spec.stacks.items():
-        series: list[tuple[str, str]] = []
-        if stack.vllm:
-            series += [(f"stacks.{name}.vllm.patches[{i}]", p) for i, p in enumerate(stack.vllm.patches)]
         if stack.flashinfer:
-            series += [(f"stacks.{name}.flashinfer.prs[{i}].patch", pr.patch)
-                       for i, pr in enumerate(stack.flashinfer.prs)]
             numbers = [pr.number for pr in stack.flashinfer.prs]
             for dup in sorted({n for n in numbers if numbers.count(n) > 1}):
-                problems.append(f"stacks.{name}.flashinfer.prs: PR #{dup} is listed twice (keep one)")
+                problems.append(problem(f"stacks.{name}.flashinfer.prs", f"PR #{dup} is listed twice", "keep one"))
         seen: set[str] = set()
-        for where, rel in series:
+        for where, rel, allow_outside in _patch_series(name, stack):
             if rel in seen:
-                problems.append(f"{where}: '{rel}' appears twice in the series (a patch applies once)")
+                problems.append(problem(where, f"'{rel}' appears twice in the series",
+                                        "a patch applies once: remove the second entry"))
             seen.add(rel)
-            if Path(rel).is_absolute() or ".." in Path(rel).parts:
-                problems.append(f"{where}: '{rel}' must be a relative path inside {patches_root}")
-            elif not (patches_root / rel).is_file():
-                problems.append(
-                    f"{where}: patch file not found: {patches_root / rel} "
-                    "(add it under patches/, or fix the path; `harness patches add-pr` fetches a PR)"
-                )
+            if (bad := _patch_problem(where, rel, allow_outside, patches_root, root)) is not None:
+                problems.append(bad)
+    problems += _checkpoint_problems(spec, path.resolve().parent, root)
     served = [m.served_name or k for k, m in spec.models.items()]
     for dup in sorted({s for s in served if served.count(s) > 1}):
-        problems.append(f"models: served name '{dup}' is used by two models (served names must differ)")
+        problems.append(problem("models", f"served name '{dup}' is used by two models",
+                                "served names must differ: set served_name on one of them"))
     for key, names in (("stacks", spec.stacks), ("models", spec.models), ("configs", spec.configs)):
         patterns = getattr(spec.cells, key)
         for i, pat in enumerate(patterns):
             if not fnmatch.filter(names, pat):
-                problems.append(
-                    f"cells.{key}[{i}]: '{pat}' names no {key[:-1]} (defined: {', '.join(names)})"
-                )
+                problems.append(problem(f"cells.{key}[{i}]", f"'{pat}' names no {key[:-1]} (defined: {', '.join(names)})",
+                                        f"use a name or glob of a defined {key[:-1]}"))
             if patterns.count(pat) > 1 and patterns.index(pat) == i:
-                problems.append(f"cells.{key}[{i}]: '{pat}' is listed twice")
+                problems.append(problem(f"cells.{key}[{i}]", f"'{pat}' is listed twice", "keep one"))
     for lname in ("exclude", "only"):
         for i, flt in enumerate(getattr(spec.cells, lname)):
             for key, names in (("stack", spec.stacks), ("model", spec.models), ("config", spec.configs)):
                 pat = getattr(flt, key)
                 if not fnmatch.filter(names, pat):
-                    problems.append(
-                        f"cells.{lname}[{i}].{key}: '{pat}' names no {key} (defined: {', '.join(names)})"
-                    )
+                    problems.append(problem(f"cells.{lname}[{i}].{key}",
+                                            f"'{pat}' names no {key} (defined: {', '.join(names)})",
+                                            f"use a name or glob of a defined {key}"))
     if spec.hosts:
         from harness.hosts import host_problems
 
@@ -173,5 +295,6 @@ def _cross_check(spec: MatrixFile, path: Path) -> list[str]:
         try:
             compile_expression(rule.cells)
         except SelectionError as exc:
-            problems.append(f"expect.select[{i}].cells: {exc}")
+            problems.append(problem(f"expect.select[{i}].cells", str(exc),
+                                    "use words joined by and/or/not, e.g. 'nvfp4 and not marlin'"))
     return problems

@@ -10,7 +10,16 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from harness.matrix.archs import arch_list_problems
 
@@ -20,9 +29,98 @@ NAME = re.compile(r"^[a-z0-9][a-z0-9._=,+-]*$")
 
 Name = Annotated[str, Field(pattern=NAME.pattern, max_length=64)]
 
+# Strings that become arguments of git, pip, docker or vllm: none may start with '-' (it would
+# be read as an option), hold whitespace that a shell-expanded build ARG splits on, or a NUL.
+GIT_URL = re.compile(
+    r"^(?:https://[A-Za-z0-9][A-Za-z0-9.-]*(?::\d{1,5})?/[A-Za-z0-9._~/+-]+"
+    r"|ssh://(?:[A-Za-z0-9][A-Za-z0-9._-]*@)?[A-Za-z0-9][A-Za-z0-9.-]*(?::\d{1,5})?/[A-Za-z0-9._~/+-]+"
+    r"|[A-Za-z0-9][A-Za-z0-9._-]*@[A-Za-z0-9][A-Za-z0-9.-]*:[A-Za-z0-9_~/][A-Za-z0-9._~/+-]*)$"
+)
+VERSION = re.compile(r"^[0-9][0-9A-Za-z.+!_-]{0,63}$")
+_NAME_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+# distribution/reference's grammar, simplified: [domain[:port]/]path[:tag][@sha256:digest]
+IMAGE_NAME = re.compile(rf"^(?:[A-Za-z0-9][A-Za-z0-9.-]*(?::\d{{1,5}})?/)?{_NAME_PART}(?:/{_NAME_PART})*$")
+IMAGE_REF = re.compile(IMAGE_NAME.pattern[:-1] + r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
+TAG = re.compile(r"^[\w][\w.-]{0,127}$")
+WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,63}$")
+# huggingface_hub validate_repo_id: [org/]name of letters, digits, . _ -; no "--" or ".." (checked below)
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(?:/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+GPUS = re.compile(r"^(?:all|none|\d{1,3}(?:,\d{1,3})*)$")
+# docker-py 7.2.0 utils.parse_bytes (what engine.py hands shm_size to): digits, then one of
+# b k m g, then an optional b; nothing else (no 'GiB', no spaces).
+DOCKER_SIZE = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<unit>[bkmgBKMG])?[bB]?$")
+_UNITS = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+MAX_TOKENS = 1_000_000
+
+
+def _no_nul(v: str) -> str:
+    if "\x00" in v:
+        raise ValueError("contains a NUL character (no process argument or variable can hold one)")
+    return v
+
+
+def _no_option(v: str) -> str:
+    _no_nul(v)
+    if v.startswith("-"):
+        raise ValueError(f"'{v}' starts with '-': a command would read it as an option")
+    return v
+
+
+def _env_name(v: str) -> str:
+    if not ENV_NAME.match(v):
+        raise ValueError(f"'{v}' is not an environment variable name (letters, digits, _; not first a digit)")
+    return v
+
+
+Text = Annotated[str, AfterValidator(_no_nul)]
+Arg = Annotated[str, AfterValidator(_no_nul)]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+Env = dict[EnvName, Text]
+
+
+def _shaped(pattern: re.Pattern[str], what: str, example: str):
+    def check(v: str) -> str:
+        _no_option(v)
+        if not pattern.match(v):
+            raise ValueError(f"'{v}' is not {what} (example: {example})")
+        return v
+    return AfterValidator(check)
+
+
+GitUrl = Annotated[str, _shaped(GIT_URL, "a git URL of the form https://host/path, ssh://[user@]host/path "
+                                "or user@host:path", "https://github.com/vllm-project/vllm")]
+Version = Annotated[str, _shaped(VERSION, "a release version", "'0.33.0' or '0.7.2.post1'")]
+Word = Annotated[str, _shaped(WORD, "a plain value (letters, digits, _ . : + -)", "'marlin' or 'FLASHINFER'")]
+
+
+def docker_size(value: str) -> int:
+    """Bytes in a Docker size string ('16g', '512m', '1.5g'), as docker-py reads it; ValueError if not one."""
+    m = DOCKER_SIZE.match(value)
+    if not m:
+        raise ValueError(f"'{value}' is not a Docker size (a number and one of b, k, m, g: '16g', '512m')")
+    return int(float(m["num"]) * _UNITS[(m["unit"] or "b").lower()])
+
+
+def _shm(v: str) -> str:
+    size = docker_size(v)
+    if not (1 << 20) <= size <= (1 << 40):
+        raise ValueError(f"'{v}' is {size} bytes: /dev/shm must be between 1m and 1024g")
+    return v
+
+
+def _gpus(v: str) -> str:
+    if not GPUS.match(v):
+        raise ValueError(f"'{v}' is not a GPU choice: 'all', 'none', or device indices like '0' or '0,1'")
+    ids = v.split(",") if v not in ("all", "none") else []
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"'{v}' names a GPU twice")
+    return v
+
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan are valid TOML floats; no field here means either (a timeout of inf hangs).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def _sha256_hex(value: str | None) -> str | None:
@@ -50,8 +148,10 @@ class Hardware(Strict):
 
 
 class BaseImage(Strict):
-    repository: str = Field(description="Image repository, e.g. 'nvidia/cuda'.")
-    tag: str = Field(description="Image tag, e.g. '13.0.1-devel-ubuntu24.04'.")
+    repository: Annotated[str, _shaped(IMAGE_NAME, "an image repository", "'nvidia/cuda'")] = Field(
+        description="Image repository, e.g. 'nvidia/cuda'.")
+    tag: Annotated[str, _shaped(TAG, "an image tag", "'13.0.1-devel-ubuntu24.04'")] = Field(
+        description="Image tag, e.g. '13.0.1-devel-ubuntu24.04'.")
     digest: str | None = Field(
         None,
         description="Content digest 'sha256:<64 hex>'. Without it the build refuses to run unless "
@@ -75,21 +175,46 @@ class BaseImage(Strict):
 
 
 class Torch(Strict):
-    version: str = Field(description="torch version installed in the image, e.g. '2.10.0'.")
-    index_url: str = Field(
+    version: Version = Field(description="torch version installed in the image, e.g. '2.10.0'.")
+    index_url: Annotated[str, _shaped(re.compile(r"^https://[A-Za-z0-9][A-Za-z0-9.-]*(?::\d{1,5})?/[^\s'\"\\$`]*$"),
+                                      "an https:// index URL", "'https://download.pytorch.org/whl/cu130'")] = Field(
         "https://download.pytorch.org/whl/cu130",
         description="pip index the torch wheel comes from (its CUDA flavour).",
     )
 
 
+class PatchRef(Strict):
+    path: Text = Field(description="The patch file, relative to patches_dir (or absolute with allow_outside).")
+    allow_outside: bool = Field(
+        False, description="Allow this path to resolve outside the matrix's repository (a file you trust)."
+    )
+
+    def __str__(self) -> str:
+        return self.path
+
+    @model_serializer(mode="plain")
+    def _plain(self) -> str | dict:
+        # A plain entry dumps as the string it was written as, so image content hashes of
+        # existing matrices do not move.
+        return self.path if not self.allow_outside else {"path": self.path, "allow_outside": True}
+
+
+def _patch_entry(v: object) -> object:
+    return {"path": v} if isinstance(v, str) else v
+
+
 class VllmSource(Strict):
-    git: str | None = Field(None, description="Git URL of the vLLM source (with `commit`).")
+    git: GitUrl | None = Field(None, description="Git URL of the vLLM source (with `commit`): https://, "
+                               "ssh:// or user@host:path.")
     commit: str | None = Field(None, description="Full 40-hex commit SHA of the vLLM source.")
-    pypi: str | None = Field(None, description="A PyPI release instead of git, e.g. '0.33.0' (sdist built).")
+    pypi: Version | None = Field(None, description="A PyPI release instead of git, e.g. '0.33.0' (sdist built).")
     sdist_sha256: str | None = Field(
         None, description="sha256 of the PyPI sdist (as the index lists it), checked after download."
     )
-    patches: tuple[str, ...] = Field((), description="Ordered patch series, paths under patches/.")
+    patches: tuple[Annotated[PatchRef, BeforeValidator(_patch_entry)], ...] = Field(
+        (), description="Ordered patch series: paths under patches_dir, or { path = \"...\", "
+        "allow_outside = true } for a file outside the matrix's repository."
+    )
 
     _sdist = field_validator("sdist_sha256")(classmethod(lambda cls, v: _sha256_hex(v)))
 
@@ -107,8 +232,9 @@ class VllmSource(Strict):
 class UpstreamPr(Strict):
     number: int = Field(gt=0, description="Upstream pull-request number.")
     head_sha: str = Field(description="Full SHA of the PR head the patch was taken from.")
-    patch: str = Field(description="Path of the patch file under patches/.")
-    title: str = Field("", description="The PR title, for reports.")
+    patch: Text = Field(description="Path of the patch file under patches/.")
+    allow_outside: bool = Field(False, description="Allow `patch` to resolve outside the matrix's repository.")
+    title: Text = Field("", description="The PR title, for reports.")
 
     @field_validator("head_sha")
     @classmethod
@@ -117,11 +243,12 @@ class UpstreamPr(Strict):
 
 
 class FlashInferSource(Strict):
-    version: str | None = Field(None, description="PyPI release of flashinfer-python, e.g. '0.6.8'.")
+    version: Version | None = Field(None, description="PyPI release of flashinfer-python, e.g. '0.6.8'.")
     sdist_sha256: str | None = Field(
         None, description="sha256 of the flashinfer-python sdist, checked after download."
     )
-    git: str | None = Field(None, description="Git URL, with `commit`, to build from source.")
+    git: GitUrl | None = Field(None, description="Git URL, with `commit`, to build from source: https://, "
+                               "ssh:// or user@host:path.")
     commit: str | None = Field(None, description="Full 40-hex commit SHA when built from git.")
     prs: tuple[UpstreamPr, ...] = Field((), description="Upstream PR patches applied in order.")
     cubin: bool = Field(True, description="Also install flashinfer-cubin (prebuilt kernels) at the same version.")
@@ -140,8 +267,14 @@ class FlashInferSource(Strict):
 
 
 class LocalEnv(Strict):
-    python: str = Field(description="Python interpreter that has vLLM installed, e.g. /opt/venv/bin/python3.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment (PYTHONPATH, ...).")
+    python: Annotated[str, AfterValidator(_no_option)] = Field(
+        description="Python interpreter that has vLLM installed, e.g. /opt/venv/bin/python3.")
+    env: Env = Field(default_factory=dict, description="Extra environment (PYTHONPATH, ...).")
+
+
+# What only a build reads: a prebuilt `image` stack that sets one would plan one image and run another.
+BUILD_FIELDS = ("base_image", "torch", "vllm", "flashinfer", "torch_cuda_arch_list", "flashinfer_cuda_arch_list",
+                "python", "max_jobs", "nvcc_threads")
 
 
 class Stack(Strict):
@@ -149,26 +282,27 @@ class Stack(Strict):
     runner: Literal["docker", "local"] = Field(
         "docker", description="'docker': build an image and serve in a container; 'local': an existing install."
     )
-    image: str | None = Field(
+    image: Annotated[str, _shaped(IMAGE_REF, "an image reference", "'vllm/vllm-openai:v0.33.0'")] | None = Field(
         None, description="An existing image to serve from instead of building one (docker runner): "
-        "a community image, or one built elsewhere. Its labels are recorded; nothing is built."
+        "a community image, or one built elsewhere. Its labels are recorded; nothing is built. "
+        "Excludes the build fields (base_image, torch, vllm, flashinfer, arch lists)."
     )
     base_image: BaseImage | None = Field(None, description="CUDA devel base image (docker runner).")
-    python: str = Field("3.12", description="Python version inside the image.")
+    python: str = Field("3.12", pattern=r"^3\.\d{1,2}$", description="Python version inside the image, e.g. '3.12'.")
     torch: Torch | None = Field(None, description="torch pin (docker runner).")
     vllm: VllmSource | None = Field(None, description="vLLM source and its local patch series (docker runner).")
     flashinfer: FlashInferSource | None = Field(None, description="FlashInfer pin and upstream PR patches.")
     torch_cuda_arch_list: str | None = Field(None, description="TORCH_CUDA_ARCH_LIST, e.g. '12.1a'.")
     flashinfer_cuda_arch_list: str | None = Field(None, description="FLASHINFER_CUDA_ARCH_LIST, e.g. '12.1a'.")
-    max_jobs: int = Field(2, ge=1, description="MAX_JOBS for the vLLM build.")
-    nvcc_threads: int = Field(1, ge=1, description="NVCC_THREADS for the vLLM build.")
+    max_jobs: int = Field(2, ge=1, le=1024, description="MAX_JOBS for the vLLM build.")
+    nvcc_threads: int = Field(1, ge=1, le=256, description="NVCC_THREADS for the vLLM build.")
     kernel_selection: Literal["flags", "env"] = Field(
         "flags",
         description="How this vLLM takes kernel choices: 'flags' (--moe-backend/--linear-backend, 0.2x+) "
         "or 'env' (VLLM_USE_FLASHINFER_MOE_FP4-style variables, older releases).",
     )
     local: LocalEnv | None = Field(None, description="The existing install, for runner = 'local'.")
-    env: dict[str, str] = Field(default_factory=dict, description="Environment set in every cell of this stack.")
+    env: Env = Field(default_factory=dict, description="Environment set in every cell of this stack.")
 
     @field_validator("torch_cuda_arch_list", "flashinfer_cuda_arch_list")
     @classmethod
@@ -179,6 +313,13 @@ class Stack(Strict):
 
     @model_validator(mode="after")
     def _runner_fields(self) -> Stack:
+        build = [k for k in BUILD_FIELDS if k in self.model_fields_set]
+        if self.image is not None and build:
+            raise ValueError(f"`image` (a prebuilt image) and the build field(s) {', '.join(build)} exclude "
+                             "each other: plan would show one image and run would use the other "
+                             "(keep `image`, or remove it to build)")
+        if self.image is not None and self.runner != "docker":
+            raise ValueError("`image` needs runner = \"docker\" (a local stack runs an existing install)")
         if self.runner == "docker":
             missing = [k for k in ("base_image", "torch", "vllm", "flashinfer", "torch_cuda_arch_list")
                        if getattr(self, k) is None]
@@ -189,32 +330,53 @@ class Stack(Strict):
         return self
 
 
+def is_local_checkpoint(checkpoint: str) -> bool:
+    """A checkpoint that names a folder on the host, not a hub id (serve_cmd.model_path agrees)."""
+    return checkpoint.startswith(("/", "./", "../"))
+
+
 class Model(Strict):
-    checkpoint: str = Field(
-        description="Hub id, or a local directory with config.json (a relative path starting with ./ "
-        "or ../ is taken from the matrix file's folder)."
+    checkpoint: Annotated[str, AfterValidator(_no_option)] = Field(
+        description="Hub id (org/name), or a local directory with config.json: an absolute path, or one "
+        "starting with ./ or ../ taken from the matrix file's folder. A local directory must lie inside "
+        "the matrix's repository unless allow_outside = true."
+    )
+    allow_outside: bool = Field(
+        False, description="Allow a local checkpoint directory outside the matrix's repository."
     )
     quantization: Literal["fp8", "nvfp4", "bf16"] = Field(description="Weight format served.")
     load_format: Literal["auto", "dummy"] = Field(
         "auto", description="'dummy': random weights from config.json alone (no download)."
     )
-    served_name: str | None = Field(None, description="--served-model-name; defaults to the model key.")
+    served_name: Annotated[str, _shaped(re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$"), "a served model name",
+                                        "'qwen3-fp8'")] | None = Field(
+        None, description="--served-model-name; defaults to the model key.")
     active_params_b: float = Field(gt=0, description="Active parameters per token, in billions (roofline).")
     bytes_per_param: float = Field(gt=0, description="Bytes per active parameter (fp8 1.0, nvfp4 ~0.5625).")
-    max_model_len: int = Field(8192, ge=256, description="--max-model-len.")
-    args: tuple[str, ...] = Field((), description="Extra vLLM args for this model (e.g. --quantization fp8).")
+    max_model_len: int = Field(8192, ge=256, le=16 * MAX_TOKENS, description="--max-model-len.")
+    args: tuple[Arg, ...] = Field((), description="Extra vLLM args for this model (e.g. --quantization fp8).")
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _checkpoint(cls, v: str) -> str:
+        if v.startswith("~"):
+            raise ValueError(f"'{v}': write the folder in full (no process expands '~' here)")
+        if not is_local_checkpoint(v) and (not HUB_ID.match(v) or ".." in v or "--" in v):
+            raise ValueError(f"'{v}' is neither a hub id ('org/name') nor a local folder "
+                             "(an absolute path, or ./ or ../ from the matrix file's folder)")
+        return v
 
 
 class Config(Strict):
     description: str = Field("", description="What this serving variant tests.")
-    moe_backend: str | None = Field(None, description="Requested MoE backend (vLLM flag value); None = auto.")
-    linear_backend: str | None = Field(None, description="Requested linear backend; None = auto.")
-    attention_backend: str | None = Field(None, description="--attention-backend; None = auto.")
+    moe_backend: Word | None = Field(None, description="Requested MoE backend (vLLM flag value); None = auto.")
+    linear_backend: Word | None = Field(None, description="Requested linear backend; None = auto.")
+    attention_backend: Word | None = Field(None, description="--attention-backend; None = auto.")
     cudagraph_mode: str | None = Field(
         None, description="Requested CUDA-graph mode (FULL_AND_PIECEWISE, PIECEWISE, FULL, NONE)."
     )
-    args: tuple[str, ...] = Field((), description="Extra vLLM CLI args.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+    args: tuple[Arg, ...] = Field((), description="Extra vLLM CLI args.")
+    env: Env = Field(default_factory=dict, description="Extra environment variables.")
     nodes: int = Field(
         1, ge=1, le=64, description="Machines this cell spans: above 1, a Ray cluster (a head on the first "
         "[hosts] entry that takes the stack, a worker on each next one, host network) and "
@@ -251,13 +413,26 @@ class Expect(Strict):
 
 class Serve(Strict):
     port: int = Field(8000, ge=1, le=65535, description="Port vLLM listens on (container or host).")
-    host_port: int | None = Field(None, description="Host port to publish; None picks a free one.")
-    startup_timeout_s: float = Field(900, gt=0, description="Give up when not ready after this long.")
-    quiet_period_s: float = Field(300, gt=0, description="Call a start 'hung' after this long with no new log line.")
+    host_port: int | None = Field(None, ge=1, le=65535, description="Host port to publish; None picks a free one.")
+    startup_timeout_s: float = Field(900, gt=0, le=86400, description="Give up when not ready after this long.")
+    quiet_period_s: float = Field(300, gt=0, le=86400,
+                                  description="Call a start 'hung' after this long with no new log line.")
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="--gpu-memory-utilization.")
-    shm_size: str = Field("16g", description="Container /dev/shm size (ipc=host is used when possible).")
-    model_cache: str | None = Field(None, description="Host directory mounted read-only as the model cache.")
-    gpus: str = Field("all", description="GPUs to attach: 'all', 'none', or a comma list of indices.")
+    shm_size: Annotated[str, AfterValidator(_shm)] = Field(
+        "16g", description="Container /dev/shm size, a Docker size such as '16g' or '512m' (ipc=host is used when possible).")
+    model_cache: Annotated[str, AfterValidator(_no_option)] | None = Field(
+        None, description="Host folder (an absolute path) mounted read-only as the model cache; never a "
+        "system folder, socket or device.")
+    gpus: Annotated[str, AfterValidator(_gpus)] = Field(
+        "all", description="GPUs to attach: 'all', 'none', or a comma list of indices ('0' or '0,1').")
+
+    @field_validator("model_cache")
+    @classmethod
+    def _cache(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("/"):
+            raise ValueError(f"'{v}' is not an absolute path (a relative one would be a named volume "
+                             "to Docker): write the full folder, e.g. /home/me/.cache/huggingface")
+        return v
 
 
 class EngineTls(Strict):
@@ -344,13 +519,18 @@ class EngineHost(Strict):
 
 
 class Bench(Strict):
-    concurrency: tuple[int, ...] = Field((1, 8), description="Concurrency levels (the seeds use 1 and 8).")
-    max_tokens: int = Field(256, ge=2, description="Output tokens per request (ignore_eos makes it exact).")
-    repeats: int = Field(3, ge=1, description="Timed repeats per level; spread comes from these.")
-    prompt_tokens: int = Field(128, ge=1, description="Approximate prompt length for decode requests.")
+    concurrency: tuple[Annotated[int, Field(ge=1, le=4096)], ...] = Field(
+        (1, 8), min_length=1, max_length=64,
+        description="Concurrency levels, each 1..4096, at least one (the seeds use 1 and 8).")
+    max_tokens: int = Field(256, ge=2, le=MAX_TOKENS,
+                            description="Output tokens per request, 2..1000000 (ignore_eos makes it exact).")
+    repeats: int = Field(3, ge=1, le=1000, description="Timed repeats per level, 1..1000; spread comes from these.")
+    prompt_tokens: int = Field(128, ge=1, le=MAX_TOKENS,
+                               description="Approximate prompt length for decode requests, 1..1000000.")
     prefill: bool = Field(True, description="Measure cold prefill and the prefix-cache replay.")
-    long_prompt_tokens: int = Field(4000, ge=64, description="Prompt length for the prefill measurement.")
-    noise_floor: float = Field(0.02, ge=0, description="Smallest relative change called a gain or loss.")
+    long_prompt_tokens: int = Field(4000, ge=64, le=MAX_TOKENS,
+                                    description="Prompt length for the prefill measurement, 64..1000000.")
+    noise_floor: float = Field(0.02, ge=0, lt=1, description="Smallest relative change called a gain or loss (0..1).")
 
 
 class CellFilter(Strict):
@@ -368,10 +548,11 @@ class Cells(Strict):
 
 
 class MatrixMeta(Strict):
-    name: str = Field(description="Matrix name, used in run ids.")
+    name: Name = Field(description="Matrix name, used in run ids (lowercase letters, digits, . _ = , + -).")
     description: str = Field("", description="What this matrix verifies.")
     hardware: str = Field(description="The hardware profile this matrix runs on (a key of [hardware]).")
-    patches_dir: str = Field("../patches", description="Where patch paths are rooted, relative to this file.")
+    patches_dir: Text = Field("../patches", description="Where patch paths are rooted, relative to this file; "
+                              "patches must still resolve inside the matrix's repository.")
 
 
 class MatrixFile(Strict):

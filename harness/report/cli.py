@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from harness.console import out
 
 
@@ -15,9 +17,19 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from harness.errors import ConfigError
     from harness.report import write_report  # matplotlib loads only when a report is asked for
 
-    md, html = write_report(args.run_dir, args.out)
+    target = Path(args.out if args.out is not None else args.run_dir)
+    flag = "--out" if args.out is not None else "RUN_DIR"
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"{flag} {target}: is a file, and the report is two files",
+                          hint="give --out a folder (it is made if missing)")
+    try:
+        md, html = write_report(args.run_dir, args.out)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {target}: cannot write the report there ({exc.strerror or exc})",
+                          hint="give --out a folder you can write to") from None
     out.print(f"wrote {md}", markup=False)
     out.print(f"wrote {html}", markup=False)
     return 0

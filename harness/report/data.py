@@ -1,8 +1,9 @@
-"""Read a run directory into frozen rows, one per thing the report shows.
+"""Read a run directory (typed records, harness.results.model) into frozen rows for the report.
 
-The report judges nothing new: kernel mismatches come from the verdicts the run recorded (or,
-for a cell without them, from the same kernel-name tables the verdicts use), roofline figures
-from harness.bench.roofline. Absent facts stay None and print as "n/a".
+The report judges nothing: kernel columns come from the verdicts the run recorded
+(harness.stages.judge, with their asked/got) and the fingerprint's selected values; a kernel no
+verdict judged shows what the log says. Roofline figures come from harness.bench.roofline.
+Absent facts stay None and print as "n/a".
 """
 
 from __future__ import annotations
@@ -10,13 +11,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness.bench.roofline import roofline_efficiency
-from harness.fingerprint.tables import kernel_names
+from harness.results.model import (
+    BenchLevel,
+    BuildOutcome,
+    CellResult,
+    FingerprintRecord,
+    MemoryRecord,
+    RunRecord,
+    Status,
+    Verdict,
+    VerdictStatus,
+)
 from harness.results.store import RunStore
 
-STATUS_ORDER = ("pass", "fail", "build-failed", "crashed", "hung", "timeout", "skipped", "not run")
+STATUS_ORDER = (*(s.value for s in Status), "not run")
+FORMAT_CHECK = "expect.nvfp4_over_fp8"  # harness.stages.judge.FORMAT_CHECK
 _QUANT_IN_NAME = re.compile(r"[-_.]?(?:nvfp4|fp8)(?=[-_.]|$)", re.IGNORECASE)
 
 
@@ -32,7 +43,8 @@ class Stat:
 
 @dataclass(frozen=True)
 class Kernel:
-    """One requested-vs-selected column. state: ok, mismatch, unconfirmed or auto."""
+    """One requested-vs-selected column. state: ok, mismatch, unconfirmed (a verdict failed or
+    warned and the log shows no selection), unjudged (asked, but no verdict recorded) or auto."""
 
     asked: str | None
     got: str | None
@@ -53,6 +65,7 @@ class Cell:
     signatures: tuple[str, ...] = ()
     kv_cache_tokens: int | None = None
     autotuner: str = "n/a"  # "none", or "gemm2: 10" per op
+    spec: str | None = None  # speculative decoding: method, tokens, acceptance, drafter MoE
     per_stream_c1: Stat | None = None
     aggregate: Stat | None = None  # at top_concurrency
     top_concurrency: int | None = None
@@ -68,7 +81,9 @@ class Cell:
     memory_note: str = "not watched"
     total_s: float | None = None
     # the run's own FP8-vs-NVFP4 verdict on this (NVFP4) cell, noise band included
-    format_verdict: dict | None = None
+    format_verdict: Verdict | None = None
+    error: str | None = None  # status "error": the tool raised inside the cell ("Type: message")
+    traceback: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,6 +125,7 @@ class Report:
     cells: tuple[Cell, ...]
     pairs: tuple[Pair, ...]
     builds: tuple[Build, ...]
+    note: str | None = None  # why the run stopped early, when it did
 
     def status_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -119,125 +135,157 @@ class Report:
         return dict(sorted(counts.items(), key=lambda kv: order.get(kv[0], len(order))))
 
 
-def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], list[dict], list[dict]]:
-    """run.json, the cell JSONs (plan order) and the build JSONs, as plain dicts."""
+def read_run_dir(run_dir: Path) -> tuple[RunRecord, list[CellResult], dict[str, BuildOutcome]]:
+    """run.json, the finished cells (plan order) and the build outcomes, as typed records."""
     store = RunStore.open(run_dir)
-    builds = [{"stack": stack, **b} for stack, b in store.builds().items()]
-    return dict(store.run), store.cells(), builds
+    return store.run, store.cells(), store.builds()
 
 
-def _stat(level: dict | None, key: str) -> Stat | None:
-    if not level or level.get(key) is None:
+def _stat(level: BenchLevel | None, key: str) -> Stat | None:
+    value = getattr(level, key, None) if level else None
+    if value is None:
         return None
-    value = float(level[key])
-    samples = [float(s) for s in (level.get("samples") or {}).get(key) or () if s is not None]
+    value = float(value)
+    samples = [float(s) for s in level.samples.get(key) or () if s is not None]
     if len(samples) < 2:
         return Stat(value, value, value, len(samples) or 1)
     return Stat(value, min(samples), max(samples), len(samples))
 
 
-def _kernel(
-    asked: str | None, got: str | None, verdict: dict | None, log_said: list[str]
-) -> Kernel:
-    asked = None if asked is None or str(asked).lower() == "auto" else str(asked)
-    if verdict is not None and verdict.get("status") in ("fail", "warn"):
-        state = "mismatch" if verdict["status"] == "fail" and got else "unconfirmed"
-        text = verdict.get("message") or f"asked {asked}, got {got}"
-        return Kernel(asked, got, state, "; ".join([text, *(x for x in log_said if x != text)]))
-    if log_said:  # the log's own record of a request disagrees with what ran
-        return Kernel(asked, got, "mismatch", "; ".join(log_said))
-    if asked is None:
-        return Kernel(None, got, "auto", f"auto: {got}" if got else "n/a")
-    if got is None:
-        return Kernel(asked, None, "unconfirmed", f"asked {asked}, log does not confirm it")
-    return Kernel(asked, got, "ok", f"asked {asked}, got {got}")
+# column -> (the requested field, the fingerprint's selected value, the checks that judge it)
+_COLUMNS = {
+    "moe": ("moe_backend", ("moe_backend", "log:moe_backend", "expect.moe_backend")),
+    "linear": ("linear_backend", ("linear_backend", "log:linear_backend", "expect.linear_kernel")),
+    "attention": ("attention_backend",
+                  ("attention_backend", "log:attention_backend", "expect.attention_backend")),
+    "cudagraph": ("cudagraph_mode", ("expect.cudagraph_mode",)),
+}
 
 
-def _kernels(cell: dict) -> dict[str, Kernel]:
-    fp = cell.get("fingerprint") or {}
-    req = cell.get("requested") or {}
-    recorded = {v.get("check"): v for v in cell.get("verdicts") or ()}
-    names = kernel_names()
-
-    def verdict(check: str, asked: str | None, got: str | None, ok: bool | None) -> dict | None:
-        """The recorded verdict; for a cell recorded without verdicts, the same rule here."""
-        if recorded and check != "cudagraph_mode":  # the run never judges graph modes
-            return recorded.get(check)
-        if ok is False:
-            return {"status": "fail", "message": f"asked {asked}, got {got}"}
+def _selected(fp: FingerprintRecord | None, column: str) -> str | None:
+    if fp is None:
         return None
-
-    def log_said(what: str) -> list[str]:
-        return [
-            f"asked {m['asked']}, got {m['got']}"
-            for m in fp.get("mismatches") or ()
-            if m.get("what") == what
-        ]
-
-    def same(a: str | None, b: str | None) -> bool | None:
-        return None if not a or a.lower() == "auto" or not b else a.upper() == b.upper()
-
-    out = {}
-    asked, got = req.get("moe_backend"), fp.get("moe_backend")
-    ok = (
-        None
-        if not asked or asked.lower() == "auto" or not got
-        else (got in (names.moe_expected(asked, fp.get("moe_quant")) or ()))
-    )
-    out["moe"] = _kernel(
-        asked, got, verdict("moe_backend", asked, got, ok), log_said("moe_backend")
-    )
-
-    linear = list(fp.get("linear_kernels") or ())
-    asked, got = req.get("linear_backend"), ", ".join(linear) or None
-    ok = (
-        None
-        if not asked or asked.lower() == "auto" or not linear
-        else (set(linear) <= (names.linear_expected(asked) or frozenset()))
-    )
-    out["linear"] = _kernel(
-        asked, got, verdict("linear_backend", asked, got, ok), log_said("linear_backend")
-    )
-
-    asked, got = req.get("attention_backend"), fp.get("attention_backend")
-    out["attention"] = _kernel(
-        asked,
-        got,
-        verdict("attention_backend", asked, got, same(asked, got)),
-        log_said("attention_backend"),
-    )
-    asked, got = req.get("cudagraph_mode"), fp.get("cudagraph_mode")
-    out["cudagraph"] = _kernel(
-        asked, got, verdict("cudagraph_mode", asked, got, same(asked, got)), []
-    )
-    return out
+    if column == "linear":
+        return ", ".join(fp.linear_kernels) or None
+    return getattr(fp, _COLUMNS[column][0], None)
 
 
-def _model_info(cell: dict, run: dict) -> tuple[float | None, float | None]:
+def _auto(value: str | None) -> str | None:
+    return None if value is None or value.lower() == "auto" else value
+
+
+def _kernel(cell: CellResult, column: str) -> Kernel:
+    """One kernel column, from the verdicts the run recorded. A failed or warned verdict makes
+    the cell a mismatch (the log shows another kernel) or unconfirmed (it shows none); a passed
+    one with a request is ok; without a verdict the column shows what the fingerprint says."""
+    field, checks = _COLUMNS[column]
+    got = _selected(cell.fingerprint, column)
+    recorded = [v for v in cell.verdicts if v.check in checks]
+    bad = [v for v in recorded if v.status is not VerdictStatus.PASS]
+    if bad:
+        main = bad[0]
+        asked = main.asked or _auto(getattr(cell.requested, field))
+        shown = main.got or got
+        state = "mismatch" if any(v.failed for v in bad) and shown else "unconfirmed"
+        text = "; ".join(dict.fromkeys(v.message for v in bad))
+        return Kernel(asked, shown, state, text)
+    if recorded:
+        asked = next((_auto(v.asked) for v in recorded if _auto(v.asked)), None)
+        if asked is None and any(v.check == field and v.asked is None for v in recorded):
+            asked = _auto(getattr(cell.requested, field))  # v1 verdicts carry no asked/got
+        shown = next((v.got for v in recorded if v.got), None) or got
+        if asked is not None:
+            return Kernel(asked, shown, "ok", f"asked {asked}, got {shown}")
+        return Kernel(None, shown, "auto", f"auto: {shown}" if shown else "n/a")
+    requested = _auto(getattr(cell.requested, field))
+    if cell.fingerprint is None:  # never read a log (not served, tool error): nothing to show
+        return Kernel(requested, None, "auto", "n/a")
+    if requested is not None:  # asked, but nothing judged it: say so, judge nothing here
+        return Kernel(requested, got, "unjudged",
+                      f"asked {requested}, no verdict recorded; the log shows {got or 'nothing'}")
+    return Kernel(None, got, "auto", f"auto: {got}" if got else "n/a")
+
+
+def _kernels(cell: CellResult) -> dict[str, Kernel]:
+    return {column: _kernel(cell, column) for column in _COLUMNS}
+
+
+def _model_info(cell: CellResult, run: RunRecord) -> tuple[float | None, float | None]:
     """(active_params_b, bytes_per_param): the cell's model_info, else run.json matrix.models."""
-    info = cell.get("model_info") or {}
-    if not info:
-        models = (run.get("matrix") or {}).get("models") or {}
-        info = models.get(cell.get("model")) or {}
-    a, b = info.get("active_params_b"), info.get("bytes_per_param")
+    a, b = cell.model_info.active_params_b, cell.model_info.bytes_per_param
+    if a is None and b is None:
+        models = (run.matrix.model_extra or {}).get("models") or {}
+        info = models.get(cell.model) or {}
+        a, b = info.get("active_params_b"), info.get("bytes_per_param")
     return (float(a) if a else None), (float(b) if b else None)
 
 
-def _autotuner(fp: dict) -> str:
-    skips = fp.get("autotuner_skipped") or ()
-    return ", ".join(f"{s['op'].rsplit('::', 1)[-1]}: {s['count']}" for s in skips) or "none"
+def _spec(fp: FingerprintRecord | None) -> str | None:
+    """Speculative decoding as the log shows it (None when the cell had none)."""
+    if fp is None or not (fp.spec_method or fp.spec_acceptance_rate is not None):
+        return None
+    parts = [fp.spec_method or "method n/a"]
+    if fp.num_speculative_tokens:
+        parts.append(f"{fp.num_speculative_tokens} tokens")
+    if fp.spec_acceptance_rate is not None:
+        parts.append(f"acceptance {fp.spec_acceptance_rate:.1%}")
+    if fp.spec_acceptance_per_position:
+        parts.append("per position " + " ".join(f"{x:.0%}" for x in fp.spec_acceptance_per_position[:8]))
+    if fp.drafter_moe_backend:
+        parts.append(f"drafter MoE {fp.drafter_moe_backend}")
+    return ", ".join(parts)
 
 
-def _cell(cell: dict, run: dict) -> Cell:
-    fp = cell.get("fingerprint") or {}
-    bench = cell.get("bench") or {}
-    levels = sorted(bench.get("levels") or (), key=lambda lv: lv.get("concurrency", 0))
-    c1 = next((lv for lv in levels if lv.get("concurrency") == 1), None)
+def _autotuner(fp: FingerprintRecord | None) -> str:
+    if fp is None:
+        return "n/a"
+    return ", ".join(f"{s.op.rsplit('::', 1)[-1]}: {s.count}" for s in fp.autotuner_skipped) or "none"
+
+
+def _memory(mem: MemoryRecord | None) -> str:
+    if mem is None:
+        return "not watched"
+    slopes = ", ".join(
+        f"{name} {value:+.2f} GiB/h"
+        for name, value in (("host", mem.host_slope_gib_per_h), ("gpu", mem.gpu_slope_gib_per_h))
+        if value is not None
+    )
+    return "; ".join(x for x in (slopes, mem.reason) if x) or "no slope"
+
+
+def _error(cell: CellResult) -> str | None:
+    if cell.error is None:
+        return None
+    return f"{cell.error.type}: {cell.error.message}"
+
+
+def _identity(cell: CellResult) -> dict:
+    return {"id": cell.id, "stack": cell.stack, "model": cell.model, "config": cell.config,
+            "quantization": str(cell.quantization or "?"), "status": cell.status.value}
+
+
+def _reasons(cell: CellResult) -> tuple[str, ...]:
+    """The failed verdicts' messages (CellResult.reasons), the tool's own error marked as such;
+    for a skipped cell, why it was skipped (a warning verdict, since skipping is not failing)."""
+    out = [f"tool error: {v.message}" if v.check == "error" else v.message
+           for v in cell.verdicts if v.failed]
+    error = _error(cell)
+    if error and not any(v.check == "error" for v in cell.verdicts):
+        out.insert(0, f"tool error: {error}")
+    if not out and cell.status is Status.SKIPPED:
+        out = [v.message for v in cell.verdicts if v.status is VerdictStatus.WARN]
+    return tuple(out)
+
+
+def _cell(cell: CellResult, run: RunRecord) -> Cell:
+    fp, bench = cell.fingerprint, cell.bench
+    levels = sorted(bench.levels, key=lambda lv: lv.concurrency) if bench else []
+    c1 = bench.level(1) if bench else None
     top = levels[-1] if levels else None
     per_stream, aggregate = _stat(c1, "per_stream_tok_s"), _stat(top, "aggregate_tok_s")
-    top_c = top.get("concurrency") if top else None
+    top_c = top.concurrency if top else None
 
-    bandwidth = ((run.get("matrix") or {}).get("hardware") or {}).get("bandwidth_gbs")
+    bandwidth = run.matrix.hardware.get("bandwidth_gbs")
     active_b, bpp = _model_info(cell, run)
     eff_c1 = eff_top = None
     if not (active_b and bpp):
@@ -251,44 +299,32 @@ def _cell(cell: dict, run: dict) -> Cell:
         if aggregate and top_c:  # one weight read serves top_c streams
             eff_top = roofline_efficiency(aggregate.value / top_c, active_b * 1e9, bpp, bandwidth)
 
-    mem = cell.get("memory") or {}
-    if not mem:
-        mem_note = "not watched"
-    else:
-        slopes = ", ".join(
-            f"{name} {mem[key]:+.2f} GiB/h"
-            for name, key in (("host", "host_slope_gib_per_h"), ("gpu", "gpu_slope_gib_per_h"))
-            if mem.get(key) is not None
-        )
-        mem_note = "; ".join(x for x in (slopes, mem.get("reason")) if x) or "no slope"
+    error = _error(cell)
     return Cell(
-        id=cell.get("id", "?"),
-        stack=cell.get("stack", "?"),
-        model=cell.get("model", "?"),
-        config=cell.get("config", "?"),
-        quantization=str(cell.get("quantization") or "?"),
-        status=cell.get("status", "?"),
-        reasons=tuple(cell.get("reasons") or ()),
-        signatures=tuple(fp.get("signatures") or ()),
+        **_identity(cell),
+        reasons=_reasons(cell),
+        signatures=tuple(fp.signatures) if fp else (),
         kernels=_kernels(cell),
-        kv_cache_tokens=fp.get("kv_cache_tokens"),
+        kv_cache_tokens=fp.kv_cache_tokens if fp else None,
         autotuner=_autotuner(fp),
+        spec=_spec(fp),
         per_stream_c1=per_stream,
         aggregate=aggregate,
         top_concurrency=top_c,
-        prefill_tok_s=bench.get("prefill_tok_s"),
-        prefill_prompt_tokens=bench.get("prefill_prompt_tokens"),
-        cold_ttft_ms=bench.get("cold_ttft_ms"),
-        prefix_hit_rate=bench.get("prefix_cache_hit_rate"),
-        warm_ttft_ms=bench.get("warm_ttft_ms"),
+        prefill_tok_s=bench.prefill_tok_s if bench else None,
+        prefill_prompt_tokens=bench.prefill_prompt_tokens if bench else None,
+        cold_ttft_ms=bench.cold_ttft_ms if bench else None,
+        prefix_hit_rate=bench.prefix_cache_hit_rate if bench else None,
+        warm_ttft_ms=bench.warm_ttft_ms if bench else None,
         efficiency_c1=eff_c1,
         efficiency_top=eff_top,
         roofline_note=note,
-        leak=mem.get("leak") if mem else None,
-        memory_note=mem_note,
-        total_s=(cell.get("durations") or {}).get("total_s"),
-        format_verdict=next((v for v in cell.get("verdicts") or () if v.get("check") == "expect.nvfp4_over_fp8"),
-                            None),
+        leak=cell.memory.leak if cell.memory else None,
+        memory_note=_memory(cell.memory),
+        total_s=cell.durations.get("total_s"),
+        format_verdict=cell.verdict(FORMAT_CHECK),
+        error=error,
+        traceback=cell.error.traceback if cell.error else (),
     )
 
 
@@ -303,7 +339,7 @@ def _missing(cell_id: str) -> Cell:
         quantization="?",
         status="not run",
         reasons=("no cell result was written",),
-        kernels=dict.fromkeys(("moe", "linear", "attention", "cudagraph"), none),
+        kernels=dict.fromkeys(_COLUMNS, none),
     )
 
 
@@ -338,8 +374,8 @@ def _pairs(cells: tuple[Cell, ...], min_ratio: float | None) -> tuple[Pair, ...]
         elif min_ratio is None:
             verdict = "no rule"
         elif nv.format_verdict is not None:  # the run judged it, with its noise band: show that
-            verdict = nv.format_verdict["status"].upper()
-            if "within noise" in nv.format_verdict.get("message", ""):
+            verdict = nv.format_verdict.status.value.upper()
+            if "within noise" in nv.format_verdict.message:
                 verdict += " (within noise)"
         else:
             verdict = "PASS" if ratio >= min_ratio else "FAIL"
@@ -347,54 +383,47 @@ def _pairs(cells: tuple[Cell, ...], min_ratio: float | None) -> tuple[Pair, ...]
     return tuple(out)
 
 
-def _build(b: dict) -> Build:
-    image = b.get("image")
-    if isinstance(image, dict):
-        image = image.get("ref") or image.get("id")
-    audit = b.get("audit") or {}
-    lines: list[str] = []
+def _build(b: BuildOutcome) -> Build:
+    image = b.image_ref or b.image_id
+    legacy = (b.model_extra or {}).get("image")  # v1 build records kept the image as a dict
+    if image is None and isinstance(legacy, dict):
+        image = legacy.get("ref") or legacy.get("id")
+    audit = b.audit or {}
+    summary = b.audit_summary or {}
     if isinstance(audit.get("verdicts"), list):  # AuditReport.to_json()
-        lines = [
-            f"{v.get('target')}: {v.get('status')}: {v.get('message')}" for v in audit["verdicts"]
-        ]
+        lines = [f"{v.get('target')}: {v.get('status')}: {v.get('message')}" for v in audit["verdicts"]]
     else:  # AuditReport.summary(): flat "audit.*" labels
-        lines = [
-            f"{k.removeprefix('audit.verdict.')}: {v}"
-            for k, v in audit.items()
-            if k.startswith("audit.verdict.")
-        ]
-    audit_status = audit.get("status") or audit.get("audit.status") or ("n/a" if not audit else "?")
-    return Build(
-        str(b.get("stack", "?")),
-        str(b.get("status", "?")),
-        str(image or "n/a"),
-        str(audit_status),
-        tuple(lines),
-    )
+        flat = audit or summary
+        lines = [f"{k.removeprefix('audit.verdict.')}: {v}" for k, v in flat.items()
+                 if k.startswith("audit.verdict.")]
+    audit_status = (audit.get("status") or audit.get("audit.status") or summary.get("audit.status")
+                    or ("n/a" if not (audit or summary) else "?"))
+    if b.failed and b.reason:
+        lines.insert(0, f"build: {b.reason}")
+    return Build(b.stack, b.status, str(image or "n/a"), str(audit_status), tuple(lines))
 
 
 def load(run_dir: str | Path) -> Report:
     run_dir = Path(run_dir)
-    run, raw_cells, raw_builds = read_run_dir(run_dir)
-    matrix = run.get("matrix") or {}
-    hw = matrix.get("hardware") or {}
-    seen = {c.get("id"): c for c in raw_cells}
-    order = list(run.get("cells") or ()) + [i for i in seen if i not in (run.get("cells") or ())]
+    run, finished, builds = read_run_dir(run_dir)
+    matrix = run.matrix
+    seen = {c.id: c for c in finished}
+    order = list(run.cells) + [i for i in seen if i not in run.cells]
     cells = tuple(_cell(seen[i], run) if i in seen else _missing(i) for i in order)
-    expect = matrix.get("expect") or {}
-    min_ratio = expect.get("nvfp4_over_fp8_min_ratio")
+    min_ratio = matrix.min_ratio
     return Report(
-        run_id=str(run.get("run_id", run_dir.name)),
-        matrix_name=str(matrix.get("name", "?")),
-        hardware=str(matrix.get("hardware_name") or hw.get("description") or "?"),
-        bandwidth_gbs=hw.get("bandwidth_gbs"),
-        run_status=str(run.get("status", "?")),
-        started_at=str(run.get("started_at") or "?"),
-        finished_at=str(run.get("finished_at") or "-"),
-        tool_version=str(run.get("tool_version", "?")),
+        run_id=run.run_id,
+        matrix_name=str(matrix.name or "?"),
+        hardware=str(matrix.hardware_name or matrix.hardware.get("description") or "?"),
+        bandwidth_gbs=matrix.hardware.get("bandwidth_gbs"),
+        run_status=run.status.value,
+        started_at=str(run.started_at or "?"),
+        finished_at=str(run.finished_at or "-"),
+        tool_version=str(run.tool_version or "?"),
         min_ratio=min_ratio,
-        ratio_recorded="nvfp4_over_fp8_min_ratio" in expect,
+        ratio_recorded="nvfp4_over_fp8_min_ratio" in matrix.expect,
         cells=cells,
         pairs=_pairs(cells, min_ratio),
-        builds=tuple(_build(b) for b in raw_builds),
+        builds=tuple(_build(b) for b in builds.values()),
+        note=run.note,
     )

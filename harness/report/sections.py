@@ -11,9 +11,12 @@ from dataclasses import dataclass, field
 from harness.report.data import Cell, Report, Stat
 
 BAD, WARN, GOOD, PLAIN = "bad", "warn", "good", ""
-_STATUS_TONE = {"pass": GOOD, "skipped": PLAIN, "not run": WARN}
-# A request the log does not confirm fails like a contradicted one ("asking is not getting").
-_KERNEL_TONE = {"mismatch": BAD, "unconfirmed": BAD, "ok": GOOD, "auto": PLAIN}
+# "error" is the tool failing, not the stack: it reads as a warning, with its own section.
+_STATUS_TONE = {"pass": GOOD, "skipped": PLAIN, "not run": WARN, "error": WARN}
+# A request the log does not confirm fails like a contradicted one ("asking is not getting");
+# one no verdict judged is shown as asked, with what the log says, as a warning.
+_KERNEL_TONE = {"mismatch": BAD, "unconfirmed": BAD, "ok": GOOD, "auto": PLAIN, "unjudged": WARN}
+_SHOW_TEXT = ("mismatch", "unconfirmed", "unjudged")
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,23 @@ def _overview(r: Report) -> Section:
     )
 
 
+def _errors(r: Report) -> Section | None:
+    """Cells where the tool itself raised: its bug (or the host's), not the stack's."""
+    failed = [c for c in r.cells if c.error]
+    if not failed:
+        return None
+    rows = tuple((Td(c.id), Td(c.error or "", WARN), Td(" | ".join(c.traceback[-3:]) or "-"))
+                 for c in failed)
+    return Section(
+        "errors",
+        "Tool errors",
+        (f"{len(failed)} cell(s) ended as 'error': the harness raised inside the cell and the run "
+         "went on. This says nothing about the stack; the full traceback is in the cell's JSON.",),
+        ("cell", "error", "last traceback lines"),
+        rows,
+    )
+
+
 def _kernels(r: Report) -> Section:
     cols = ("moe", "linear", "attention", "cudagraph")
     rows, items = [], []
@@ -85,7 +105,7 @@ def _kernels(r: Report) -> Section:
         row = [Td(c.id)]
         for col in cols:
             k = c.kernels[col]
-            text = k.text if k.state in ("mismatch", "unconfirmed") else (k.got or "n/a")
+            text = k.text if k.state in _SHOW_TEXT else (k.got or "n/a")
             row.append(Td(text, _KERNEL_TONE[k.state]))
             if k.state in ("mismatch", "unconfirmed"):
                 items.append(Td(f"{c.id}: {col}: {k.text}", BAD))
@@ -97,7 +117,8 @@ def _kernels(r: Report) -> Section:
         "Kernel selection (requested vs what the log shows)",
         (
             "Asking is not getting: a column shows what the server log proves was selected; a "
-            "request the log contradicts reads 'asked X, got Y'.",
+            "request the log contradicts reads 'asked X, got Y'. Every mark comes from the "
+            "verdicts the run recorded; a request no verdict judged says so.",
         ),
         (
             "cell",
@@ -274,10 +295,29 @@ def _builds(r: Report) -> Section:
     )
 
 
+def _spec(r: Report) -> Section | None:
+    rows = tuple((Td(c.id), Td(c.spec)) for c in r.cells if c.spec)
+    if not rows:
+        return None
+    return Section(
+        "spec",
+        "Speculative decoding",
+        ("From the server log: the method and number of speculative tokens it was started with, "
+         "the acceptance rate of its last `SpecDecoding metrics` line, overall and per position, "
+         "and the drafter's own MoE kernel (kept apart from the main model's).",),
+        ("cell", "speculative decoding"),
+        rows,
+    )
+
+
 def sections(r: Report) -> list[Section]:
+    errors = _errors(r)
+    spec = _spec(r)
     return [
         _overview(r),
+        *([errors] if errors else []),
         _kernels(r),
+        *([spec] if spec else []),
         _decode(r),
         _pairs(r),
         _roofline(r),
@@ -293,7 +333,7 @@ def header(r: Report) -> list[tuple[str, str]]:
         ("run", r.run_id),
         ("matrix", r.matrix_name),
         ("hardware", r.hardware + bw),
-        ("status", r.run_status),
+        ("status", r.run_status + (f" ({r.note})" if r.note else "")),
         ("started", r.started_at),
         ("finished", r.finished_at),
         ("harness", r.tool_version),

@@ -1,10 +1,12 @@
 """`harness bug RUN CELL`: a ready-to-file upstream bug report for one cell of a run.
 
-Everything in it comes from the run directory (never from the host the command runs on, which
-may not be the one that ran the cell): the host and image fingerprints, the build labels, the
-exact serve command, the verdicts and the log lines that prove them. vLLM's collect_env misses
-compute capability, archs actually compiled, FlashInfer builds, patches and image identity
-(FACTS.md, "Bug-report fingerprint anchors"): those are what a maintainer asks for first.
+Everything in it comes from the run directory's typed records (never from the host the command
+runs on, which may not be the one that ran the cell): the host and image fingerprints, the build
+labels, the exact serve command, the verdicts the run recorded and the log lines that prove
+them. It judges nothing: a cell with nothing wrong gets no report unless asked (`--force`).
+vLLM's collect_env misses compute capability, archs actually compiled, FlashInfer builds,
+patches and image identity (FACTS.md, "Bug-report fingerprint anchors"): those are what a
+maintainer asks for first. Paths are shown relative to the run directory or the current one.
 Secrets are masked in every piece, and once more over the whole text.
 """
 
@@ -13,10 +15,19 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from harness.errors import ConfigError
 from harness.fingerprint.tables import signatures
 from harness.redact import redact_args, redact_env, redact_text
+from harness.results.model import (
+    BuildOutcome,
+    CellResult,
+    FingerprintRecord,
+    RunRecord,
+    Status,
+    VerdictStatus,
+)
 from harness.results.store import RunStore
 
 LOG_TAIL_LINES = 40
@@ -34,14 +45,16 @@ TRACKERS = {
         "NVIDIA Container Toolkit",
         "https://github.com/NVIDIA/nvidia-container-toolkit/issues/new/choose",
     ),
+    "harness": ("this harness", "this repository's issue tracker (not upstream)"),
 }
 _SELECTION_CHECKS = ("moe_backend", "linear_backend", "attention_backend")
 _CRASH_VERB = {
-    "crashed": "server crashes at start-up",
-    "hung": "server hangs at start-up",
-    "timeout": "server not ready before the start-up timeout",
-    "build-failed": "image build fails",
+    Status.CRASHED: "server crashes at start-up",
+    Status.HUNG: "server hangs at start-up",
+    Status.TIMEOUT: "server not ready before the start-up timeout",
+    Status.BUILD_FAILED: "image build fails",
 }
+StackKind = Literal["built", "prebuilt", "local"]
 
 
 @dataclass(frozen=True)
@@ -50,90 +63,76 @@ class Tracker:
     why: str
 
 
-def _chip(run: dict) -> str:
-    host = run.get("host") or {}
-    gpus = host.get("gpus") or []
-    hw = (run.get("matrix") or {}).get("hardware") or {}
+def nothing_wrong(cell: CellResult) -> bool:
+    """Passed (or skipped) with no failed verdict: there is no bug to report."""
+    return cell.status in (Status.PASS, Status.SKIPPED) and not any(v.failed for v in cell.verdicts)
+
+
+def _chip(run: RunRecord) -> str:
+    gpus = run.host.get("gpus") or []
     name = gpus[0].get("name") if gpus else None
-    cc = (gpus[0].get("cc") if gpus else None) or hw.get("cc")
-    name = name or (run.get("matrix") or {}).get("hardware_name") or "unknown GPU"
+    cc = (gpus[0].get("cc") if gpus else None) or run.matrix.hardware.get("cc")
+    name = name or run.matrix.hardware_name or "unknown GPU"
     if cc:
         sm = "SM_" + str(cc).replace(".", "")
         return f"{name} ({sm}, cc {cc})"
     return name
 
 
-def _fatal(fp: dict) -> list[str]:
+def _fatal(fp: FingerprintRecord | None) -> list[str]:
     severity = {s.id: s.severity for s in signatures()}
-    return [s for s in fp.get("signatures") or [] if severity.get(s) == "fatal"]
+    return [s for s in (fp.signatures if fp else ()) if severity.get(s) == "fatal"]
 
 
-def symptom(cell: dict) -> str:
+def _flag(check: str) -> str:
+    return "--" + check.removeprefix("log:").replace("_", "-")
+
+
+def symptom(cell: CellResult) -> str:
     """One line naming what went wrong, most specific evidence first: a fatal signature, a
-    start-up failure, a kernel the cell asked for and did not get, what the log says it asked."""
-    fp = cell.get("fingerprint") or {}
-    status = cell.get("status")
-    fatal = _fatal(fp)
+    start-up failure, a tool error, a kernel the cell asked for and did not get, one the log's
+    own record of the request did not get, then the first failed verdict."""
+    fatal = _fatal(cell.fingerprint)
     if fatal:
-        return f"{fatal[0]}: {_CRASH_VERB.get(status, 'server fails')}"
-    if status in _CRASH_VERB:
-        return _CRASH_VERB[status]
-    failed = [v for v in cell.get("verdicts") or [] if v.get("status") == "fail"]
+        return f"{fatal[0]}: {_CRASH_VERB.get(cell.status, 'server fails')}"
+    if cell.status in _CRASH_VERB:
+        return _CRASH_VERB[cell.status]
+    if cell.status is Status.ERROR and cell.error:
+        return f"harness raised inside the cell: {cell.error.type}: {cell.error.message}"
+    failed = [v for v in cell.verdicts if v.failed]
     for v in failed:
-        if v.get("check") in _SELECTION_CHECKS:
-            return f"--{v['check'].replace('_', '-')} not honoured: {v['message']}"
-    for m in fp.get("mismatches") or []:
-        flag = "--" + m["what"].replace("_", "-")
-        return f"{flag} {m['asked']} not honoured: the log shows {m['got']}"
+        if v.check in _SELECTION_CHECKS:
+            return f"{_flag(v.check)} not honoured: {v.message}"
+    for v in failed:
+        if v.check.startswith("log:"):
+            return f"{_flag(v.check)} not honoured: {v.message} (the log's own record of the request)"
     if failed:
-        return f"{failed[0]['check']}: {failed[0]['message']}"
-    if cell.get("reasons") or []:
-        return cell["reasons"][0]
-    return f"cell status {status}"
+        return f"{failed[0].check}: {failed[0].message}"
+    return f"no failure recorded (cell {cell.status.value}; report forced)"
 
 
-def trackers(cell: dict) -> list[Tracker]:
+def trackers(cell: CellResult) -> list[Tracker]:
     """Likely upstream homes, best guess first: the signature table's tracker for each known
     failure, vLLM for a kernel request it did not honour, FlashInfer for autotuner skips."""
-    fp = cell.get("fingerprint") or {}
     by_id = {s.id: s for s in signatures()}
     found: list[Tracker] = []
-    for sid in sorted(
-        fp.get("signatures") or [],
-        key=lambda s: by_id[s].severity != "fatal" if s in by_id else True,
-    ):
+    sigs = cell.fingerprint.signatures if cell.fingerprint else ()
+    for sid in sorted(sigs, key=lambda s: by_id[s].severity != "fatal" if s in by_id else True):
         if sid in by_id:
             sig = by_id[sid]
-            found.append(
-                Tracker(sig.tracker, f"signature `{sid}` ({sig.severity}): see {sig.link}")
-            )
-    for v in cell.get("verdicts") or []:
-        if v.get("check") in _SELECTION_CHECKS and v.get("status") == "fail":
-            found.append(
-                Tracker(
-                    "vllm",
-                    f"{v['check']}: {v['message']}: vLLM's kernel "
-                    "selection (oracle / --moe-backend / --linear-backend)",
-                )
-            )
-    for m in fp.get("mismatches") or []:
-        got = str(m.get("got", ""))
-        # A FlashInfer kernel picked instead of the one asked is still vLLM's oracle choosing.
-        found.append(
-            Tracker(
-                "vllm",
-                f"{m['what']} asked {m['asked']}, got {got}: vLLM's "
-                "kernel selection (oracle / --moe-backend / --linear-backend)",
-            )
-        )
-    for v in cell.get("verdicts") or []:
-        if v.get("check", "").startswith("autotuner:") and v.get("status") == "fail":
-            found.append(
-                Tracker(
-                    "flashinfer", f"{v['message']} (FlashInfer cubins or JIT archs for this GPU)"
-                )
-            )
-    if not found and cell.get("status") == "build-failed":
+            found.append(Tracker(sig.tracker, f"signature `{sid}` ({sig.severity}): see {sig.link}"))
+    for v in cell.verdicts:
+        if v.failed and v.check.removeprefix("log:") in _SELECTION_CHECKS:
+            # A FlashInfer kernel picked instead of the one asked is still vLLM's oracle choosing.
+            found.append(Tracker("vllm", f"{v.check}: {v.message}: vLLM's kernel selection "
+                                 "(oracle / --moe-backend / --linear-backend)"))
+    for v in cell.verdicts:
+        if v.check.startswith("autotuner:") and v.failed:
+            found.append(Tracker("flashinfer",
+                                 f"{v.message} (FlashInfer cubins or JIT archs for this GPU)"))
+    if not found and cell.status is Status.ERROR:
+        found.append(Tracker("harness", "the harness itself raised: not a bug of the stack"))
+    if not found and cell.status is Status.BUILD_FAILED:
         found.append(Tracker("vllm", "the image build failed (vLLM's CMake / kernels)"))
     if not found:
         found.append(Tracker("vllm", "no signature names another project"))
@@ -149,16 +148,41 @@ def _kv(rows: list[tuple[str, object]]) -> list[str]:
     return out
 
 
-def _labels(cell: dict, build: dict) -> dict[str, str]:
-    image = cell.get("image") or build.get("image") or {}
-    labels = dict(build.get("labels") or {})
-    labels.update(image.get("labels") or {})
+def _image(cell: CellResult, build: BuildOutcome | None) -> tuple[str | None, str | None]:
+    """(ref, id) of the image the cell ran: the cell's own record, else the build's."""
+    if cell.image and (cell.image.ref or cell.image.id):
+        return cell.image.ref, cell.image.id
+    if build is None:
+        return None, None
+    legacy = (build.model_extra or {}).get("image")  # v1 build records kept a dict here
+    if isinstance(legacy, dict) and not build.image_ref:
+        return legacy.get("ref"), legacy.get("id")
+    return build.image_ref, build.image_id
+
+
+def _labels(cell: CellResult, build: BuildOutcome | None) -> dict[str, str]:
+    labels = dict(build.labels) if build else {}
+    if cell.image:
+        labels.update(cell.image.labels)
     return {str(k): str(v) for k, v in labels.items()}
 
 
-def _vllm_version(cell: dict, labels: dict[str, str]) -> str | None:
+def stack_kind(cell: CellResult, build: BuildOutcome | None) -> StackKind:
+    """local: a Python environment on the host; prebuilt: an image the harness did not build
+    (reused, no harness.* build labels); built: an image the harness builds from the matrix."""
+    if cell.runner == "local" or (build is not None and build.status == "local"):
+        return "local"
+    by_harness = any(k.startswith("harness.") and not k.startswith("harness.local.")
+                     for k in _labels(cell, build))
+    ref, _ = _image(cell, build)
+    if not by_harness and ref and (build is None or build.status == "reused"):
+        return "prebuilt"
+    return "built"
+
+
+def _vllm_version(cell: CellResult, labels: dict[str, str]) -> str | None:
     """Probe first (what the image holds), then the build labels, then the log banner."""
-    probe = (cell.get("image_fingerprint") or {}).get("vllm") or {}
+    probe = (cell.image_fingerprint or {}).get("vllm") or {}
     version, commit = probe.get("version"), probe.get("git_sha")
     for k, v in labels.items():
         low = k.lower()
@@ -166,29 +190,33 @@ def _vllm_version(cell: dict, labels: dict[str, str]) -> str | None:
             version = version or v
         if "vllm" in low and low.endswith(("commit", "sha")):
             commit = commit or v
-    version = version or (cell.get("fingerprint") or {}).get("vllm_version")
+    version = version or (cell.fingerprint.vllm_version if cell.fingerprint else None)
     if version and commit:
         return f"{version} (commit {commit})"
     return version
 
 
-def _environment(run: dict, cell: dict, build: dict) -> list[str]:
-    host = run.get("host") or {}
+def _audit(cell: CellResult, build: BuildOutcome | None) -> dict:
+    """The flat audit summary (`audit.*` keys): the cell's, else the build's."""
+    if cell.audit:
+        return cell.audit
+    if build is None:
+        return {}
+    return build.audit_summary or build.audit or {}
+
+
+def _environment(run: RunRecord, cell: CellResult, build: BuildOutcome | None) -> list[str]:
+    host = run.host
     gpus = host.get("gpus") or []
     gpu_text = (
         "; ".join(f"{g.get('name')} (cc {g.get('cc')}, {g.get('memory_gib')} GiB)" for g in gpus)
-        or f"none recorded (matrix hardware: {(run.get('matrix') or {}).get('hardware_name')})"
+        or f"none recorded (matrix hardware: {run.matrix.hardware_name})"
     )
     lines = ["## Environment", "", "### Host", ""]
     lines += _kv(
         [
             ("GPU", gpu_text),
-            (
-                "compute capability",
-                gpus[0].get("cc")
-                if gpus
-                else ((run.get("matrix") or {}).get("hardware") or {}).get("cc"),
-            ),
+            ("compute capability", gpus[0].get("cc") if gpus else run.matrix.hardware.get("cc")),
             ("driver", host.get("driver")),
             ("CUDA driver", host.get("cuda_driver")),
             ("kernel", host.get("kernel")),
@@ -199,34 +227,28 @@ def _environment(run: dict, cell: dict, build: dict) -> list[str]:
             ("NVIDIA Container Toolkit", host.get("nvidia_container_toolkit")),
         ]
     )
-    probe = cell.get("image_fingerprint") or {}
+    probe = cell.image_fingerprint or {}
     torch = probe.get("torch") or {}
     dists = probe.get("distributions") or {}
-    image = cell.get("image") or build.get("image") or {}
+    ref, image_id = _image(cell, build)
     labels = _labels(cell, build)
     fi_labels = {k: v for k, v in labels.items() if "flashinfer" in k.lower()}
-    lines += ["", "### Image", ""]
+    kind = stack_kind(cell, build)
+    lines += ["", "### Image" if kind != "local" else "### Python environment (local stack)", ""]
     lines += _kv(
         [
-            ("image", f"{image.get('ref')} ({image.get('id')})" if image else None),
+            ("image" if kind != "local" else "environment",
+             f"{ref} ({image_id})" if ref and image_id else ref),
             ("vLLM", _vllm_version(cell, labels)),
-            (
-                "torch",
-                f"{torch.get('version')} (CUDA {torch.get('cuda')})"
-                if torch.get("version")
-                else None,
-            ),
+            ("torch",
+             f"{torch.get('version')} (CUDA {torch.get('cuda')})" if torch.get("version") else None),
             ("torch arch list", ", ".join(torch.get("arch_list") or []) or None),
             ("CUDA runtime", (probe.get("cuda_runtime") or {}).get("version")),
-            (
-                "FlashInfer",
-                ", ".join(f"{k} {v}" for k, v in dists.items() if k.startswith("flashinfer") and v)
-                or None,
-            ),
-            (
-                "FlashInfer pins (labels)",
-                ", ".join(f"{k}={v}" for k, v in sorted(fi_labels.items())) or None,
-            ),
+            ("FlashInfer",
+             ", ".join(f"{k} {v}" for k, v in dists.items() if k.startswith("flashinfer") and v)
+             or None),
+            ("FlashInfer pins (labels)",
+             ", ".join(f"{k}={v}" for k, v in sorted(fi_labels.items())) or None),
             ("Triton", dists.get("triton")),
             ("Python", probe.get("python")),
         ]
@@ -234,96 +256,147 @@ def _environment(run: dict, cell: dict, build: dict) -> list[str]:
     patches = {k: v for k, v in labels.items() if "patch" in k.lower() or "pr." in k.lower()}
     lines += ["", "### Patches (from the image labels, with sha256)", ""]
     lines += [f"- `{k}`: `{v}`" for k, v in sorted(patches.items())] or ["- none recorded"]
-    audit = cell.get("audit") or build.get("audit") or {}
+    audit = _audit(cell, build)
     lines += ["", "### Archs actually compiled (harness audit of the image)", ""]
-    lines += [f"- `{k}`: {v}" for k, v in sorted(audit.items())] or [
+    lines += [f"- `{k}`: {v}" for k, v in sorted(audit.items()) if not isinstance(v, dict | list)] or [
         "- no audit recorded (run `harness audit` on the image)"
     ]
     return lines
 
 
-def _serve(cell: dict) -> list[str]:
-    serve = cell.get("serve") or {}
-    cmd = redact_args([str(a) for a in serve.get("command") or []])
-    env = redact_env({str(k): str(v) for k, v in (serve.get("env") or {}).items()})
+def _shown_path(path: str | None, base: Path, what: str) -> tuple[str, str | None]:
+    """A path as the report shows it: relative to `base` when under it (or already relative),
+    else only its name, with a note. Absolute paths of another machine help nobody."""
+    if not path:
+        return f"<{what}>", f"the run recorded no {what} path: give yours"
+    p = Path(path)
+    if not p.is_absolute():
+        return path, None
+    try:
+        return str(p.relative_to(base.resolve())), None
+    except ValueError:
+        return p.name, (f"the run used `{p.name}` from a directory outside this one "
+                        f"(run.json stores it absolute): give its path here")
+
+
+def _rebuild(cell: CellResult, build: BuildOutcome | None, matrix: str, quoted_id: str) -> list[str]:
+    kind = stack_kind(cell, build)
+    labels = _labels(cell, build)
+    ref, image_id = _image(cell, build)
+    if kind == "local":
+        probe = cell.image_fingerprint or {}
+        dists = {k: v for k, v in (probe.get("distributions") or {}).items() if v}
+        vllm = (probe.get("vllm") or {}).get("git_sha")
+        lines = ["## The Python environment (local stack: nothing to build)", "",
+                 "The cell ran vLLM from a Python environment on the host, not from an image. "
+                 "What it held (`pip show`-style, from the harness probe of that Python):", "",
+                 "```"]
+        lines.append(f"python {probe.get('python') or '?'} ({probe.get('executable') or 'executable not recorded'})")
+        lines += [f"{k}=={v}" for k, v in sorted(dists.items())] or ["# no distributions recorded"]
+        if vllm:
+            lines.append(f"# vllm git sha {vllm}")
+        lines += ["```", ""]
+        return lines
+    if kind == "prebuilt":
+        lines = ["## The image (prebuilt: nothing to build)", "",
+                 "The stack names an image the harness did not build; get the same one:", "",
+                 "```sh", f"docker pull {shlex.quote(ref or '<image>')}"]
+        if image_id:
+            lines.append(f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(ref or '<image>')}"
+                         f"  # must print {image_id}")
+        lines += ["```", ""]
+    else:
+        lines = ["## Rebuild the exact image", "", "```sh",
+                 f"harness build -m {shlex.quote(matrix)} -k {quoted_id}", "```", ""]
+    if labels:
+        lines += ["Image labels (what the build recorded):", "", "```"]
+        lines += [f"{k}={v}" for k, v in sorted(labels.items())]
+        lines += ["```", ""]
+    return lines
+
+
+def _serve(cell: CellResult) -> list[str]:
+    serve = cell.serve
+    cmd = redact_args([str(a) for a in serve.command]) if serve else []
+    env = redact_env({str(k): str(v) for k, v in serve.env.items()}) if serve else {}
     lines = ["## Serve command and environment", "", "```sh"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
     lines.append(shlex.join(cmd) if cmd else "# no command recorded")
     lines += ["```", ""]
-    lines.append(
-        f"Start-up: state `{serve.get('state')}`, exit code {serve.get('exit_code')}, "
-        f"{serve.get('startup_s')} s."
-    )
+    if serve is None or serve.state is None:
+        lines.append("Start-up: not recorded (the cell never started a server).")
+        return lines
+    parts = [f"state `{serve.state}`"]
+    if serve.exit_code is not None:
+        parts.append(f"exit code {serve.exit_code}")
+    if serve.startup_s is not None:
+        parts.append(f"after {serve.startup_s} s")
+    lines.append("Start-up: " + ", ".join(parts) + ".")
     return lines
 
 
-def _expected_actual(cell: dict) -> list[str]:
-    req = cell.get("requested") or {}
-    fp = cell.get("fingerprint") or {}
+def _expected_actual(cell: CellResult) -> list[str]:
+    req, fp = cell.requested, cell.fingerprint
     rows = [
-        ("MoE backend", req.get("moe_backend"), fp.get("moe_backend")),
-        ("linear backend", req.get("linear_backend"), ", ".join(fp.get("linear_kernels") or [])),
-        ("attention backend", req.get("attention_backend"), fp.get("attention_backend")),
-        ("CUDA-graph mode", req.get("cudagraph_mode"), fp.get("cudagraph_mode")),
+        ("MoE backend", req.moe_backend, fp.moe_backend if fp else None),
+        ("linear backend", req.linear_backend, ", ".join(fp.linear_kernels) if fp else None),
+        ("attention backend", req.attention_backend, fp.attention_backend if fp else None),
+        ("CUDA-graph mode", req.cudagraph_mode, fp.cudagraph_mode if fp else None),
     ]
     lines = ["## Expected vs actual", "", "| | asked | the log shows |", "|---|---|---|"]
     lines += [f"| {k} | {a or 'auto'} | {g or '-'} |" for k, a, g in rows]
-    lines += ["", f"Cell status: **{cell.get('status')}**.", ""]
-    bad = [v for v in cell.get("verdicts") or [] if v.get("status") != "pass"]
+    lines += ["", f"Cell status: **{cell.status.value}**.", ""]
+    if cell.error:
+        lines += [f"The harness raised inside the cell: `{cell.error.type}: {cell.error.message}`", ""]
+        if cell.error.traceback:
+            lines += ["```", *cell.error.traceback[-15:], "```", ""]
+    bad = [v for v in cell.verdicts if v.status is not VerdictStatus.PASS]
     if bad:
         lines += ["| check | verdict | message |", "|---|---|---|"]
-        lines += [
-            f"| {v['check']} | {v['status']} | {str(v['message']).replace('|', '/')} |" for v in bad
-        ]
-    shown = {v["check"] for v in bad}
-    lines += [
-        f"- {r}" for r in cell.get("reasons") or [] if not any(r.startswith(c + ":") for c in shown)
-    ]
+        lines += [f"| {v.check} | {v.status.value} | {v.message.replace('|', '/')} |" for v in bad]
     return lines
 
 
-def _log_tail(store: RunStore, cell: dict) -> list[str]:
-    tail = (cell.get("serve") or {}).get("log_tail") or []
+def _log_tail(store: RunStore, cell: CellResult) -> list[str]:
+    tail = cell.serve.log_tail if cell.serve else ()
     if tail:
         return [str(x) for x in tail[-LOG_TAIL_LINES:]]
-    path = store.log_path(cell["id"])
+    path = store.log_path(cell.id)
     if path.is_file():
         return path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
     return []
 
 
-def _evidence(store: RunStore, cell: dict) -> list[str]:
-    fp = cell.get("fingerprint") or {}
-    lines = [
-        "## Evidence from the server log",
-        "",
-        f"Quoted lines only; the full log is `{(cell.get('serve') or {}).get('log') or ''}` "
-        "in the run directory (attach it if asked).",
-        "",
-        "```",
-    ]
+def _evidence(store: RunStore, cell: CellResult) -> list[str]:
+    fp = cell.fingerprint
+    log = cell.serve.log if cell.serve else None
+    shown, _ = _shown_path(log, store.dir, "server log") if log else ("", None)
+    where = f"the full log is `{shown}` in the run directory" if log else "no server log recorded"
+    lines = ["## Evidence from the server log", "",
+             f"Quoted lines only; {where} (attach it if asked).", "", "```"]
+    opened = len(lines)
     seen: set[str] = set()
-    for key, line in (fp.get("evidence") or {}).items():
+    for key, line in (fp.evidence if fp else {}).items():
         if line not in seen:
             lines.append(f"[{key}] {line}")
             seen.add(line)
-    for v in cell.get("verdicts") or []:
-        if v.get("status") == "fail":
-            for line in v.get("lines") or []:
+    for v in cell.verdicts:
+        if v.failed:
+            for line in v.lines:
                 if line and line not in seen:
-                    lines.append(f"[{v['check']}] {line}")
+                    lines.append(f"[{v.check}] {line}")
                     seen.add(line)
-    if len(lines) == 5:
+    if len(lines) == opened:
         lines.append("(the fingerprint found no evidence lines)")
     lines.append("```")
-    if cell.get("status") in _CRASH_VERB or _fatal(fp):
+    if cell.status in _CRASH_VERB or _fatal(fp):
         tail = _log_tail(store, cell)
         if tail:
             lines += ["", f"Last {len(tail)} log lines:", "", "```", *tail, "```"]
     return lines
 
 
-def bug_report(store: RunStore, cell_id: str) -> str:
+def _read(store: RunStore, cell_id: str, force: bool) -> CellResult:
     cell = store.read_cell(cell_id)
     if cell is None:
         known = ", ".join(sorted(store.finished_ids())) or "none"
@@ -331,11 +404,24 @@ def bug_report(store: RunStore, cell_id: str) -> str:
             f"{store.dir}: no finished cell {cell_id!r}",
             hint=f"give one of the finished cells: {known}",
         )
+    if nothing_wrong(cell) and not force:
+        failed = [c.id for c in store.cells() if not nothing_wrong(c)]
+        raise ConfigError(
+            f"{cell_id} in {store.run_id}: status {cell.status.value} and no failed verdict, "
+            "so there is no bug to report",
+            hint=(f"pick a cell that went wrong ({', '.join(failed)})" if failed
+                  else "no cell of this run went wrong") + ", or pass --force to write it anyway",
+        )
+    return cell
+
+
+def bug_report(store: RunStore, cell_id: str, *, force: bool = False) -> str:
+    cell = _read(store, cell_id, force)
     run = store.run
-    build = store.builds().get(cell.get("stack") or "", {})
-    matrix = (run.get("matrix") or {}).get("path") or "<matrix.toml>"
+    build = store.builds().get(cell.stack)
+    matrix, matrix_note = _shown_path(run.matrix.path, Path.cwd(), "matrix")
     chip = _chip(run)
-    driver = (run.get("host") or {}).get("driver")
+    driver = run.host.get("driver")
     labels = _labels(cell, build)
     version = _vllm_version(cell, labels)
     version = version.split(" (")[0] if version else None
@@ -354,18 +440,7 @@ def bug_report(store: RunStore, cell_id: str) -> str:
     lines += [f"- {TRACKERS.get(t.key, (t.key,))[0]}: {t.why}" for t in found]
     lines += [""]
     lines += _environment(run, cell, build) + [""]
-    lines += [
-        "## Rebuild the exact image",
-        "",
-        "```sh",
-        f"harness build -m {shlex.quote(matrix)} -k {quoted_id}",
-        "```",
-        "",
-    ]
-    if labels:
-        lines += ["Image labels (what the build recorded):", "", "```"]
-        lines += [f"{k}={v}" for k, v in sorted(labels.items())]
-        lines += ["```", ""]
+    lines += _rebuild(cell, build, matrix, quoted_id)
     lines += _serve(cell) + [""]
     lines += _expected_actual(cell) + [""]
     lines += _evidence(store, cell) + [""]
@@ -379,17 +454,22 @@ def bug_report(store: RunStore, cell_id: str) -> str:
         f"harness run -m {shlex.quote(matrix)} -k {quoted_id}",
         "```",
         "",
-        f"Run `{run.get('run_id')}`, cell `{cell_id}`, started {cell.get('started_at')}.",
-        "",
     ]
+    if matrix_note:
+        lines += [f"Matrix: {matrix_note}.", ""]
+    lines += [f"Run `{run.run_id}`, cell `{cell_id}`, started {cell.started_at or 'at an unrecorded time'}.", ""]
     # Every piece above was masked already; this pass catches what a new field might carry.
     return redact_text("\n".join(lines))
 
 
-def write_report(store: RunStore, cell_id: str, out: Path | None) -> str:
+def write_report(store: RunStore, cell_id: str, out: Path | None, *, force: bool = False) -> str:
     from harness.results.store import atomic_write_text
 
-    text = bug_report(store, cell_id)
+    text = bug_report(store, cell_id, force=force)
     if out is not None:
-        atomic_write_text(out, text)
+        try:
+            atomic_write_text(out, text)
+        except OSError as exc:
+            raise ConfigError(f"--out {out}: cannot write it ({exc.strerror or exc})",
+                              hint="give --out a file path in a folder you can write to") from None
     return text

@@ -6,8 +6,6 @@ import argparse
 from pathlib import Path
 
 from harness.console import err, out
-from harness.results.bug import write_report
-from harness.results.store import RunStore
 
 
 def register(subparsers) -> None:
@@ -16,19 +14,27 @@ def register(subparsers) -> None:
         help="write a ready-to-file upstream bug report for one cell of a run",
         description="Markdown with title, host and image fingerprints, patches, compiled "
         "archs, the exact serve command (secrets masked), expected vs actual, the log lines "
-        "that prove it, a one-command reproduction and the likely upstream tracker.",
+        "that prove it, a one-command reproduction and the likely upstream tracker. A cell "
+        "that passed with no failed verdict has nothing to report (exit 2) unless --force.",
     )
     p.add_argument("run_dir", type=Path, help="results/<run-id>")
     p.add_argument("cell_id", help="the cell id, e.g. 'vllm-0251/qwen3moe-nvfp4/moe=marlin'")
     p.add_argument("--out", type=Path, help="write the report here instead of stdout")
+    p.add_argument("--force", action="store_true",
+                   help="write the report even for a cell with nothing wrong")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    from harness.results.bug import write_report
+    from harness.results.compare_cli import check_output_file
+    from harness.results.store import RunStore
+
+    target = check_output_file(args.out, "--out") if args.out else None
     store = RunStore.open(args.run_dir)
-    text = write_report(store, args.cell_id, args.out)
-    if args.out:
-        err.print(f"wrote {args.out}")
+    text = write_report(store, args.cell_id, target, force=args.force)
+    if target:
+        err.print(f"wrote {target}", markup=False)
     else:
         out.print(text, markup=False)
     return 0

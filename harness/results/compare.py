@@ -15,6 +15,7 @@ from typing import Any, Literal
 from harness.bench.noise import classify
 from harness.fingerprint.tables import signatures
 from harness.redact import redact_text
+from harness.results.model import STATUS_RANK, BenchRecord, CellResult, RunRecord
 from harness.results.store import RunStore
 
 Kind = Literal["regression", "gain", "change", "note"]
@@ -26,8 +27,6 @@ SINGLE_SAMPLE_FLOOR = 0.10
 # Below this many milliseconds a TTFT difference is client-host scheduling, not the server.
 TTFT_ABS_FLOOR_MS = 5.0
 KERNEL_FIELDS = ("moe_backend", "linear_kernels", "attention_backend", "cudagraph_mode")
-# Worse is higher; a move up is a regression, down a gain. `skipped` is not comparable.
-_STATUS_RANK = {"pass": 0, "fail": 1, "hung": 2, "timeout": 2, "crashed": 3, "build-failed": 4}
 # (figure in a bench level, label, higher is better)
 _LEVEL_FIGURES = (
     ("per_stream_tok_s", "decode per-stream tok/s", True),
@@ -89,37 +88,41 @@ class Comparison:
         }
 
 
-def _floor(run: dict) -> float | None:
-    bench = (run.get("matrix") or {}).get("bench") or {}
-    value = bench.get("noise_floor")
-    return float(value) if isinstance(value, int | float) else None
+def _floor(run: RunRecord) -> float | None:
+    return run.matrix.noise_floor
 
 
 def _side(store: RunStore) -> RunSide:
-    return RunSide(
-        store.run_id, str(store.dir), store.run.get("status"), store.run.get("host") or {}
-    )
+    return RunSide(store.run_id, str(store.dir), store.run.status.value, dict(store.run.host))
 
 
-def _status(cid: str, b: dict, c: dict) -> list[Finding]:
-    bs, cs = b.get("status"), c.get("status")
+def _error(cell: CellResult) -> str:
+    return f" ({cell.error.type}: {cell.error.message})" if cell.error else ""
+
+
+def _status(cid: str, b: CellResult, c: CellResult) -> list[Finding]:
+    bs, cs = b.status, c.status
     if bs == cs:
         return []
-    why = "; ".join(c.get("reasons") or []) or "-"
-    if "skipped" in (bs, cs) or bs not in _STATUS_RANK or cs not in _STATUS_RANK:
-        return [Finding(cid, "note", "status", f"status {bs} -> {cs} (not comparable)", bs, cs)]
-    rb, rc = _STATUS_RANK[bs], _STATUS_RANK[cs]
+    if bs not in STATUS_RANK or cs not in STATUS_RANK:  # skipped, error: nothing about the stack
+        why = _error(c) or _error(b)
+        return [Finding(cid, "note", "status", f"status {bs} -> {cs} (not comparable){why}",
+                        bs.value, cs.value)]
+    why = "; ".join(c.reasons) or "-"
+    rb, rc = STATUS_RANK[bs], STATUS_RANK[cs]
     kind: Kind = "regression" if rc > rb else "gain" if rc < rb else "change"
-    return [Finding(cid, kind, "status", f"status {bs} -> {cs} ({why})", bs, cs)]
+    return [Finding(cid, kind, "status", f"status {bs} -> {cs} ({why})", bs.value, cs.value)]
 
 
-def _kernels(cid: str, b: dict, c: dict, gate: bool) -> list[Finding]:
-    fb, fc = b.get("fingerprint") or {}, c.get("fingerprint") or {}
+def _kernels(cid: str, b: CellResult, c: CellResult, gate: bool) -> list[Finding]:
+    fb, fc = b.fingerprint, c.fingerprint
+    if fb is None or fc is None:
+        return []
     out = []
     for name in KERNEL_FIELDS:
-        vb, vc = fb.get(name), fc.get(name)
+        vb, vc = getattr(fb, name), getattr(fc, name)
         if name == "linear_kernels":
-            vb, vc = sorted(vb or []) or None, sorted(vc or []) or None
+            vb, vc = sorted(vb) or None, sorted(vc) or None
         # A side that never got as far as selecting proves nothing about the selection.
         if vb is None or vc is None or vb == vc:
             continue
@@ -136,10 +139,10 @@ def _kernels(cid: str, b: dict, c: dict, gate: bool) -> list[Finding]:
     return out
 
 
-def _signatures(cid: str, b: dict, c: dict) -> list[Finding]:
+def _signatures(cid: str, b: CellResult, c: CellResult) -> list[Finding]:
     severity = {s.id: s.severity for s in signatures()}
-    sb = set((b.get("fingerprint") or {}).get("signatures") or [])
-    sc = set((c.get("fingerprint") or {}).get("signatures") or [])
+    sb = set(b.fingerprint.signatures if b.fingerprint else ())
+    sc = set(c.fingerprint.signatures if c.fingerprint else ())
     out = []
     for sig in sorted(sc - sb):
         fatal = severity.get(sig) == "fatal"
@@ -166,13 +169,6 @@ def _signatures(cid: str, b: dict, c: dict) -> list[Finding]:
             )
         )
     return out
-
-
-def _values(level: dict, key: str) -> list[float]:
-    samples = [v for v in (level.get("samples") or {}).get(key) or [] if v is not None]
-    if samples:
-        return samples
-    return [level[key]] if level.get(key) is not None else []
 
 
 def _figure(cid, what, vb, vc, floor, higher, abs_floor=0.0):
@@ -204,19 +200,22 @@ def _figure(cid, what, vb, vc, floor, higher, abs_floor=0.0):
     )
 
 
-def _bench(cid: str, b: dict, c: dict, floor: float) -> tuple[list[dict], list[Finding]]:
-    bb, bc = b.get("bench"), c.get("bench")
-    if not bb or not bc:
+def _bench(cid: str, b: CellResult, c: CellResult, floor: float) -> tuple[list[dict], list[Finding]]:
+    bb, bc = b.bench, c.bench
+    if bb is None or bc is None:
         return [], []
+    return _levels(cid, bb, bc, floor)
+
+
+def _levels(cid: str, bb: BenchRecord, bc: BenchRecord, floor: float) -> tuple[list[dict], list[Finding]]:
     rows, found = [], []
-    levels_c = {lv["concurrency"]: lv for lv in bc.get("levels") or []}
-    for lb in bb.get("levels") or []:
-        conc = lb["concurrency"]
-        lc = levels_c.get(conc)
+    for lb in bb.levels:
+        conc = lb.concurrency
+        lc = bc.level(conc)
         if lc is None:
             continue
         for key, label, higher in _LEVEL_FIGURES:
-            vb, vc = _values(lb, key), _values(lc, key)
+            vb, vc = lb.values(key), lc.values(key)
             if not vb or not vc or not _nonzero(vb):
                 continue
             abs_floor = TTFT_ABS_FLOOR_MS if key.startswith("ttft") else 0.0
@@ -224,7 +223,7 @@ def _bench(cid: str, b: dict, c: dict, floor: float) -> tuple[list[dict], list[F
             rows.append(row)
             if f:
                 found.append(f)
-        fb, fc = lb.get("failed") or 0, lc.get("failed") or 0
+        fb, fc = lb.failed, lc.failed
         if fc > fb:
             found.append(
                 Finding(
@@ -236,19 +235,19 @@ def _bench(cid: str, b: dict, c: dict, floor: float) -> tuple[list[dict], list[F
                     fc,
                 )
             )
-        if lc.get("degenerate") and not lb.get("degenerate"):
+        if lc.degenerate and not lb.degenerate:
             found.append(
                 Finding(
                     cid,
                     "regression",
                     f"degenerate output @c={conc}",
                     f"output became degenerate @c={conc} (4-gram diversity "
-                    f"{lc.get('diversity_min')}): numerics broke",
+                    f"{lc.diversity_min}): numerics broke",
                     False,
                     True,
                 )
             )
-    pb, pc = bb.get("prefill_tok_s"), bc.get("prefill_tok_s")
+    pb, pc = bb.prefill_tok_s, bc.prefill_tok_s
     if pb and pc:
         row, f = _figure(cid, "prefill tok/s", [pb], [pc], max(floor, SINGLE_SAMPLE_FLOOR), True)
         rows.append(row)
@@ -261,32 +260,16 @@ def _nonzero(values: list[float]) -> bool:
     return any(v != 0 for v in values)
 
 
-def _memory(cid: str, b: dict, c: dict) -> list[Finding]:
-    mb, mc = b.get("memory") or {}, c.get("memory") or {}
-    if not mc:
+def _memory(cid: str, b: CellResult, c: CellResult) -> list[Finding]:
+    mb, mc = b.memory, c.memory
+    if mc is None:
         return []
-    if mc.get("leak") and not mb.get("leak"):
-        return [
-            Finding(
-                cid,
-                "regression",
-                "memory",
-                f"memory leak flagged: {mc.get('reason')}",
-                mb.get("host_slope_gib_per_h"),
-                mc.get("host_slope_gib_per_h"),
-            )
-        ]
-    if mb.get("leak") and not mc.get("leak"):
-        return [
-            Finding(
-                cid,
-                "gain",
-                "memory",
-                f"memory leak gone: {mc.get('reason')}",
-                mb.get("host_slope_gib_per_h"),
-                mc.get("host_slope_gib_per_h"),
-            )
-        ]
+    was_leaking = mb is not None and mb.leak
+    slopes = (mb.host_slope_gib_per_h if mb else None, mc.host_slope_gib_per_h)
+    if mc.leak and not was_leaking:
+        return [Finding(cid, "regression", "memory", f"memory leak flagged: {mc.reason}", *slopes)]
+    if was_leaking and not mc.leak:
+        return [Finding(cid, "gain", "memory", f"memory leak gone: {mc.reason}", *slopes)]
     return []
 
 
@@ -302,8 +285,8 @@ def compare_runs(
     if floor is None:
         floors = [f for f in (_floor(baseline.run), _floor(candidate.run)) if f is not None]
         floor = max(floors) if floors else DEFAULT_FLOOR
-    cells_b = {c["id"]: c for c in baseline.cells()}
-    cells_c = {c["id"]: c for c in candidate.cells()}
+    cells_b = {c.id: c for c in baseline.cells()}
+    cells_c = {c.id: c for c in candidate.cells()}
     compared = [cid for cid in cells_b if cid in cells_c]
     findings: list[Finding] = []
     figures: list[dict] = []

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 from pathlib import Path
 
 from harness.console import err, out
-from harness.errors import Regression
+from harness.errors import ConfigError, Regression
 from harness.redact import redact_text
-from harness.results.compare import compare_runs, to_markdown
-from harness.results.store import RunStore, atomic_write_text
 
 
 def register(subparsers) -> None:
@@ -27,7 +27,8 @@ def register(subparsers) -> None:
     p.add_argument("--md", type=Path, help="write the Markdown report to this file")
     p.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
     p.add_argument(
-        "--floor", type=float, help="noise floor as a fraction (default: the matrix's, else 0.02)"
+        "--floor", type=float, help="noise floor as a fraction, 0 < floor < 1 "
+        "(default: the matrix's, else 0.02)"
     )
     p.add_argument(
         "--allow-kernel-changes",
@@ -37,18 +38,60 @@ def register(subparsers) -> None:
     p.set_defaults(func=main)
 
 
+def check_floor(floor: float | None) -> float | None:
+    """A relative band: 0.02 is 2 %. Anything else would make every figure noise, or none."""
+    if floor is None:
+        return None
+    if not math.isfinite(floor) or not 0 < floor < 1:
+        raise ConfigError(
+            f"--floor {floor}: the noise floor is a fraction between 0 and 1 (exclusive)",
+            hint="give e.g. --floor 0.02 for 2 %, or leave it out to use the matrix's "
+            "bench.noise_floor",
+        )
+    return floor
+
+
+def check_output_file(path: Path, flag: str) -> Path:
+    """Before any work: the file can be written (not a folder, its folder exists and is
+    writable), so a long comparison or report never ends in a traceback."""
+    path = Path(path)
+    hint = f"give {flag} a file path in a folder you can write to"
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a folder, not a file", hint=hint)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        why = "is not a folder" if parent.exists() else "does not exist"
+        raise ConfigError(f"{flag} {path}: {parent} {why}", hint=hint)
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(f"{flag} {path}: not writable", hint=hint)
+    return path
+
+
+def write_output(path: Path, text: str, flag: str) -> None:
+    from harness.results.store import atomic_write_text
+
+    try:
+        atomic_write_text(path, text)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot write it ({exc.strerror or exc})",
+                          hint=f"give {flag} a file path in a folder you can write to") from None
+
+
 def main(args: argparse.Namespace) -> int:
+    from harness.results.compare import compare_runs, to_markdown
+    from harness.results.store import RunStore
+
+    floor = check_floor(args.floor)
+    md_path = check_output_file(args.md, "--md") if args.md else None
     base, cand = RunStore.open(args.baseline), RunStore.open(args.candidate)
-    cmp = compare_runs(
-        base, cand, floor=args.floor, kernel_changes_regress=not args.allow_kernel_changes
-    )
+    cmp = compare_runs(base, cand, floor=floor, kernel_changes_regress=not args.allow_kernel_changes)
     md = to_markdown(cmp)
-    if args.md:
-        atomic_write_text(args.md, md)
-        err.print(f"wrote {args.md}")
+    if md_path:
+        write_output(md_path, md, "--md")
+        err.print(f"wrote {md_path}", markup=False)
     if args.json:
         out.print(redact_text(json.dumps(cmp.to_json(), indent=2)), markup=False)
-    elif not args.md:
+    elif not md_path:
         out.print(md, markup=False, end="")
     regs = cmp.regressions
     if regs:

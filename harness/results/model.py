@@ -107,6 +107,16 @@ class FingerprintRecord(Open):
     signatures: tuple[str, ...] = ()
     vllm_version: str | None = None
     evidence: dict[str, str] = Field(default_factory=dict)
+    # how the engine died, when it did (root cause = first exception that is not a wrapper)
+    fatal: bool = False
+    failure_class: str | None = None
+    root_cause: str | None = None
+    # speculative decoding: the drafter's own kernels and its acceptance
+    drafter_moe_backend: str | None = None
+    spec_method: str | None = None
+    num_speculative_tokens: int | None = None
+    spec_acceptance_rate: float | None = None
+    spec_acceptance_per_position: tuple[float, ...] = ()
 
 
 class BenchLevel(Open):
@@ -301,6 +311,8 @@ def _lift_v1(data: dict) -> dict:
         lifted.append({"check": check, "status": "fail", "message": r, "lines": []})
     data["verdicts"] = lifted + verdicts
     data["format"] = FORMAT
+    if isinstance(data.get("durations"), dict):  # v1 readers took null figures
+        data["durations"] = {k: v for k, v in data["durations"].items() if v is not None}
     if isinstance(data.get("image"), dict) and not any(data["image"].values()):
         data["image"] = None
     build = data.get("build")
@@ -416,6 +428,10 @@ class BuildOutcome(Open):
             raise ValueError(f"a build record is a JSON object, not {type(data).__name__}")
         data = {k: v for k, v in data.items() if v is not None or k in ("audit",)}
         data.setdefault("stack", stack or "?")
+        image = data.get("image")
+        if isinstance(image, dict):  # v1 wrote {ref, id} where v2 has image_ref / image_id
+            data.setdefault("image_ref", image.get("ref"))
+            data.setdefault("image_id", image.get("id"))
         try:
             return cls.model_validate(data)
         except ValidationError as exc:

@@ -64,11 +64,13 @@ def plan(cell: Cell, matrix: Matrix, *, run_id: str, log_path: Path, image: str 
         src = serve_cmd.model_path(cell, matrix.path.parent)
         mount_list = []
         override = None
-        if Path(src).is_dir():  # a local checkpoint: mount it read-only where vLLM reads it
+        # a local checkpoint (model_path resolved and checked it; a hub id is never absolute, even
+        # when a folder of that name happens to sit in the working directory): mount it read-only
+        if Path(src).is_absolute() and Path(src).is_dir():
             override = f"{CONTAINER_MODEL_DIR}/{cell.model_name}"
             mount_list.append((src, override, "ro"))
-        if serve.model_cache:
-            mount_list.append((serve.model_cache, "/root/.cache/huggingface", "ro"))
+        if (cache := serve_cmd.model_cache(serve)) is not None:  # checked again before mounting
+            mount_list.append((cache, "/root/.cache/huggingface", "ro"))
         cmd = serve_cmd.build(cell, serve, matrix_dir=matrix.path.parent, port=serve.port,
                               host="0.0.0.0", model_override=override, identity=ident)
         argv = ("python3", *serve_cmd.VLLM_MODULE, *cmd.args)

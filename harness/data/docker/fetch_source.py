@@ -5,6 +5,9 @@
 
 The sdist comes from PyPI's simple index and must match the sha256 pinned in the matrix; a
 git source is checked out at the full commit SHA. The tree lands in DIR with no top folder.
+The matrix loader has checked every argument already; they are checked again here because
+they arrive through a shell-expanded build ARG: a URL by scheme and shape, a commit as 40 hex,
+`--` before git's positionals, and only https (or ssh for git) on the wire.
 """
 
 from __future__ import annotations
@@ -18,10 +21,27 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
 INDEX = "https://pypi.org/simple/{name}/"
+# The same shapes as harness/matrix/model.py (GIT_URL, FULL_SHA, VERSION): this file is stdlib only.
+GIT_URL = re.compile(
+    r"^(?:https://[A-Za-z0-9][A-Za-z0-9.-]*(?::\d{1,5})?/[A-Za-z0-9._~/+-]+"
+    r"|ssh://(?:[A-Za-z0-9][A-Za-z0-9._-]*@)?[A-Za-z0-9][A-Za-z0-9.-]*(?::\d{1,5})?/[A-Za-z0-9._~/+-]+"
+    r"|[A-Za-z0-9][A-Za-z0-9._-]*@[A-Za-z0-9][A-Za-z0-9.-]*:[A-Za-z0-9_~/][A-Za-z0-9._~/+-]*)$"
+)
+FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+VERSION = re.compile(r"^[0-9][0-9A-Za-z.+!_-]{0,63}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+GIT_SAFE = ["-c", "protocol.allow=never", "-c", "protocol.https.allow=always", "-c", "protocol.ssh.allow=always"]
+
+
+def _https(url: str) -> str:
+    if not url.startswith("https://"):
+        sys.exit(f"fetch_source: refusing {url!r}: only https:// is fetched")
+    return url
 
 
 class _Links(html.parser.HTMLParser):
@@ -39,7 +59,7 @@ def _normalize(name: str) -> str:
 
 
 def sdist_url(name: str, version: str, index: str = INDEX) -> tuple[str, str | None]:
-    with urllib.request.urlopen(index.format(name=_normalize(name)), timeout=60) as resp:
+    with urllib.request.urlopen(_https(index.format(name=_normalize(name))), timeout=60) as resp:
         page = resp.read().decode()
     links = _Links()
     links.feed(page)
@@ -47,7 +67,7 @@ def sdist_url(name: str, version: str, index: str = INDEX) -> tuple[str, str | N
     for href in links.hrefs:
         url, _, frag = href.partition("#")
         if url.rsplit("/", 1)[-1].lower() == want:
-            return url, frag.removeprefix("sha256=") or None
+            return urllib.parse.urljoin(index.format(name=_normalize(name)), url), frag.removeprefix("sha256=") or None
     sys.exit(f"fetch_source: no {want} on {index.format(name=_normalize(name))}")
 
 
@@ -55,7 +75,7 @@ def fetch_pypi(name: str, version: str, sha256: str, dest: Path) -> None:
     url, _listed = sdist_url(name, version)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sdist.tar.gz"
-        with urllib.request.urlopen(url, timeout=600) as resp, path.open("wb") as f:
+        with urllib.request.urlopen(_https(url), timeout=600) as resp, path.open("wb") as f:
             shutil.copyfileobj(resp, f)
         got = hashlib.sha256(path.read_bytes()).hexdigest()
         if sha256 and got != sha256:
@@ -67,11 +87,29 @@ def fetch_pypi(name: str, version: str, sha256: str, dest: Path) -> None:
 
 
 def fetch_git(url: str, commit: str, dest: Path) -> None:
-    subprocess.run(["git", "init", "-q", str(dest)], check=True)
-    subprocess.run(["git", "-C", str(dest), "fetch", "--depth", "1", url, commit], check=True)
-    subprocess.run(["git", "-C", str(dest), "checkout", "-q", "FETCH_HEAD"], check=True)
-    subprocess.run(["git", "-C", str(dest), "submodule", "update", "--init", "--recursive", "--depth", "1"],
-                   check=True)
+    subprocess.run(["git", "init", "-q", "--", str(dest)], check=True)
+    subprocess.run(["git", *GIT_SAFE, "-C", str(dest), "fetch", "--depth", "1", "--", url, commit], check=True)
+    subprocess.run(["git", "-C", str(dest), "checkout", "-q", "--detach", "FETCH_HEAD"], check=True)
+    head = subprocess.run(["git", "-C", str(dest), "rev-parse", "--verify", "HEAD^{commit}"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    if head != commit:
+        sys.exit(f"fetch_source: {url} answered {head}, not the pinned {commit}")
+    # submodule URLs come from the pinned commit's own .gitmodules; the same transports only
+    subprocess.run(["git", *GIT_SAFE, "-C", str(dest), "submodule", "update", "--init", "--recursive",
+                    "--depth", "1"], check=True)
+
+
+def check_args(kind: str, what: str, pin: str, sha256: str) -> None:
+    if kind == "git":
+        if not GIT_URL.match(what):
+            sys.exit(f"fetch_source: {what!r} is not a git URL (https://, ssh:// or user@host:path)")
+        if not FULL_SHA.match(pin):
+            sys.exit(f"fetch_source: {pin!r} is not a full 40-hex commit SHA")
+    else:
+        if not NAME.match(what) or not VERSION.match(pin):
+            sys.exit(f"fetch_source: {what!r} {pin!r} is not a distribution name and version")
+    if sha256 and not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        sys.exit(f"fetch_source: --sha256 {sha256!r} is not 64 hex characters")
 
 
 def main() -> None:
@@ -82,6 +120,7 @@ def main() -> None:
     ap.add_argument("--sha256", default="")
     ap.add_argument("--dest", type=Path, required=True)
     a = ap.parse_args()
+    check_args(a.kind, a.what, a.pin, a.sha256)
     if a.kind == "pypi":
         fetch_pypi(a.what, a.pin, a.sha256, a.dest)
     else:

@@ -1,0 +1,204 @@
+"""Score the fingerprint against a corpus of real logs with hand-written expectations.
+
+    python -m harness.fingerprint.corpus [DIR]     (default: tests/fixtures/logs/corpus)
+
+Each `NNN-slug.log` has a sidecar `NNN-slug.toml` whose `[expect]` table holds the facts a
+person checked by reading the log (schema: tests/fixtures/logs/corpus/README.md). Every key is
+one asserted fact (each id of `signatures_absent` is one fact). Prints a per-log and a per-key
+table, the total score (facts right / facts asserted) and every miss; exit 1 on any miss, 2 on
+a bad corpus (a missing sidecar, an unknown key).
+"""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness.errors import ConfigError
+from harness.fingerprint.parse import Fingerprint, fingerprint
+from harness.fingerprint.tables import load_signatures
+
+DEFAULT_DIR = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "logs" / "corpus"
+# `SpecDecoding metrics` print the rate with one decimal of a percent.
+_RATE_TOLERANCE = 0.0006
+
+
+class Expect(BaseModel):
+    """Facts checked by hand; an absent key is not asserted."""
+
+    model_config = ConfigDict(extra="forbid")
+    vllm_version: str | None = Field(default=None, description="as the log prints it")
+    moe_backend: str | None = Field(default=None, description="main model's MoE backend")
+    linear_kernels: list[str] | None = Field(default=None, description="all main linear kernels")
+    attention_backend: str | None = Field(default=None, description="upper-case enum name")
+    cudagraph_mode: str | None = Field(default=None, description="final mode")
+    kv_cache_tokens: int | None = Field(default=None, description="GPU KV cache size")
+    autotuner_skipped: dict[str, int] | None = Field(default=None, description="op -> count")
+    drafter_moe_backend: str | None = Field(default=None, description="drafter's MoE backend")
+    spec_method: str | None = Field(default=None, description="speculative method")
+    num_speculative_tokens: int | None = Field(default=None, description="draft length")
+    spec_acceptance_rate: float | None = Field(default=None, description="last metrics line")
+    fatal: bool | None = Field(default=None, description="the engine died in this log")
+    failure_class: str | None = Field(default=None, description="see signatures.toml")
+    root_cause: str | None = Field(default=None, description="substring of the root-cause line")
+    asked: str | None = Field(default=None, description="refused request, lower-case")
+    signatures_absent: list[str] | None = Field(default=None, description="ids that must not fire")
+
+
+class Sidecar(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    source: str = Field(description="where the log was read")
+    title: str = Field(description="one line: what this log is")
+    vllm_version: str = Field(default="", description="as far as the thread says")
+    hardware: str = Field(default="", description="free text")
+    format: str = Field(
+        description="plain | json | compose | journald | nested | ray | library | k8s"
+    )
+    excerpt: bool = Field(default=False, description="a cut of a longer log")
+    notes: str = Field(default="", description="what a reader should know")
+    expect: Expect = Field(default_factory=Expect, description="facts checked by hand")
+
+
+@dataclass(frozen=True)
+class Fact:
+    log: str
+    key: str
+    expected: Any
+    got: Any
+    ok: bool
+
+
+def _got(fp: Fingerprint, key: str) -> Any:
+    if key == "autotuner_skipped":
+        return dict(fp.autotuner_skipped)
+    return getattr(fp, key)
+
+
+def check(name: str, expect: Expect, fp: Fingerprint) -> list[Fact]:
+    """One Fact per asserted key (one per id for `signatures_absent`)."""
+    facts: list[Fact] = []
+    known = load_signatures()
+    for key, want in expect.model_dump(exclude_none=True).items():
+        if key == "signatures_absent":
+            for sig in want:
+                # An id the table does not have can never fire: that is a corpus mistake.
+                ok = sig in known and sig not in fp.signatures
+                got = "unknown id" if sig not in known else ("fired" if not ok else "absent")
+                facts.append(Fact(name, f"signatures_absent:{sig}", "absent", got, ok))
+            continue
+        got = _got(fp, key)
+        if key == "autotuner_skipped":
+            # only the ops the expectation names are asserted
+            ok = all(got.get(op) == n for op, n in want.items())
+            got = {op: got.get(op) for op in want}
+        elif key == "linear_kernels":
+            ok = sorted(want) == sorted(got)
+            got = list(got)
+        elif key == "root_cause":
+            ok = got is not None and want in got
+        elif key == "spec_acceptance_rate":
+            ok = got is not None and abs(got - want) <= _RATE_TOLERANCE
+        elif key == "asked":
+            ok = got is not None and got.lower() == want.lower()
+        else:
+            ok = got == want
+        facts.append(Fact(name, key, want, got, ok))
+    return facts
+
+
+def load(directory: Path) -> list[tuple[str, Sidecar, Path]]:
+    logs = sorted(directory.glob("*.log"))
+    if not logs:
+        raise ConfigError(
+            f"{directory}: no .log files", hint="pass the corpus folder (NNN-slug.log + .toml)"
+        )
+    out = []
+    for log in logs:
+        side = log.with_suffix(".toml")
+        if not side.is_file():
+            raise ConfigError(f"{side}: missing sidecar", hint="write the .toml next to the log")
+        try:
+            sidecar = Sidecar.model_validate(tomllib.loads(side.read_text(encoding="utf-8")))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{side}: not valid TOML ({exc})", hint="fix the syntax") from exc
+        except ValidationError as exc:
+            where = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+            raise ConfigError(
+                f"{side}: {where}", hint="keep to the keys of the corpus schema"
+            ) from exc
+        out.append((log.stem, sidecar, log))
+    return out
+
+
+def score(directory: Path) -> list[Fact]:
+    facts: list[Fact] = []
+    for name, sidecar, log in load(directory):
+        text = log.read_text(encoding="utf-8", errors="replace")
+        facts.extend(check(name, sidecar.expect, fingerprint(text)))
+    return facts
+
+
+def _render(facts: list[Fact], directory: Path) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from harness.console import out
+
+    per_log: dict[str, list[Fact]] = {}
+    per_key: dict[str, list[Fact]] = {}
+    for f in facts:
+        per_log.setdefault(f.log, []).append(f)
+        per_key.setdefault(f.key.split(":")[0], []).append(f)
+
+    logs = Table(title=f"fingerprint corpus {directory}")
+    for col in ("log", "right", "asserted", "missed"):
+        logs.add_column(col, overflow="fold")
+    for name, fs in per_log.items():
+        right = sum(f.ok for f in fs)
+        missed = ", ".join(f.key for f in fs if not f.ok)
+        logs.add_row(
+            Text(name), str(right), str(len(fs)), Text(missed or "-", style="red" if missed else "")
+        )
+    out.print(logs)
+
+    keys = Table(title="per key")
+    for col in ("key", "right", "asserted"):
+        keys.add_column(col)
+    for key, fs in sorted(per_key.items()):
+        keys.add_row(key, str(sum(f.ok for f in fs)), str(len(fs)))
+    out.print(keys)
+
+    misses = [f for f in facts if not f.ok]
+    for f in misses:
+        out.print(
+            Text(f"MISS {f.log} {f.key}: expected {f.expected!r}, got {f.got!r}", style="red")
+        )
+    right = sum(f.ok for f in facts)
+    pct = 100 * right / len(facts) if facts else 0.0
+    out.print(f"score: {right}/{len(facts)} facts right ({pct:.1f} %), {len(per_log)} logs")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) > 1 or (args and args[0].startswith("-")):
+        print("usage: python -m harness.fingerprint.corpus [CORPUS_DIR]", file=sys.stderr)
+        return 2
+    directory = Path(args[0]) if args else DEFAULT_DIR
+    try:
+        facts = score(directory)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    _render(facts, directory)
+    return 0 if all(f.ok for f in facts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,320 @@
+"""Reading a failure nobody described: did the engine die, what was the first real exception,
+in which phase and around which operation.
+
+Data in harness/data/failures.toml (death lines, wrapper exceptions, phases, operations); this
+module only walks the lines. Pure functions of the parsed lines.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from harness.fingerprint.lines import LogLine
+from harness.fingerprint.tables import _invalid, _read
+
+# "Type: message" of a Python exception line (dotted type names, Ray's `Type(Inner)`), the C++
+# `what():` line of an uncaught c10::Error, and CUDA runtime errors printed bare.
+_EXCEPTION = re.compile(
+    r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failed|Exit|Interrupt|Fault))"
+    r"(?:\([\w.]+\))?(?::\s?(?P<msg>.*))?$"
+)
+_CPP_WHAT = re.compile(r"^what\(\):\s+(?P<msg>.+)$")
+_TRACEBACK = "Traceback (most recent call last):"
+# Levels whose exception lines are reported, not raised (a caught optional import, a retried
+# tactic): they never name the root cause.
+QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "WARN"})
+
+
+class _Phase(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="Phase id shown in verdicts (load, autotune, ...).")
+    start: str = Field(description="Regex of the message that starts the phase.")
+
+
+class _Op(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="Operation id shown in verdicts (fused-moe, attention, ...).")
+    pattern: str = Field(description="Regex searched in the lines around a failing line.")
+
+
+class _FailureFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    death: list[str] = Field(description="Regexes of lines that prove the engine died.")
+    wrappers: list[str] = Field(description="Regexes of exceptions that only wrap another one.")
+    started: str = Field(description="Regex of a line that ends the server's start-up.")
+    shutdown: str = Field(description="Regex of a line that starts an orderly stop.")
+    phase: list[_Phase] = Field(description="Start-up phases, in order.")
+    op_window: int = Field(description="Lines searched around a failing line for its operation.")
+    op: list[_Op] = Field(description="Operations, most specific first.")
+
+    @field_validator("death", "wrappers")
+    @classmethod
+    def _compile_all(cls, values: list[str]) -> list[str]:
+        for v in values:
+            re.compile(v)
+        return values
+
+
+@dataclass(frozen=True)
+class FailureTables:
+    death: re.Pattern[str]
+    wrapper: re.Pattern[str]
+    started: re.Pattern[str]
+    shutdown: re.Pattern[str]
+    phases: tuple[tuple[str, re.Pattern[str]], ...]
+    op_window: int
+    ops: tuple[tuple[str, re.Pattern[str]], ...]
+
+
+@cache
+def failure_tables() -> FailureTables:
+    name = "failures.toml"
+    try:
+        spec = _FailureFile.model_validate(_read(name))
+    except ValidationError as exc:
+        raise _invalid(name, exc) from exc
+    return FailureTables(
+        # plain `|` joins (alternation is associative) keep each entry's leading literal visible
+        # to literal_prefixes()
+        death=re.compile("|".join(spec.death), re.M),
+        wrapper=re.compile("|".join(spec.wrappers)),
+        started=re.compile(spec.started),
+        shutdown=re.compile(spec.shutdown, re.M),
+        phases=tuple((p.name, re.compile(p.start, re.M)) for p in spec.phase),
+        op_window=spec.op_window,
+        ops=tuple((o.name, re.compile(o.pattern)) for o in spec.op),
+    )
+
+
+class Indexed:
+    """The parsed lines joined into one text, so a table regex scans the whole log in one C call
+    (re.MULTILINE) instead of one Python call per line; positions map back to line indexes."""
+
+    def __init__(self, lines: list[LogLine]) -> None:
+        self.lines = lines
+        self.text = "\n".join(ln.message.replace("\n", " ") for ln in lines)
+        self.starts: list[int] = []
+        pos = 0
+        for ln in lines:
+            self.starts.append(pos)
+            pos += len(ln.message) + 1
+        self._phase_events: list[tuple[int, str]] | None = None
+
+    def index_of(self, pos: int) -> int:
+        return bisect_right(self.starts, pos) - 1
+
+    def find(self, rx: re.Pattern[str]) -> Iterator[int]:
+        """Indexes of the lines `rx` matches, each once, in order.
+
+        When every branch of `rx` starts with a literal, `str.find` (memchr speed) picks the
+        candidate lines and the regex only runs on those: Python's `re` has no such shortcut for
+        an alternation, and a 1 MB log is mostly request lines no signature cares about."""
+        prefixes = literal_prefixes(rx)
+        if prefixes is None:
+            last = -1
+            for m in rx.finditer(self.text):
+                i = self.index_of(m.start())
+                if i != last:
+                    last = i
+                    yield i
+            return
+        candidates: set[int] = set()
+        text = self.text
+        for lit in prefixes:
+            pos = text.find(lit)
+            while pos != -1:
+                candidates.add(self.index_of(pos))
+                pos = text.find(lit, pos + 1)
+        for i in sorted(candidates):
+            if rx.search(self.lines[i].message):
+                yield i
+
+    def any(self, rx: re.Pattern[str]) -> bool:
+        return next(self.find(rx), None) is not None
+
+    def phase(self, index: int) -> str | None:
+        """The phase lines[index] belongs to: the last phase start seen at or before it."""
+        if self._phase_events is None:
+            tables = failure_tables()
+            events: list[tuple[int, str]] = []
+            for name, rx in tables.phases:
+                events.extend((i, name) for i in self.find(rx))
+            events.extend((i, "post-capture") for i in self.find(_CAPTURE_END))
+            events.extend((i + 1, "post-autotune") for i in self.find(_AUTOTUNE_END))
+            order = {name: n for n, (name, _) in enumerate(tables.phases)}
+            events.sort(key=lambda e: (e[0], order.get(e[1], 99)))
+            self._phase_events = events
+        k = bisect_right(self._phase_events, (index, "\uffff")) - 1
+        return self._phase_events[k][1] if k >= 0 else None
+
+
+_META = set(".^$*+?{}[]()|\\")
+_QUANTIFIERS = set("*+?{")
+
+
+def _split_top(pattern: str) -> list[str] | None:
+    """The top-level alternatives of a regex; None when it has inline flags we cannot honour."""
+    branches, depth, in_class, start, i = [], 0, False, 0, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            branches.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    branches.append(pattern[start:])
+    return branches
+
+
+def _leading_literal(branch: str) -> str:
+    out: list[str] = []
+    i = 1 if branch.startswith("^") else 0
+    while i < len(branch):
+        c = branch[i]
+        if c == "\\":
+            nxt = branch[i + 1 : i + 2]
+            if not nxt or nxt.isalnum():  # \w \d \s \b ...: not a literal
+                break
+            lit, step = nxt, 2
+        elif c in _META:
+            break
+        else:
+            lit, step = c, 1
+        if branch[i + step : i + step + 1] in _QUANTIFIERS and branch[i + step : i + step + 1]:
+            break  # "a?" or "a*": the char may be absent
+        out.append(lit)
+        i += step
+    return "".join(out)
+
+
+@cache
+def literal_prefixes(rx: re.Pattern[str]) -> tuple[str, ...] | None:
+    """Literals one of which starts every match of `rx`, or None when there are none to use
+    (a case-insensitive pattern, a branch that starts with a class or a group)."""
+    if rx.flags & re.IGNORECASE or rx.pattern.startswith("(?"):
+        return None
+    branches = _split_top(rx.pattern)
+    if not branches:
+        return None
+    lits = tuple(_leading_literal(b) for b in branches)
+    return lits if all(len(x) >= 4 for x in lits) else None
+
+
+@cache
+def _multiline(rx: re.Pattern[str]) -> re.Pattern[str]:
+    return re.compile(rx.pattern, rx.flags | re.MULTILINE)
+
+
+_CAPTURE_END = re.compile(r"Graph capturing finished", re.M)
+_AUTOTUNE_END = re.compile(r"utotuning process ends", re.M)
+
+
+def op_near(ix: Indexed, index: int) -> str | None:
+    """The operation named by the error lines and traceback frames around lines[index]."""
+    tables = failure_tables()
+    lines = ix.lines
+    lo, hi = max(0, index - tables.op_window), min(len(lines), index + tables.op_window + 1)
+    # The failing line first, then the nearest lines outward; only error-ish lines count
+    # (INFO lines around a crash name every kernel the model uses).
+    for i in sorted(range(lo, hi), key=lambda i: abs(i - index)):
+        ln = lines[i]
+        if ln.level in QUIET_LEVELS:
+            continue
+        for name, rx in tables.ops:
+            if rx.search(ln.message):
+                return name
+    return None
+
+
+@dataclass(frozen=True)
+class RootCause:
+    index: int  # into the parsed lines
+    line: str  # "Type: message" as printed
+    type: str | None
+
+
+_EXCEPTION_M = re.compile(_EXCEPTION.pattern, re.M)
+_CPP_WHAT_M = re.compile(_CPP_WHAT.pattern, re.M)
+
+
+def _exception_lines(ix: Indexed) -> list[tuple[int, str, str | None]]:
+    found: list[tuple[int, str, str | None]] = []
+    for rx, cpp in ((_EXCEPTION_M, False), (_CPP_WHAT_M, True)):
+        for m in rx.finditer(ix.text):
+            i = ix.index_of(m.start())
+            if ix.lines[i].level in QUIET_LEVELS:
+                continue
+            if cpp:
+                found.append((i, m.group("msg"), "c10::Error"))
+            else:
+                found.append((i, ix.lines[i].message, m.group("type")))
+    found.sort(key=lambda f: f[0])
+    return found
+
+
+def root_cause(ix: Indexed) -> RootCause | None:
+    """The first raised exception that is not a wrapper; the first wrapper if that is all."""
+    tables = failure_tables()
+    candidates = _exception_lines(ix)
+    stop = next(ix.find(tables.shutdown), None)
+    if stop is not None:
+        candidates = [c for c in candidates if c[0] < stop]
+    for i, text, typ in candidates:
+        if not tables.wrapper.search(text):
+            return RootCause(i, text, typ)
+    if candidates:
+        i, text, typ = candidates[0]
+        return RootCause(i, text, typ)
+    return None
+
+
+def died(ix: Indexed) -> int | None:
+    """Index of the first line that proves the engine or server died, else None.
+
+    Besides the death lines of the table, an uncaught traceback (bare, not logged) that ends
+    the log with no start-up line after it counts: a `vllm` library user's script died."""
+    tables = failure_tables()
+    stop = next(ix.find(tables.shutdown), None)
+    for i in ix.find(tables.death):
+        return i if stop is None or i < stop else None
+    # An exception raised and logged at ERROR during start-up (before any start-up-complete
+    # line): vLLM does not recover from those (a one-line excerpt of a worker's ValueError).
+    started = next(ix.find(_multiline(tables.started)), None)
+    for i, _, _ in _exception_lines(ix):
+        ln = ix.lines[i]
+        if ln.level in ("ERROR", "CRITICAL") and (started is None or i < started):
+            if (stop is None or i < stop) and not tables.wrapper.search(ln.message):
+                return i
+    lines = ix.lines
+    if stop is not None:
+        lines = lines[:stop]
+    last_tb = None
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].message == _TRACEBACK and lines[i].level not in QUIET_LEVELS:
+            last_tb = i
+            break
+    if last_tb is None:
+        return None
+    after = lines[last_tb + 1 :]
+    if any(tables.started.search(ln.message) for ln in after):
+        return None
+    # The exception line may be cut off by the paste: a bare exception anywhere will do.
+    if any(ln.level is None and _EXCEPTION.match(ln.message) for ln in lines):
+        return last_tb
+    return None

@@ -1,0 +1,431 @@
+"""`harness lock`: every pin a build fetches, resolved once and written next to the matrix.
+
+`matrix/spark.toml` gets `matrix/spark.lock` (TOML). Per docker stack it records the digest its
+base image tag resolved to (through the Docker engine itself: pull, then the image's
+RepoDigests; no buildx, which Debian's docker.io 20.10 does not have) and the sha256 of every
+file the build takes from PyPI (the vLLM and FlashInfer sdists, the flashinfer-cubin wheel),
+from PyPI's JSON API. `harness build` and `harness run` build from the lock; `harness run`
+writes it first when there is none.
+
+A pin written in the matrix wins, and the lock must agree with it. A lock that no longer
+matches its matrix (a tag, version or digest edited in the matrix, a stack added) is an error
+naming what moved and the fix (`harness lock -m MATRIX`). Locking again over an existing lock
+is how an upstream move is noticed: a tag that now resolves to another digest is an error
+naming the image, unless `--update` accepts it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness.errors import ConfigError, EnvironmentProblem
+from harness.matrix.load import Matrix, load_matrix
+from harness.matrix.model import DIGEST
+
+# The production index. PyPI's per-version JSON first; the per-project JSON (its `releases`)
+# when that answers 404: both are PyPI's documented JSON API, and some mirrors serve only one.
+PYPI_VERSION_JSON = "https://pypi.org/pypi/{name}/{version}/json"
+PYPI_PROJECT_JSON = "https://pypi.org/pypi/{name}/json"
+FORMAT = 1
+
+HEADER = """\
+# Written by `harness lock -m {matrix}`; refresh it with the same command (never by hand).
+# Each [stacks.<stack>.<pin>] table pins one thing the build of that stack fetches:
+#   base_image        the digest its repository:tag resolved to (docker pull, then RepoDigests)
+#   vllm, flashinfer  the sha256 of the sdist the build downloads (checked after download)
+#   flashinfer-cubin  the sha256 of the prebuilt-kernel wheel (recorded; pip installs it by version)
+# `source` says where the value came from (engine, pypi, or the matrix, which wins) and
+# `locked` when. A tag that later resolves elsewhere fails `harness lock` until --update.
+"""
+
+JsonGetter = Callable[[str], dict]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LockedImage(_Strict):
+    reference: str = Field(description="repository:tag as the matrix names it.")
+    digest: str = Field(pattern=DIGEST.pattern, description="sha256:<64 hex> the tag resolved to.")
+    source: Literal["engine", "matrix"] = Field(description="Resolved by the engine, or copied from the matrix.")
+    locked: str = Field(description="When (UTC, ISO 8601).")
+
+
+class LockedFile(_Strict):
+    project: str = Field(description="PyPI project name.")
+    version: str
+    kind: Literal["sdist", "wheel"]
+    file: str = Field(description="The file name on PyPI.")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    source: Literal["pypi", "matrix"]
+    locked: str
+
+
+class LockMeta(_Strict):
+    format: int = FORMAT
+    matrix: str = Field(description="The matrix file name this lock belongs to.")
+    written: str
+    tool: str
+
+
+class LockFile(_Strict):
+    lock: LockMeta
+    stacks: dict[str, dict[str, LockedImage | LockedFile]] = Field(default_factory=dict)
+
+
+# --- what a matrix asks to be pinned ------------------------------------------------------------
+
+
+class Want(BaseModel):
+    """One pin a stack needs: an image to resolve or a PyPI file to hash."""
+
+    model_config = ConfigDict(frozen=True)
+    stack: str
+    key: str  # base_image, vllm, flashinfer, flashinfer-cubin
+    what: str  # "nvidia/cuda:13.0.1-devel-ubuntu24.04" or "vllm==0.33.0 (sdist)"
+    given: str | None = None  # the value written in the matrix, which wins
+    kind: Literal["image", "sdist", "wheel"] = "image"
+    project: str = ""
+    version: str = ""
+
+    @property
+    def where(self) -> str:
+        return f"stacks.{self.stack}.{self.key}"
+
+
+def wants(matrix: Matrix, stacks: list[str] | None = None) -> list[Want]:
+    """Every pin the docker stacks build from, in matrix order; prebuilt and local stacks have none."""
+    out: list[Want] = []
+    for name, s in matrix.spec.stacks.items():
+        if (stacks is not None and name not in stacks) or s.runner != "docker" or s.image:
+            continue
+        b = s.base_image
+        # An image made on this host (`local = true` where the matrix model has it) has no
+        # registry digest: the build pins it by image ID.
+        if b is not None and not getattr(b, "local", False):
+            out.append(Want(stack=name, key="base_image", what=f"{b.repository}:{b.tag}", given=b.digest))
+        if s.vllm and s.vllm.pypi:
+            out.append(Want(stack=name, key="vllm", what=f"vllm=={s.vllm.pypi} (sdist)", kind="sdist",
+                            project="vllm", version=s.vllm.pypi, given=s.vllm.sdist_sha256))
+        if s.flashinfer and s.flashinfer.version:
+            fi = s.flashinfer
+            out.append(Want(stack=name, key="flashinfer", what=f"flashinfer-python=={fi.version} (sdist)",
+                            kind="sdist", project="flashinfer-python", version=fi.version,
+                            given=fi.sdist_sha256))
+            if fi.cubin:
+                out.append(Want(stack=name, key="flashinfer-cubin",
+                                what=f"flashinfer-cubin=={fi.version} (wheel)", kind="wheel",
+                                project="flashinfer-cubin", version=fi.version))
+    return out
+
+
+def lock_path(matrix: Matrix | Path | str) -> Path:
+    path = matrix.path if isinstance(matrix, Matrix) else Path(matrix)
+    return path.with_suffix(".lock")
+
+
+# --- resolving: the engine for images, PyPI's JSON API for files --------------------------------
+
+
+def get_json(url: str, *, timeout: float = 60) -> dict:
+    """GET a JSON document. The one network call of this module, kept to one function so it
+    can become harness.http.get_json (branch issue11-hostile) without touching the rest."""
+    req = urllib.request.Request(url, headers={"Accept": "application/json",
+                                               "User-Agent": "vllm-bw-harness"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read(8 << 20))
+    except urllib.error.HTTPError as exc:
+        raise PyPIError(url, exc.code, f"HTTP {exc.code}") from None
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise PyPIError(url, None, f"cannot reach it ({reason})") from None
+    except ValueError as exc:
+        raise PyPIError(url, None, f"not JSON ({exc})") from None
+
+
+class PyPIError(EnvironmentProblem):
+    def __init__(self, url: str, status: int | None, why: str) -> None:
+        super().__init__(f"{url}: {why}", hint="check that this host reaches pypi.org, then run again")
+        self.status = status
+
+
+def _norm(project: str) -> str:
+    return re.sub(r"[-_.]+", "-", project).lower()
+
+
+def pypi_files(project: str, version: str, *, fetch: JsonGetter | None = None,
+               version_url: str | None = None, project_url: str | None = None) -> list[dict]:
+    """The files PyPI lists for project==version (its `urls` entries)."""
+    fetch = fetch or get_json
+    version_url = version_url or PYPI_VERSION_JSON
+    project_url = project_url or PYPI_PROJECT_JSON
+    name = _norm(project)
+    try:
+        return list(fetch(version_url.format(name=name, version=version)).get("urls") or [])
+    except PyPIError as exc:
+        if exc.status != 404:
+            raise
+    doc = fetch(project_url.format(name=name))
+    releases = doc.get("releases") or {}
+    if version not in releases:
+        known = [v for v in releases if releases[v]]
+        raise ConfigError(f"{project} {version} is not on PyPI",
+                          hint=f"pin a released version (latest: {(doc.get('info') or {}).get('version', '?')}; "
+                               f"{len(known)} releases listed)")
+    return list(releases[version] or [])
+
+
+def pick_file(files: list[dict], project: str, version: str, kind: str, arch: str = "x86_64") -> dict:
+    """The one file the build downloads: the sdist, or the wheel for this platform (or a pure one)."""
+    if kind == "sdist":
+        mine = [f for f in files if f.get("packagetype") == "sdist"]
+    else:
+        wheels = [f for f in files if f.get("packagetype") == "bdist_wheel"]
+        mine = ([f for f in wheels if f["filename"].endswith("-any.whl")]
+                or [f for f in wheels if arch in f["filename"]])
+    if not mine:
+        listed = ", ".join(f.get("filename", "?") for f in files) or "no files"
+        raise ConfigError(f"{project} {version} has no {kind} on PyPI (listed: {listed})",
+                          hint="pin a version that publishes one")
+    chosen = sorted(mine, key=lambda f: f["filename"])[0]
+    if not re.fullmatch(r"[0-9a-f]{64}", (chosen.get("digests") or {}).get("sha256", "")):
+        raise ConfigError(f"{project} {version}: PyPI lists no sha256 for {chosen['filename']}")
+    return chosen
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Moved(ConfigError):
+    """Pins the lock holds that upstream (or the matrix) no longer agrees with."""
+
+    def __init__(self, problems: list[str], hint: str) -> None:
+        self.problems = problems
+        super().__init__("\n  - ".join(["the lock no longer matches:", *problems]), hint=hint)
+
+
+def resolve(matrix: Matrix, *, engine_factory: Callable[[], object] | None = None,
+            fetch: JsonGetter | None = None, previous: LockFile | None = None, update: bool = False,
+            say: Callable[[str], None] = lambda _s: None, arch: str = "x86_64") -> LockFile:
+    """A lock for every docker stack of the matrix. With `previous`, a pin that resolves to a
+    different value than before is an error (unless `update`); a pin whose matrix entry changed
+    is simply resolved again."""
+    now = _now()
+    images: dict[str, str] = {}
+    engine = None
+    moved: list[str] = []
+    stacks: dict[str, dict[str, LockedImage | LockedFile]] = {}
+    for w in wants(matrix):
+        before = (previous.stacks.get(w.stack) or {}).get(w.key) if previous else None
+        if w.kind == "image":
+            if w.given:
+                pin: LockedImage | LockedFile = LockedImage(reference=w.what, digest=w.given,
+                                                            source="matrix", locked=now)
+            else:
+                if w.what not in images:
+                    if engine is None:
+                        if engine_factory is None:
+                            from harness.engine import connect
+
+                            engine_factory = connect
+                        engine = engine_factory()
+                    repo, _, tag = w.what.rpartition(":")
+                    say(f"pulling {w.what} to read its digest (the build needs the image anyway)")
+                    images[w.what] = engine.pull_digest(repo, tag)
+                pin = LockedImage(reference=w.what, digest=images[w.what], source="engine", locked=now)
+            if (isinstance(before, LockedImage) and before.reference == pin.reference
+                    and before.digest != pin.digest and not update and pin.source == "engine"):
+                moved.append(f"{w.where}: {w.what} now resolves to {pin.digest}; the lock has "
+                             f"{before.digest} (the tag was pushed again)")
+        else:
+            files = pypi_files(w.project, w.version, fetch=fetch)
+            if w.given:
+                fname = next((f["filename"] for f in files if f.get("packagetype") == "sdist"), "")
+                chosen = {"filename": fname, "digests": {"sha256": w.given}}
+                listed = {f["digests"]["sha256"] for f in files if f.get("packagetype") == "sdist"}
+                if w.given not in listed:
+                    raise ConfigError(f"{w.where}.sdist_sha256: {w.given} is not the sha256 of any "
+                                      f"{w.project} {w.version} sdist on PyPI ({', '.join(sorted(listed))})",
+                                      hint="copy the sha256 PyPI lists, or remove the key and lock again")
+            else:
+                chosen = pick_file(files, w.project, w.version, w.kind, arch)
+            pin = LockedFile(project=w.project, version=w.version, kind=w.kind, file=chosen["filename"],
+                             sha256=chosen["digests"]["sha256"], source="matrix" if w.given else "pypi",
+                             locked=now)
+            if (isinstance(before, LockedFile) and (before.project, before.version, before.kind)
+                    == (pin.project, pin.version, pin.kind) and before.sha256 != pin.sha256 and not update):
+                moved.append(f"{w.where}: {w.what} is now {pin.file} sha256 {pin.sha256}; the lock "
+                             f"has {before.file} sha256 {before.sha256}")
+        stacks.setdefault(w.stack, {})[w.key] = pin
+    if moved:
+        rel = _shown(matrix.path)
+        raise Moved(moved, hint=f"if the new content is what you want: `harness lock -m {rel} --update`; "
+                    "to keep building what you had, write the old digest into the matrix")
+    from harness import __version__
+
+    return LockFile(lock=LockMeta(matrix=matrix.path.name, written=now, tool=f"harness {__version__}"),
+                    stacks=stacks)
+
+
+# --- reading, writing, applying -----------------------------------------------------------------
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def write_lock(lock: LockFile, path: Path) -> None:
+    import tomli_w
+
+    body = tomli_w.dumps(lock.model_dump(mode="json"))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(HEADER.format(matrix=_shown(path.with_suffix(".toml"))) + "\n" + body)
+    tmp.replace(path)
+
+
+def read_lock(path: Path) -> LockFile | None:
+    """The lock at `path`, None when there is none; a broken one is bad input, named."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    fix = f"remove {path} and run `harness lock -m {_shown(path.with_suffix('.toml'))}`"
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+        lock = LockFile.model_validate(data)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValidationError) as exc:
+        first = str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: not a lock this version can read ({first})", hint=fix) from None
+    if lock.lock.format != FORMAT:
+        raise ConfigError(f"{path}: lock format {lock.lock.format}, this version reads {FORMAT}", hint=fix)
+    return lock
+
+
+def mismatches(matrix: Matrix, lock: LockFile, stacks: list[str] | None = None) -> list[str]:
+    """What the matrix asks for that the lock does not hold, one line each, named by key path."""
+    problems: list[str] = []
+    for w in wants(matrix, stacks):
+        pin = (lock.stacks.get(w.stack) or {}).get(w.key)
+        if pin is None:
+            problems.append(f"{w.where}: {w.what} is not in the lock (added after it was written)")
+        elif isinstance(pin, LockedImage):
+            if pin.reference != w.what:
+                problems.append(f"{w.where}: the matrix asks for {w.what}; the lock pinned {pin.reference}")
+            elif w.given and w.given != pin.digest:
+                problems.append(f"{w.where}.digest: the matrix says {w.given}; the lock says {pin.digest} "
+                                "(the matrix wins: lock again to record it)")
+        elif (pin.project, pin.version, pin.kind) != (w.project, w.version, w.kind):
+            problems.append(f"{w.where}: the matrix asks for {w.what}; the lock pinned "
+                            f"{pin.project}=={pin.version} ({pin.kind})")
+        elif w.given and w.given != pin.sha256:
+            problems.append(f"{w.where}.sdist_sha256: the matrix says {w.given}; the lock says "
+                            f"{pin.sha256} (the matrix wins: lock again to record it)")
+    return problems
+
+
+def apply_lock(matrix: Matrix, lock: LockFile, stacks: list[str] | None = None) -> Matrix:
+    """The matrix with the lock's digests and sha256s where it wrote none; a mismatch is an error."""
+    if problems := mismatches(matrix, lock, stacks):
+        raise Moved(problems, hint=f"`harness lock -m {_shown(matrix.path)}` (it re-resolves what changed "
+                    "and keeps the rest)")
+    new_stacks = dict(matrix.spec.stacks)
+    for name, pins in lock.stacks.items():
+        s = new_stacks.get(name)
+        if s is None or s.runner != "docker" or s.image or (stacks is not None and name not in stacks):
+            continue
+        update = {}
+        img = pins.get("base_image")
+        if isinstance(img, LockedImage) and s.base_image is not None and s.base_image.digest is None:
+            update["base_image"] = s.base_image.model_copy(update={"digest": img.digest})
+        for key, field in (("vllm", s.vllm), ("flashinfer", s.flashinfer)):
+            pin = pins.get(key)
+            if isinstance(pin, LockedFile) and field is not None and field.sdist_sha256 is None:
+                update[key] = field.model_copy(update={"sdist_sha256": pin.sha256})
+        if update:
+            new_stacks[name] = s.model_copy(update=update)
+    return matrix._replace(spec=matrix.spec.model_copy(update={"stacks": new_stacks}))
+
+
+def pinned_lines(lock: LockFile) -> list[str]:
+    lines = []
+    for stack, pins in lock.stacks.items():
+        for key, pin in pins.items():
+            if isinstance(pin, LockedImage):
+                lines.append(f"stacks.{stack}.{key}: {pin.reference} -> {pin.digest} ({pin.source})")
+            else:
+                lines.append(f"stacks.{stack}.{key}: {pin.file} sha256 {pin.sha256} ({pin.source})")
+    return lines
+
+
+def locked_matrix(matrix: Matrix, stacks: list[str] | None = None, *, lock_if_missing: bool = False,
+                  say: Callable[[str], None] = lambda _s: None,
+                  engine_factory: Callable[[], object] | None = None) -> Matrix:
+    """What `harness run` and `harness build` build from: the matrix with its lock applied.
+    Without a lock, and with `lock_if_missing`, lock first (and say what was pinned) when some
+    stack lacks a pin; otherwise the matrix as it is (the build then refuses what is unpinned)."""
+    path = lock_path(matrix)
+    lock = read_lock(path)
+    if lock is None:
+        needed = [w for w in wants(matrix, stacks) if not w.given]
+        if not needed or not lock_if_missing:
+            return matrix
+        say(f"no lock for {matrix.path.name}: locking {len(needed)} pin(s) first ({_shown(path)})")
+        lock = resolve(matrix, engine_factory=engine_factory, say=say)
+        write_lock(lock, path)
+        for line in pinned_lines(lock):
+            say(f"  pinned {line}")
+    return apply_lock(matrix, lock, stacks)
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def register(sub) -> None:
+    p = sub.add_parser("lock", help="pin base-image digests and PyPI sha256s into <matrix>.lock")
+    p.add_argument("-m", "--matrix", required=True, help="the matrix file; the lock goes next to it")
+    p.add_argument("--update", action="store_true",
+                   help="accept pins that resolve differently than the existing lock says")
+    p.add_argument("--check", action="store_true",
+                   help="resolve and compare with the existing lock, write nothing (exit 2 when it moved)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from harness.console import err, out
+
+    matrix = load_matrix(args.matrix)
+    path = lock_path(matrix)
+    previous = read_lock(path)
+    if not wants(matrix):
+        out.print(f"{matrix.path.name}: no docker stack builds anything, nothing to lock", markup=False)
+        return 0
+    lock = resolve(matrix, previous=previous, update=args.update,
+                   say=lambda s: err.print(s, markup=False))
+    for line in pinned_lines(lock):
+        out.print(line, markup=False)
+    if args.check:
+        if previous is None:
+            raise ConfigError(f"{path}: there is no lock to check", hint=f"`harness lock -m {args.matrix}`")
+        if problems := mismatches(matrix, previous):
+            raise Moved(problems, hint=f"`harness lock -m {args.matrix}`")
+        out.print(f"{_shown(path)}: up to date", markup=False)
+        return 0
+    write_lock(lock, path)
+    out.print(f"wrote {_shown(path)}", markup=False)
+    return 0

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# What the test suite needs besides Python and Docker, from Debian, when root with apt:
+#   chromium         the report's browser test (renders report.html headless)   ~113 MB of .debs
+#   docker-registry  the lock test's registry on localhost                      ~5 MB
+# Elsewhere nothing is installed: those tests skip, and the last lines of `make test` say which
+# and why. Idempotent: what is there is kept.
+set -euo pipefail
+want=()
+command -v chromium >/dev/null || command -v chromium-browser >/dev/null || want+=(chromium)
+command -v docker-registry >/dev/null || want+=(docker-registry)
+[ ${#want[@]} -eq 0 ] && { echo "test-deps: chromium and docker-registry are installed"; exit 0; }
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+  echo "test-deps: not installing ${want[*]} (needs root + apt-get): the tests that need them will skip"
+  exit 0
+fi
+echo "test-deps: installing ${want[*]} from Debian"
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}" >/dev/null \
+  || echo "test-deps: apt-get could not install ${want[*]}: the tests that need them will skip"

@@ -254,6 +254,11 @@ gpus = [0]
     assert rows["family/qwen/tp2"]["hosts"] == ["spark"]  # rtx lends one GPU
     assert rows["family/qwen/tp2"]["gpus_needed"] == 2
     assert {r["slot"] for r in rows.values()} <= {"spark#0", "rtx#0"}
+    path.write_text(path.read_text() + '[configs.pp2]\nnodes = 2\nargs = ["-pp", "2"]\n')
+    assert main(["plan", "-m", str(path), "--json", "-k", "family"]) == 0
+    rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["family/qwen/pp2"]["slot"] == "spark+rtx" and rows["family/qwen/pp2"]["nodes"] == 2
+    assert rows["family/qwen/pp2"]["wave"] > max(r["wave"] for r in rows.values() if r["nodes"] == 1)
     assert main(["plan", "-m", str(path)]) == 0
     text = capsys.readouterr().out
     assert "host rtx: tcp://rtx.lan:2376, hardware rtx (cc 12.0), gpus 0, 1 slot(s)" in text

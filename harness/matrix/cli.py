@@ -53,13 +53,18 @@ def host_rows(matrix, cells) -> list[dict]:
     hosts = hostmod.hosts_of(matrix)
     where = hostmod.placement(cells, hosts, matrix)
     need = {c.id: hostmod.gpus_needed(c, matrix) for c in cells}
-    order = [c.id for c in execution_order(cells)]
+    order = [c.id for c in execution_order(cells) if c.config.nodes == 1]
     first = {p.cell: p for p in hostmod.simulate(order, hosts, where, need, lambda _c: 1.0)}
+    waves = max((int(p.start) + 1 for p in first.values()), default=0)
     out = []
     for c in cells:
         p = first.get(c.id)
-        out.append({"hosts": list(where[c.id]), "gpus_needed": need[c.id],
-                    "slot": f"{p.host}#{p.slot}" if p else None, "wave": int(p.start) + 1 if p else None,
+        slot, wave = (f"{p.host}#{p.slot}", int(p.start) + 1) if p else (None, None)
+        if c.config.nodes > 1 and len(where[c.id]) >= c.config.nodes:  # after the others, alone
+            slot, wave = "+".join(where[c.id][:c.config.nodes]), waves + 1
+            waves += 1
+        out.append({"hosts": list(where[c.id]), "gpus_needed": need[c.id], "nodes": c.config.nodes,
+                    "slot": slot, "wave": wave,
                     "unplaceable": None if where[c.id] else
                     "; ".join(hostmod.why_not(c, h, matrix) or "" for h in hosts)})
     return out

@@ -143,9 +143,17 @@ def second_dockerd(timeout_s: float = 60, *, tls: bool = False) -> Iterator[Dock
         stop_dockerd(proc)
         with contextlib.suppress(OSError):
             os.unlink(sock)
-        subprocess.run(["umount", "-R", str(root / "x")], capture_output=True)  # netns mounts, if any
+        _unmount_under(root)  # dockerd leaves x/netns/default (nsfs) mounted
         subprocess.run(["ip", "link", "del", bridge], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _unmount_under(root: Path) -> None:
+    """Unmount whatever is mounted below `root`, deepest first."""
+    with open("/proc/mounts", encoding="utf-8") as f:
+        points = [line.split()[1] for line in f]
+    for point in sorted((p for p in points if p.startswith(f"{root}/")), reverse=True):
+        subprocess.run(["umount", point], capture_output=True)
 
 
 def _free_subnet() -> str:

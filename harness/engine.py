@@ -506,6 +506,14 @@ def connect(url: str | None = None, timeout: int = 30, *, tls=None, name: str | 
         url, timeout = None, url
     where = url or os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     label = f"host {name}" if name else "Docker engine"
+    if where.startswith("ssh://") and os.environ.get("DOCKER_SSH_CLIENT") != "1":
+        try:
+            import paramiko  # noqa: F401 - docker-py's ssh:// transport
+        except ImportError:
+            raise EnvironmentProblem(
+                f"{label}: {_safe_url(where)} is an ssh:// engine and paramiko is not installed",
+                hint="pip install 'vllm-bw-harness[ssh]' (paramiko), or set DOCKER_SSH_CLIENT=1 to go "
+                "through the ssh binary") from None
     def make() -> docker.DockerClient:
         if url is None:
             return docker.from_env(timeout=timeout)

@@ -272,3 +272,28 @@ def test_plan_without_hosts_is_unchanged(tmp_path, capsys):
     assert main(["plan", "-m", str(path), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert set(rows[0]) == {"id", "stack", "model", "config", "quantization", "runner", "image"}
+
+
+def test_an_engine_that_does_not_answer_is_named_with_its_host(tmp_path):
+    from harness.engine import connect
+    from harness.errors import EnvironmentProblem
+
+    with pytest.raises(EnvironmentProblem) as info:
+        connect(f"unix://{tmp_path}/no-such.sock", 3, name="spark")
+    assert info.value.message == (f"host spark unreachable: no Docker engine answers at unix://{tmp_path}/no-such.sock: "
+                                  "its socket does not exist (no dockerd is running)")
+    assert "[hosts]" in info.value.hint
+
+
+def test_an_ssh_engine_without_paramiko_says_what_to_install(monkeypatch):
+    import sys
+
+    from harness.engine import connect
+    from harness.errors import EnvironmentProblem
+
+    monkeypatch.setitem(sys.modules, "paramiko", None)  # import paramiko -> ImportError
+    monkeypatch.delenv("DOCKER_SSH_CLIENT", raising=False)
+    with pytest.raises(EnvironmentProblem) as info:
+        connect("ssh://lab@spark.lan", name="spark")
+    assert "ssh:// engine and paramiko is not installed" in info.value.message
+    assert "vllm-bw-harness[ssh]" in info.value.hint and "DOCKER_SSH_CLIENT=1" in info.value.hint

@@ -82,9 +82,29 @@ def test_a_two_node_cell_serves_on_a_ray_cluster_over_two_engines(engines, tmp_p
     main.build(fake_vllm_context(RAY_IMAGE, "/opt/fake:/opt/ray-site"), tag, labels={"harness.role": "test-image"})
     try:
         copy_image(tag, MAIN, two.url)
-        head_port, worker_port = _base_port(), free_port()
-        path = tmp_path / "ray.toml"
-        path.write_text(f"""
+        head_port = _base_port()
+        path = _ray_matrix(tmp_path, tag, two.url, head_port)
+        store = run_matrix(load_matrix(path), k="pp2 and not hang", opts=RunOptions(results_root=tmp_path / "results"))
+        (cell,) = store.cells()
+        assert cell.status == "pass", (cell.reasons, cell.serve.log_tail if cell.serve else None)
+        assert cell.host == "head+worker"
+        assert cell.serve.url.endswith(f":{head_port}")
+        command = list(cell.serve.command)
+        assert command[command.index("--distributed-executor-backend") + 1] == "ray"
+        log = (store.dir / cell.serve.log).read_text()
+        assert "Ray cluster ready" in log and "2 GPU on 2 nodes" in log
+        assert "fake: Ray executor on 2 GPU over 2 nodes" in log  # the server used both nodes
+        assert "(ray-head head) " in log and "(ray-worker worker) " in log  # every node's log read
+        assert cell.fingerprint.moe_backend == "TRITON"
+        assert _ours(main, store.run_id) == [] and _ours(two, store.run_id) == []
+    finally:
+        main.remove_image(tag)
+
+
+def _ray_matrix(tmp_path, image: str, worker_url: str, head_port: int):
+    worker_port = free_port()
+    path = tmp_path / "ray.toml"
+    path.write_text(f"""
 [matrix]
 name = "fake-ray"
 hardware = "gpu"
@@ -95,7 +115,7 @@ bandwidth_gbs = 273
 memory_gib = 128
 
 [stacks.img]
-image = "{tag}"
+image = "{image}"
 
 [models.qwen-fp8]
 checkpoint = "fake/qwen3moe-fp8"
@@ -107,6 +127,11 @@ bytes_per_param = 1.0
 [configs.pp2]
 nodes = 2
 args = ["--pipeline-parallel-size", "2"]
+
+[configs.pp2-hang]
+nodes = 2
+args = ["--pipeline-parallel-size", "2"]
+env = {{ FAKE_VLLM_MODE = "hang" }}
 
 [serve]
 gpus = "none"
@@ -125,21 +150,45 @@ engine = "{MAIN}"
 ports = [{head_port}, {head_port}]
 
 [hosts.worker]
-engine = "{two.url}"
+engine = "{worker_url}"
 ports = [{worker_port}, {worker_port}]
 """)
-        store = run_matrix(load_matrix(path), k=None, opts=RunOptions(results_root=tmp_path / "results"))
-        (cell,) = store.cells()
-        assert cell.status == "pass", (cell.reasons, cell.serve.log_tail if cell.serve else None)
-        assert cell.host == "head+worker"
-        assert cell.serve.url.endswith(f":{head_port}")
-        command = list(cell.serve.command)
-        assert command[command.index("--distributed-executor-backend") + 1] == "ray"
-        log = (store.dir / cell.serve.log).read_text()
-        assert "Ray cluster ready" in log and "2 GPU on 2 nodes" in log
-        assert "fake: Ray executor on 2 GPU over 2 nodes" in log  # the server used both nodes
-        assert "(ray-head head) " in log and "(ray-worker worker) " in log  # every node's log read
-        assert cell.fingerprint.moe_backend == "TRITON"
-        assert _ours(main, store.run_id) == [] and _ours(two, store.run_id) == []
+    return path
+
+
+def test_ctrl_c_during_a_two_node_cell_removes_every_node(engines, tmp_path):
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from engines import fake_vllm_context
+
+    main, two = engines
+    tag = f"harness-test/fakevllm-ray:{free_port()}"
+    main.build(fake_vllm_context(RAY_IMAGE, "/opt/fake:/opt/ray-site"), tag, labels={"harness.role": "test-image"})
+    try:
+        copy_image(tag, MAIN, two.url)
+        path = _ray_matrix(tmp_path, tag, two.url, _base_port())
+        results = tmp_path / "results"
+        proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-m", str(path), "-k", "pp2-hang",
+                                 "--results", str(results), "--no-report"], cwd=Path(__file__).parent.parent,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+        cell = {"harness.cell": "img/qwen-fp8/pp2-hang"}
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not (main.containers(cell) and two.containers(cell)):
+            time.sleep(0.5)
+        assert main.containers(cell) and two.containers(cell), "the cell never had a node on both engines"
+        time.sleep(5)  # into the serve on the head
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=120)[0].decode()
+        assert proc.returncode == 130, output
+        assert main.containers(cell) == [] and two.containers(cell) == []
+        run_dir = next(results.iterdir())
+        assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
     finally:
         main.remove_image(tag)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.dispatch import _SlotRunner
 from harness.errors import MatrixError
 from harness.hosts import (
     Board,
@@ -21,7 +22,6 @@ from harness.hosts import (
 )
 from harness.matrix.load import load_matrix
 from harness.matrix.plan import expand
-from harness.pipeline import _SlotRunner
 
 BASE = """
 [matrix]

@@ -12,6 +12,7 @@ import dataclasses
 import io
 import logging
 import os
+import re
 import secrets
 import tarfile
 import threading
@@ -74,9 +75,30 @@ class EngineInfo:
 class Engine:
     """A connection to one Docker engine (local socket or DOCKER_HOST, ssh:// included)."""
 
-    def __init__(self, client: docker.DockerClient) -> None:
+    def __init__(self, client: docker.DockerClient, *, url: str | None = None, name: str | None = None,
+                 reconnect: Callable[[], docker.DockerClient] | None = None) -> None:
         self.client = client
         self.api = client.api
+        self.url = url or client.api.base_url
+        self.name = name
+        self._reconnect = reconnect
+
+    def ping(self) -> str | None:
+        """None when the engine answers a new connection, else what went wrong (for `host X
+        unreachable: ...`). A new one: a stopping dockerd still answers on kept-alive
+        connections after its socket is gone."""
+        client = None
+        try:
+            client = self._reconnect() if self._reconnect else self.client
+            client.ping()
+        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+            return _why_no_engine(exc)
+        except Exception as exc:  # noqa: BLE001 - ssh transport errors
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            if client is not None and client is not self.client:
+                client.close()
+        return None
 
     # --- engine ---------------------------------------------------------------------------
 
@@ -311,6 +333,7 @@ class ContainerSpec:
     cdi_devices: tuple[str, ...] = ()  # 'cdi': "nvidia.com/gpu=all", ...
     network_mode: str | None = None  # None = the engine's default (bridge); "host"
     security_opt: tuple[str, ...] = ()
+    publish_ip: str = "127.0.0.1"  # where published ports listen on the engine's machine
 
     def __post_init__(self) -> None:
         if self.ports is None:
@@ -366,7 +389,7 @@ def create_kwargs(spec: ContainerSpec) -> dict:
         environment=dict(spec.env),
         # who started it: a dead controller's containers are reaped by the next run
         labels={**dict(spec.labels), **controller.labels()},
-        ports=None if host_net else {f"{p}/tcp": ("127.0.0.1", hp) for p, hp in spec.ports.items()},
+        ports=None if host_net else {f"{p}/tcp": (spec.publish_ip, hp) for p, hp in spec.ports.items()},
         volumes={h: {"bind": c, "mode": m} for h, c, m in spec.volumes},
         device_requests=device_requests,
         devices=devices,
@@ -455,6 +478,30 @@ class RunningContainer:
             raise EngineError(f"container {self.name}: exec failed: {box['exc']}")
         return box["res"]
 
+    def exec_stream(self, cmd: list[str], *, env: dict[str, str], sink: Callable[[str], None]) -> ExecProcess:
+        """Start `cmd` inside, its output copied line by line to `sink` from a daemon thread; the
+        process ends with the container."""
+        api = self.engine.api
+        exec_id = api.exec_create(self._c.id, cmd, environment=dict(env), stdout=True, stderr=True)["Id"]
+        stream = api.exec_start(exec_id, stream=True)
+
+        def pump() -> None:
+            buf = b""
+            try:
+                for chunk in stream:
+                    buf += chunk
+                    *lines, buf = buf.split(b"\n")
+                    for line in lines:
+                        sink(line.decode("utf-8", "replace"))
+                if buf:
+                    sink(buf.decode("utf-8", "replace"))
+            except (docker.errors.APIError, requests.exceptions.RequestException, ValueError):
+                pass  # the container went away (or the log closed): state() says how it ended
+
+        t = threading.Thread(target=pump, daemon=True, name=f"exec-log-{self.name}")
+        t.start()
+        return ExecProcess(api, exec_id, t)
+
     def put_file(self, dest_dir: str, name: str, data: bytes) -> None:
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -489,17 +536,76 @@ def _why_no_engine(exc: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
-def connect(timeout: int = 30) -> Engine:
-    """The engine from DOCKER_HOST (or the local socket); a clear error when none answers."""
+class ExecProcess:
+    """A process started in a running container by `exec_stream`."""
+
+    def __init__(self, api, exec_id: str, pump: threading.Thread) -> None:
+        self._api = api
+        self.id = exec_id
+        self.pump = pump
+
+    def state(self) -> tuple[bool, int | None]:
+        """(running, exit code)."""
+        info = self._api.exec_inspect(self.id)
+        return bool(info.get("Running")), info.get("ExitCode")
+
+
+def connect(url: str | None = None, timeout: int = 30, *, tls=None, name: str | None = None) -> Engine:
+    """The engine at `url` (unix://, ssh://user@host[:port], tcp:// with `tls`), or from
+    DOCKER_HOST / the local socket when None; a clear error when none answers.
+
+    ssh:// goes through paramiko (docker-py's transport: ~/.ssh/config and known_hosts apply,
+    unknown host keys are refused) or, with `DOCKER_SSH_CLIENT=1`, through the `ssh` binary.
+    `tls` is anything with ca_cert / client_cert / client_key / verify (harness.hosts.Tls)."""
+    if isinstance(url, int):  # connect(10): the old positional timeout
+        url, timeout = None, url
+    where = url or os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    label = f"host {name}" if name else "Docker engine"
+    if where.startswith("ssh://") and os.environ.get("DOCKER_SSH_CLIENT") != "1":
+        try:
+            import paramiko  # noqa: F401 - docker-py's ssh:// transport
+        except ImportError:
+            raise EnvironmentProblem(
+                f"{label}: {_safe_url(where)} is an ssh:// engine and paramiko is not installed",
+                hint="pip install 'vllm-bw-harness[ssh]' (paramiko), or set DOCKER_SSH_CLIENT=1 to go "
+                "through the ssh binary") from None
+    def make() -> docker.DockerClient:
+        if url is None:
+            return docker.from_env(timeout=timeout)
+        tls_config = None
+        if tls is not None:
+            tls_config = docker.tls.TLSConfig(client_cert=(tls.client_cert, tls.client_key),
+                                              ca_cert=tls.ca_cert, verify=tls.ca_cert if tls.verify else False)
+        kwargs = {"base_url": url, "timeout": timeout, "tls": tls_config or False,
+                  "use_ssh_client": os.environ.get("DOCKER_SSH_CLIENT") == "1"}
+        if tls is None or not tls.ca_cert:
+            return docker.DockerClient(**kwargs)
+        # requests lets REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE replace the session's CA file
+        # (psf/requests#3829): the engine's own CA, named in [hosts], must win. The API version
+        # is asked ('auto', docker-py 7.x) only once that is so.
+        client = docker.DockerClient(version=docker.constants.DEFAULT_DOCKER_API_VERSION, **kwargs)
+        client.api.trust_env = False
+        client.api._version = client.api._retrieve_server_version()
+        return client
+
     try:
-        client = docker.from_env(timeout=timeout)
+        client = make()
         client.ping()
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         raise EnvironmentProblem(
-            f"no Docker engine answers at {where}: {_why_no_engine(exc)}",
+            (f"host {name} unreachable: " if name else "")
+            + f"no Docker engine answers at {_safe_url(where)}: {_why_no_engine(exc)}",
             hint="`make docker-up` (as root with apt: installs Debian's docker.io and starts dockerd), "
             "or start dockerd yourself (`sudo systemctl start docker`), or set DOCKER_HOST; "
-            "then `harness doctor`",
+            "then `harness doctor`" if name is None else
+            "check the engine URL in [hosts], the network and the login (`docker -H URL info`)",
         ) from None
-    return Engine(client)
+    except Exception as exc:  # noqa: BLE001 - paramiko's SSHException and kin are not OSError
+        raise EnvironmentProblem(f"{label} unreachable: {_safe_url(where)}: {type(exc).__name__}: {exc}",
+                                 hint="check the engine URL in [hosts] and `ssh` to it by hand") from None
+    return Engine(client, url=where, name=name, reconnect=make)
+
+
+def _safe_url(url: str) -> str:
+    """An engine URL without a password (tcp://user:pw@host)."""
+    return re.sub(r"//[^/@:]+:[^/@]+@", "//***@", url)

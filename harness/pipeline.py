@@ -47,7 +47,6 @@ from harness.runners.readiness import wait_ready
 from harness.stages import judge as judge_stage
 from harness.stages import measure as measure_stage
 from harness.stages import serve as serve_stage
-from harness.stages.build import build_stage
 
 
 def now_iso() -> str:
@@ -343,12 +342,19 @@ def apply_format_rule(store: RunStore) -> list[tuple[CellResult, Status]]:
 
 def run_matrix(matrix: Matrix, *, k: str | None, opts: RunOptions,
                resume_dir: Path | None = None) -> RunStore:
-    """Run the selected cells; returns the store (its run dir holds every result)."""
+    """Run the selected cells; returns the store (its run dir holds every result).
+
+    Cells are spread over the matrix's hosts (harness/hosts.py), one thread per slot; without
+    [hosts] there is one host, today's engine, and one slot, run in this thread."""
+    from harness import hosts as hostmod
+
     cells = expand(matrix, k)
     if not cells:
         raise ConfigError(f"{matrix.path}: no cell matches -k {k!r}", hint="see `harness plan -m ... --list`")
+    hosts = hostmod.hosts_of(matrix)
     engine = _Engine()
-    reap_dead(opts.results_root, engine_if_needed=engine if _needs_docker(cells) else None)
+    default = hosts[0].default
+    reap_dead(opts.results_root, engine_if_needed=engine if default and _needs_docker(cells) else None)
     if resume_dir is not None:
         store = RunStore.open(resume_dir)
         planned = list(store.run.cells)
@@ -358,24 +364,14 @@ def run_matrix(matrix: Matrix, *, k: str | None, opts: RunOptions,
                          controller=controller.me())
     else:
         store = _new_store(matrix, k, cells, opts)
-    done = store.finished_ids()
-    ctx = _Ctx(matrix, store, opts, opts.runner_for or _default_runner_for(engine))
-    progress = opts.progress
+    # a cell whose host was unreachable never ran: a resume runs it again
+    done = {c.id for c in store.cells() if not (c.error and c.error.type == "HostUnreachable")}
     try:
-        builds = build_stage(matrix, cells, store, engine=engine, force=opts.force_build,
-                             allow_unpinned=opts.allow_unpinned, audit_local=opts.audit_local,
-                             template=opts.build_template, template_values=opts.build_template_values,
-                             on_event=progress.build_event)
-        order = [c for c in execution_order(cells) if c.id not in done]
-        for i, cell in enumerate(order, 1):
-            progress.cell_started(cell, i, len(order))
-            result = _guarded(cell, ctx, builds.get(cell.stack_name))
-            for after, before in apply_format_rule(store):
-                if after.id == result.id:
-                    result = after
-                elif after.status != before:
-                    progress.cell_updated(after, before)
-            progress.cell_finished(result, i, len(order))
+        from harness.dispatch import HostsRun
+
+        run = HostsRun(matrix, cells, store, opts, hosts, engine if default else None)
+        run.prepare()
+        run.dispatch([c for c in execution_order(cells) if c.id not in done])
         store.finish("finished")
     except BaseException as exc:  # Ctrl-C, SIGTERM, a refusal before any cell: the run stopped
         note = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"

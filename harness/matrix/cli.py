@@ -31,12 +31,43 @@ def register(sub) -> None:
 
 def plan_rows(matrix, k: str | None) -> list[dict]:
     cells = expand(matrix, k)
-    images = {s: image_ref(matrix, s) for s in group_by_stack(cells)}
-    return [
+    # a prebuilt `image =` stack is served as named, not rendered from the template
+    images = {s: matrix.spec.stacks[s].image or image_ref(matrix, s) for s in group_by_stack(cells)}
+    rows = [
         {"id": c.id, "stack": c.stack_name, "model": c.model_name, "config": c.config_name,
          "quantization": c.quantization, "runner": c.stack.runner, "image": images[c.stack_name]}
         for c in cells
     ]
+    if matrix.spec.hosts:
+        for row, where in zip(rows, host_rows(matrix, cells), strict=True):
+            row.update(where)
+    return rows
+
+
+def host_rows(matrix, cells) -> list[dict]:
+    """Per cell: the hosts it may run on, the GPUs it needs, and the slot it would take first if
+    every cell took equally long (the live order depends on real durations)."""
+    from harness import hosts as hostmod
+    from harness.pipeline import execution_order
+
+    hosts = hostmod.hosts_of(matrix)
+    where = hostmod.placement(cells, hosts, matrix)
+    need = {c.id: hostmod.gpus_needed(c, matrix) for c in cells}
+    order = [c.id for c in execution_order(cells) if c.config.nodes == 1]
+    first = {p.cell: p for p in hostmod.simulate(order, hosts, where, need, lambda _c: 1.0)}
+    waves = max((int(p.start) + 1 for p in first.values()), default=0)
+    out = []
+    for c in cells:
+        p = first.get(c.id)
+        slot, wave = (f"{p.host}#{p.slot}", int(p.start) + 1) if p else (None, None)
+        if c.config.nodes > 1 and len(where[c.id]) >= c.config.nodes:  # after the others, alone
+            slot, wave = "+".join(where[c.id][:c.config.nodes]), waves + 1
+            waves += 1
+        out.append({"hosts": list(where[c.id]), "gpus_needed": need[c.id], "nodes": c.config.nodes,
+                    "slot": slot, "wave": wave,
+                    "unplaceable": None if where[c.id] else
+                    "; ".join(hostmod.why_not(c, h, matrix) or "" for h in hosts)})
+    return out
 
 
 def run(args) -> int:
@@ -54,11 +85,23 @@ def run(args) -> int:
         groups.setdefault(r["image"], []).append(r)
     table = Table(title=f"{matrix.spec.matrix.name}: {len(rows)} cells, {len(groups)} images "
                         f"(hardware {matrix.spec.matrix.hardware})")
-    for col in ("cell", "quant", "runner", "image"):
+    hosts = bool(matrix.spec.hosts)
+    for col in ("cell", "quant", "runner", "image", *(("hosts", "slot") if hosts else ())):
         table.add_column(col, overflow="fold")
     for image, members in groups.items():
         for i, r in enumerate(members):
-            table.add_row(r["id"], r["quantization"], r["runner"], image if i == 0 else "〃")
+            extra = ()
+            if hosts:
+                extra = (", ".join(r["hosts"]) or f"none: {r['unplaceable']}",
+                         f"{r['slot']} (wave {r['wave']})" if r["slot"] else "-")
+            table.add_row(r["id"], r["quantization"], r["runner"], image if i == 0 else "〃", *extra)
         table.add_section()
     out.print(table)
+    if hosts:
+        from harness import hosts as hostmod
+
+        for h in hostmod.hosts_of(matrix):
+            gpus = "all" if h.gpus is None else (",".join(h.gpus) or "none")
+            out.print(f"host {h.name}: {h.url or 'DOCKER_HOST / local socket'}, hardware {h.hardware} "
+                      f"(cc {h.cc}), gpus {gpus}, {h.slots} slot(s), network {h.network}", markup=False)
     return 0

@@ -287,6 +287,10 @@ def _cross_check(spec: MatrixFile, path: Path) -> list[str]:
                     problems.append(problem(f"cells.{lname}[{i}].{key}",
                                             f"'{pat}' names no {key} (defined: {', '.join(names)})",
                                             f"use a name or glob of a defined {key}"))
+    if spec.hosts:
+        from harness.hosts import host_problems
+
+        problems += host_problems(spec)
     for i, rule in enumerate(spec.expect.select):
         try:
             compile_expression(rule.cells)

@@ -423,6 +423,11 @@ class Config(Strict):
     )
     args: tuple[Arg, ...] = Field((), description="Extra vLLM CLI args.")
     env: Env = Field(default_factory=dict, description="Extra environment variables.")
+    nodes: int = Field(
+        1, ge=1, le=64, description="Machines this cell spans: above 1, a Ray cluster (a head on the first "
+        "[hosts] entry that takes the stack, a worker on each next one, host network) and "
+        "`--distributed-executor-backend ray` with the parallel sizes in `args`.",
+    )
 
     @field_validator("cudagraph_mode")
     @classmethod
@@ -517,6 +522,89 @@ class Host(Strict):
     )
 
 
+class EngineTls(Strict):
+    """Client TLS for a `tcp://` engine, as `docker --tlsverify --tlscacert ... --tlscert ... --tlskey`."""
+
+    ca_cert: str | None = Field(None, description="CA certificate that signed the engine's certificate (PEM path).")
+    client_cert: str = Field(description="Client certificate (PEM path), e.g. ~/.docker/cert.pem.")
+    client_key: str = Field(description="Client key (PEM path), e.g. ~/.docker/key.pem.")
+    verify: bool = Field(True, description="Check the engine's certificate against `ca_cert` (leave on).")
+
+
+class EngineHost(Strict):
+    """[hosts.NAME]: one Docker engine, the hardware behind it, and the GPUs it lends to cells.
+
+    The GPU-attach fields (`gpu_attach`, `network`) carry the names and values of the single-host
+    `[host]` table, so one unnamed `[host]` reads as a one-entry `[hosts]` (see harness/hosts.py).
+    """
+
+    description: str = Field("", description="The machine, and why these settings.")
+    engine: str | None = Field(
+        None, description="Docker engine URL: 'unix:///var/run/docker.sock', 'ssh://user@host[:port]' "
+        "(the host's own engine, through `docker system dial-stdio`), or 'tcp://host:2376' with "
+        "[hosts.NAME.tls]. None = DOCKER_HOST or the local socket, as `docker` itself.",
+    )
+    tls: EngineTls | None = Field(None, description="Client TLS files for a tcp:// engine.")
+    hardware: str | None = Field(
+        None, description="This host's hardware profile (a key of [hardware]); None = matrix.hardware. "
+        "A cell goes only to hosts whose compute capability its stack's arch list covers.",
+    )
+    gpus: Literal["all", "none"] | tuple[int | str, ...] = Field(
+        "all", description="GPUs lent to cells: 'all' (every GPU, one cell at a time), 'none', or a list of "
+        "GPU indices/UUIDs that form a pool: a cell takes tensor_parallel_size x pipeline_parallel_size "
+        "of them, for its container only.",
+    )
+    slots: int | None = Field(
+        None, ge=1, description="Most cells running at once on this host; default: one per listed GPU "
+        "(1 for 'all' and 'none').",
+    )
+    gpu_attach: Literal["runtime", "cdi", "devices"] = Field(
+        "runtime", description="How containers get the GPU, as [host].gpu_attach: 'runtime' (device_requests).",
+    )
+    network: Literal["bridge", "host"] = Field(
+        "bridge", description="'bridge': the server's port published at a free host port; 'host': the "
+        "container shares the host's network and each slot listens on its own port of `ports`.",
+    )
+    address: str | None = Field(
+        None, description="Where the controller reaches this host's servers; default: the engine URL's "
+        "host name, 127.0.0.1 for a unix:// or default engine.",
+    )
+    ports: tuple[int, int] = Field(
+        (8100, 8199), description="[first, last] host ports for slots that listen on the host itself "
+        "(network = 'host', local stacks): slot i uses first + i, so ports never collide.",
+    )
+    stacks: tuple[str, ...] = Field(("*",), description="Stacks that may run here (names or globs).")
+
+    @field_validator("engine")
+    @classmethod
+    def _engine_url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^(unix|ssh|tcp|http|https|npipe)://.+", v):
+            raise ValueError(f"'{v}' is not a Docker engine URL (forms: unix:///var/run/docker.sock, "
+                             "ssh://user@host[:port], tcp://host:2376)")
+        return v
+
+    @field_validator("ports")
+    @classmethod
+    def _ports(cls, v: tuple[int, int]) -> tuple[int, int]:
+        if not (1 <= v[0] <= v[1] <= 65535):
+            raise ValueError(f"ports must be [first, last] with 1 <= first <= last <= 65535, got {list(v)}")
+        return v
+
+    @model_validator(mode="after")
+    def _fits(self) -> EngineHost:
+        if isinstance(self.gpus, tuple):
+            if not self.gpus:
+                raise ValueError("gpus = [] lends nothing: write gpus = 'none'")
+            if len(set(map(str, self.gpus))) != len(self.gpus):
+                raise ValueError(f"gpus lists a GPU twice: {list(self.gpus)}")
+        n = self.slots or (len(self.gpus) if isinstance(self.gpus, tuple) else 1)
+        if self.ports[1] - self.ports[0] + 1 < n:
+            raise ValueError(f"ports {list(self.ports)} hold fewer than the {n} slots of this host (widen the range)")
+        if self.tls is not None and not (self.engine or "").startswith("tcp://"):
+            raise ValueError("tls applies to a tcp:// engine only")
+        return self
+
+
 class Bench(Strict):
     concurrency: tuple[Annotated[int, Field(ge=1, le=4096)], ...] = Field(
         (1, 8), min_length=1, max_length=64,
@@ -565,6 +653,10 @@ class MatrixFile(Strict):
     host: Host = Field(default_factory=Host)
     bench: Bench = Field(default_factory=Bench)
     cells: Cells = Field(default_factory=Cells)
+    hosts: dict[Name, EngineHost] = Field(
+        default_factory=dict, description="Docker engines cells are spread over, by name; none = the "
+        "single local engine (DOCKER_HOST or the local socket), one cell at a time.",
+    )
 
     @field_validator("hardware", "stacks", "models", "configs")
     @classmethod

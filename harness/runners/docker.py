@@ -1,13 +1,16 @@
 """DockerRunner: the stack's image, the GPU attached, the model cache mounted read-only.
 
-Works with any engine docker-py reaches (local socket, DOCKER_HOST=ssh://...). The container
-carries run-id labels and is removed on every way out unless `keep_failed` is set and the cell
-failed. The server's port is published on 127.0.0.1 at a free host port, or, with host
-networking, vLLM binds `spec.port` on the host itself (checked free before the start).
+Works with any engine docker-py reaches (local socket, ssh://, tcp://). The container carries
+run-id labels and is removed on every way out unless `keep_failed` is set and the cell failed.
+The server's port is published at a free host port on 127.0.0.1 (or on the host's `address`, for
+another machine's engine); with host networking, vLLM binds `spec.port` on the engine's machine
+itself (checked free before the start when that machine is this one).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,11 +21,12 @@ from harness.runners.base import LogBuffer, ProcessState, ServeSpec
 
 
 class DockerServer:
-    def __init__(self, container: RunningContainer, port: int, log: LogBuffer, network: str = "bridge") -> None:
+    def __init__(self, container: RunningContainer, port: int, log: LogBuffer, *,
+                 address: str = "127.0.0.1", host_network: bool = False) -> None:
         self.container = container
         self.log = log
-        host_port = port if network == "host" else container.host_port(port)
-        self.base_url = f"http://127.0.0.1:{host_port}"
+        # on the host network the server listens on the engine's machine itself
+        self.base_url = f"http://{address}:{port if host_network else container.host_port(port)}"
         self.failed = False
 
     def mark_failed(self) -> None:
@@ -43,7 +47,7 @@ class DockerServer:
         return ProcessState(running, None if running else st.get("ExitCode"), detail)
 
 
-def container_spec(spec: ServeSpec) -> ContainerSpec:
+def container_spec(spec: ServeSpec, *, publish_ip: str = "127.0.0.1") -> ContainerSpec:
     """The container a ServeSpec asks for: image, command, GPU attach mode, network, security options."""
     return ContainerSpec(
         image=spec.image,
@@ -61,21 +65,29 @@ def container_spec(spec: ServeSpec) -> ContainerSpec:
         cdi_devices=spec.cdi_devices,
         network_mode="host" if spec.network == "host" else None,
         security_opt=spec.security_opt,
+        publish_ip=publish_ip,
     )
 
 
 class DockerRunner:
     name = "docker"
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, network: str | None = None, address: str = "127.0.0.1") -> None:
+        """`network` (a [hosts] entry's) overrides the spec's; `address` is where the engine's
+        machine is reached from here."""
         self.engine = engine
+        self.network = network
+        self.address = address
 
     @contextmanager
     def serve(self, spec: ServeSpec) -> Iterator[DockerServer]:
         if spec.image is None:
             raise ValueError("DockerRunner needs spec.image")
-        cspec = container_spec(spec)
-        if spec.network == "host":
+        if self.network is not None and self.network != spec.network:
+            spec = dataclasses.replace(spec, network=self.network)
+        host_network = spec.network == "host"
+        cspec = container_spec(spec, publish_ip=_publish_ip(self.address))
+        if host_network and self.address in ("127.0.0.1", "localhost"):
             require_port_free(spec.port)
         log = LogBuffer(spec.log_path, spec.header)
         stop = threading.Event()
@@ -83,13 +95,25 @@ class DockerRunner:
         try:
             with self.engine.container(cspec, keep=lambda: spec.keep_failed and state["failed"]) as container:
                 pump = container.follow_logs(log.add, stop)
-                server = DockerServer(container, spec.port, log, spec.network)
+                server = DockerServer(container, spec.port, log, address=self.address,
+                                      host_network=host_network)
                 try:
                     yield server
                     state["failed"] = server.failed
                 finally:
                     stop.set()
-                    container.stop(timeout=10)
-                    pump.join(timeout=5)
+                    try:
+                        container.stop(timeout=10)
+                    finally:  # even when the engine is gone: the log is closed after its pump
+                        pump.join(timeout=5)
         finally:
             log.close()
+
+
+def _publish_ip(address: str) -> str:
+    """Publish where the controller will knock: that IP, or every interface for a host name."""
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return "0.0.0.0"
+    return address

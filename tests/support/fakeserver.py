@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import random
+import signal
 import sys
 import time
 
@@ -729,6 +730,12 @@ async def main_async(args: argparse.Namespace) -> int:
 
     if args.crash_after is not None:
         loop.call_later(args.crash_after, crash)
+
+    def terminate() -> None:  # as vLLM's server: SIGTERM ends it (PID 1 in a container has no default)
+        if not crashed.done():
+            crashed.set_result(0)
+
+    loop.add_signal_handler(signal.SIGTERM, terminate)
 
     if args.fingerprint_lines:
         with open(args.fingerprint_lines) as f:

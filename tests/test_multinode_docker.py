@@ -1,0 +1,194 @@
+"""A real Ray cluster (the `ray` package, CPU-only, GPUs declared as resources) formed from
+containers on two Docker engines: the main one and a second dockerd started here.
+
+Needs the image harness-test/ray:2.60.0 (tools/ray-image.sh: ray 2.60.0 from PyPI on the
+stand-in base image); skips with that reason when it is absent.
+"""
+
+from __future__ import annotations
+
+import docker
+import pytest
+from engines import MAIN, copy_image, dockerd_problem, free_port, second_dockerd
+
+from harness.engine import connect
+from harness.errors import EngineError
+from harness.multinode import PORTS_PER_NODE, Node, ray_cluster
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+RAY_IMAGE = "harness-test/ray:2.60.0"
+
+
+@pytest.fixture
+def engines():
+    if (why := dockerd_problem()) is not None:
+        pytest.skip(why)
+    main = connect(MAIN, name="main")
+    if main.image_id(RAY_IMAGE) is None:
+        pytest.skip(f"no {RAY_IMAGE} on the main engine: run tools/ray-image.sh (needs PyPI)")
+    with second_dockerd() as two:
+        copy_image(RAY_IMAGE, MAIN, two.url)
+        yield main, connect(two.url, name="two")
+
+
+def _base_port() -> int:
+    return min(free_port(), 65535 - 3 * PORTS_PER_NODE)
+
+
+def _ours(engine, run_id: str) -> list[str]:
+    return engine.containers({"harness.run-id": run_id})
+
+
+def test_a_ray_cluster_over_two_engines_reports_every_declared_gpu(engines):
+    main, two = engines
+    run_id = f"ray-{free_port()}"
+    nodes = [Node(main, "main", "127.0.0.1", 1), Node(two, "two", "127.0.0.1", 1)]
+    with ray_cluster(nodes, RAY_IMAGE, base_port=_base_port(), labels={"harness.run-id": run_id}) as cluster:
+        assert cluster.resources["GPU"] == 2.0 and cluster.resources["alive_nodes"] == 2
+        again = cluster.cluster_resources()  # asked again, not remembered
+        assert again["GPU"] == 2.0 and again["CPU"] == 2.0
+        roles = {c.name: docker.DockerClient(base_url=n.engine.url).containers.get(c.name).labels["harness.role"]
+                 for n, c in zip(cluster.nodes, cluster.containers, strict=True)}
+        assert sorted(roles.values()) == ["ray-head", "ray-worker"]
+        assert len(_ours(main, run_id)) == 1 and len(_ours(two, run_id)) == 1
+        logs = cluster.logs()
+        assert any("Ray runtime started" in text for text in logs.values()), logs
+    assert _ours(main, run_id) == [] and _ours(two, run_id) == []
+
+
+def test_a_worker_that_cannot_join_is_a_clear_error_and_nothing_is_left(engines):
+    main, two = engines
+    run_id = f"ray-{free_port()}"
+    # a third node at an address no interface here has: it never joins, its 2 GPUs never show
+    nodes = [Node(main, "main", "127.0.0.1", 1), Node(two, "two", "127.0.0.1", 1),
+             Node(two, "ghost", "192.0.2.254", 2)]
+    with pytest.raises(EngineError) as info:
+        with ray_cluster(nodes, RAY_IMAGE, base_port=_base_port(),
+                         labels={"harness.run-id": run_id}, ready_timeout_s=45):
+            pass
+    assert "expected 4 GPU" in info.value.message and "--- main:" in info.value.message
+    assert _ours(main, run_id) == [] and _ours(two, run_id) == []
+
+
+def test_a_two_node_cell_serves_on_a_ray_cluster_over_two_engines(engines, tmp_path):
+    from engines import fake_vllm_context
+
+    from harness.matrix.load import load_matrix
+    from harness.pipeline import RunOptions, run_matrix
+
+    main, two = engines
+    tag = f"harness-test/fakevllm-ray:{free_port()}"
+    main.build(fake_vllm_context(RAY_IMAGE, "/opt/fake:/opt/ray-site"), tag, labels={"harness.role": "test-image"})
+    try:
+        copy_image(tag, MAIN, two.url)
+        head_port = _base_port()
+        path = _ray_matrix(tmp_path, tag, two.url, head_port)
+        store = run_matrix(load_matrix(path), k="pp2 and not hang", opts=RunOptions(results_root=tmp_path / "results"))
+        (cell,) = store.cells()
+        assert cell.status == "pass", (cell.reasons, cell.serve.log_tail if cell.serve else None)
+        assert cell.host == "head+worker"
+        assert cell.serve.url.endswith(f":{head_port}")
+        command = list(cell.serve.command)
+        assert command[command.index("--distributed-executor-backend") + 1] == "ray"
+        log = (store.dir / cell.serve.log).read_text()
+        assert "Ray cluster ready" in log and "2 GPU on 2 nodes" in log
+        assert "fake: Ray executor on 2 GPU over 2 nodes" in log  # the server used both nodes
+        assert "(ray-head head) " in log and "(ray-worker worker) " in log  # every node's log read
+        assert cell.fingerprint.moe_backend == "TRITON"
+        assert _ours(main, store.run_id) == [] and _ours(two, store.run_id) == []
+    finally:
+        main.remove_image(tag)
+
+
+def _ray_matrix(tmp_path, image: str, worker_url: str, head_port: int):
+    worker_port = free_port()
+    path = tmp_path / "ray.toml"
+    path.write_text(f"""
+[matrix]
+name = "fake-ray"
+hardware = "gpu"
+
+[hardware.gpu]
+cc = "12.1"
+bandwidth_gbs = 273
+memory_gib = 128
+
+[stacks.img]
+image = "{image}"
+
+[models.qwen-fp8]
+checkpoint = "fake/qwen3moe-fp8"
+quantization = "fp8"
+load_format = "dummy"
+active_params_b = 3.3
+bytes_per_param = 1.0
+
+[configs.pp2]
+nodes = 2
+args = ["--pipeline-parallel-size", "2"]
+
+[configs.pp2-hang]
+nodes = 2
+args = ["--pipeline-parallel-size", "2"]
+env = {{ FAKE_VLLM_MODE = "hang" }}
+
+[serve]
+gpus = "none"
+startup_timeout_s = 240
+quiet_period_s = 120
+
+[bench]
+concurrency = [1]
+max_tokens = 16
+repeats = 1
+prompt_tokens = 32
+prefill = false
+
+[hosts.head]
+engine = "{MAIN}"
+ports = [{head_port}, {head_port}]
+
+[hosts.worker]
+engine = "{worker_url}"
+ports = [{worker_port}, {worker_port}]
+""")
+    return path
+
+
+def test_ctrl_c_during_a_two_node_cell_removes_every_node(engines, tmp_path):
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from engines import fake_vllm_context
+
+    main, two = engines
+    tag = f"harness-test/fakevllm-ray:{free_port()}"
+    main.build(fake_vllm_context(RAY_IMAGE, "/opt/fake:/opt/ray-site"), tag, labels={"harness.role": "test-image"})
+    try:
+        copy_image(tag, MAIN, two.url)
+        path = _ray_matrix(tmp_path, tag, two.url, _base_port())
+        results = tmp_path / "results"
+        proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-m", str(path), "-k", "pp2-hang",
+                                 "--results", str(results), "--no-report"], cwd=Path(__file__).parent.parent,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+        cell = {"harness.cell": "img/qwen-fp8/pp2-hang"}
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not (main.containers(cell) and two.containers(cell)):
+            time.sleep(0.5)
+        assert main.containers(cell) and two.containers(cell), "the cell never had a node on both engines"
+        time.sleep(5)  # into the serve on the head
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=120)[0].decode()
+        assert proc.returncode == 130, output
+        assert main.containers(cell) == [] and two.containers(cell) == []
+        run_dir = next(results.iterdir())
+        assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
+    finally:
+        main.remove_image(tag)

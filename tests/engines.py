@@ -274,7 +274,7 @@ def fake_vllm_context(base: str = "harness-test/debian-python:bookworm", pythonp
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
         add("Dockerfile", dockerfile.encode())
-        add("fakeserver.py", (root / "harness" / "bench" / "fakeserver.py").read_bytes())
+        add("fakeserver.py", (root / "tests" / "support" / "fakeserver.py").read_bytes())
         for path in sorted((fakevllm / "vllm").rglob("*.py")):
             add(str(path.relative_to(fakevllm)), path.read_bytes())
     return buf.getvalue()

@@ -60,9 +60,10 @@ def test_a_ray_cluster_over_two_engines_reports_every_declared_gpu(engines):
 def test_a_worker_that_cannot_join_is_a_clear_error_and_nothing_is_left(engines):
     main, two = engines
     run_id = f"ray-{free_port()}"
-    # a third node at an address no interface here has: it never joins, its 2 GPUs never show
+    # a third node whose address is not an address at all: it never joins, its 2 GPUs never show
+    # (never a routable address: tests send traffic to loopback only)
     nodes = [Node(main, "main", "127.0.0.1", 1), Node(two, "two", "127.0.0.1", 1),
-             Node(two, "ghost", "192.0.2.254", 2)]
+             Node(two, "ghost", "256.0.0.1", 2)]
     with pytest.raises(EngineError) as info:
         with ray_cluster(nodes, RAY_IMAGE, base_port=_base_port(),
                          labels={"harness.run-id": run_id}, ready_timeout_s=45):

@@ -112,7 +112,15 @@ def host_problems(spec: MatrixFile) -> list[str]:
     from harness.matrix.load import problem
 
     problems = []
+    if spec.hosts and "host" in spec.model_fields_set:
+        problems.append(problem("host", "[host] and [hosts] are both given: one unnamed [host] is the "
+                                "same as a one-entry [hosts]", "keep one of them"))
     for name, h in spec.hosts.items():
+        if h.gpu_attach != "runtime":
+            # the serve stage takes its attach mode, devices and driver folders from [host] today
+            problems.append(problem(f"hosts.{name}.gpu_attach", f"'{h.gpu_attach}' per [hosts] entry is not "
+                                    "supported yet (only 'runtime')", "for one host, use [host] with "
+                                    "gpu_attach, devices and driver_dirs"))
         if h.hardware is not None and h.hardware not in spec.hardware:
             problems.append(problem(f"hosts.{name}.hardware", f"'{h.hardware}' is not a hardware profile "
                                     f"(defined: {', '.join(spec.hardware)})", "name a [hardware.NAME] table"))

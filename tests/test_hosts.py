@@ -297,3 +297,15 @@ def test_an_ssh_engine_without_paramiko_says_what_to_install(monkeypatch):
         connect("ssh://lab@spark.lan", name="spark")
     assert "ssh:// engine and paramiko is not installed" in info.value.message
     assert "vllm-bw-harness[ssh]" in info.value.hint and "DOCKER_SSH_CLIENT=1" in info.value.hint
+
+
+def test_host_and_hosts_together_and_per_host_attach_modes_are_refused(tmp_path, capsys):
+    from harness.cli import main
+
+    base = (Path(__file__).resolve().parent.parent / "matrix" / "h200-local.toml").read_text()
+    bad = base + '\n[host]\nnetwork = "host"\n\n[hosts.a]\ngpu_attach = "devices"\n'
+    path = tmp_path / "m.toml"
+    path.write_text(bad)
+    assert main(["plan", "-m", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "[host] and [hosts] are both given" in err and "hosts.a.gpu_attach" in err

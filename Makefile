@@ -44,8 +44,8 @@ docker-up:
 	@bash tools/docker-up.sh && bash tools/base-images.sh || echo "make: no Docker engine here: Docker tests will skip, and nothing can be built"
 
 # chromium and docker-registry from Debian when root with apt; elsewhere their tests skip.
-test-deps:
-	@bash tools/test-deps.sh
+test-deps: install
+	@PYTHON=$(PY) bash tools/test-deps.sh
 
 # The first run also downloads the pinned vLLM and FlashInfer sdists (98 MB, unpacked to
 # ~580 MB in ~/.cache/vllm-bw-harness) for the patch tests; the last lines list every skip and why.

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from conftest import skip_or_fail_under_ci
 from engines import (
     MAIN,
     copy_image,
@@ -52,7 +53,7 @@ def fake_image():
 @pytest.fixture
 def engine_two(fake_image):
     if (why := dockerd_problem()) is not None:
-        pytest.skip(why)
+        skip_or_fail_under_ci(why)
     with second_dockerd() as d:
         copy_image(fake_image, MAIN, d.url)
         yield d
@@ -122,7 +123,7 @@ def _overlaps(entries: list[dict], a: str, b: str) -> list[tuple[str, str]]:
 def test_cells_run_at_once_on_an_ssh_engine_and_a_second_engine(fake_image, engine_two, tmp_path,
                                                                   monkeypatch):
     if (why := ssh_problem()) is not None:
-        pytest.skip(why)
+        skip_or_fail_under_ci(why)
     port = free_port()
     with ssh_engine() as (ssh_url, home):
         monkeypatch.setenv("HOME", str(home))  # its ~/.ssh/config and known_hosts, not the user's
@@ -253,7 +254,7 @@ env = { FAKE_VLLM_MODE = "hang" }
 
 def test_a_tls_engine_runs_its_cells_and_a_host_refused_at_connect_errors_only_its_own(fake_image, tmp_path):
     if (why := dockerd_problem()) is not None:
-        pytest.skip(why)
+        skip_or_fail_under_ci(why)
     with second_dockerd(tls=True) as secure:
         copy_image(fake_image, MAIN, secure)
         tls = secure.tls

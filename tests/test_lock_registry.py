@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import skip_or_fail_under_ci
 from pypi_fake import FI_SDIST, VLLM_SDIST, pypi  # noqa: F401 - pypi is a fixture
 
 from harness.build.builder import build_stacks
@@ -49,7 +50,7 @@ def _registry_binary() -> str:
                        timeout=600, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
         found = shutil.which("docker-registry")
     if not found:
-        pytest.skip("Debian's docker-registry is not installed and cannot be installed here "
+        skip_or_fail_under_ci("Debian's docker-registry is not installed and cannot be installed here "
                     "(needs root + apt: `apt-get install docker-registry`, or `make test` as root)")
     return found
 

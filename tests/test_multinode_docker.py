@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import docker
 import pytest
+from conftest import skip_or_fail_under_ci
 from engines import MAIN, copy_image, dockerd_problem, free_port, second_dockerd
 
 from harness.engine import connect
@@ -23,10 +24,10 @@ RAY_IMAGE = "harness-test/ray:2.60.0"
 @pytest.fixture
 def engines():
     if (why := dockerd_problem()) is not None:
-        pytest.skip(why)
+        skip_or_fail_under_ci(why)
     main = connect(MAIN, name="main")
     if main.image_id(RAY_IMAGE) is None:
-        pytest.skip(f"no {RAY_IMAGE} on the main engine: run tools/ray-image.sh (needs PyPI)")
+        skip_or_fail_under_ci(f"no {RAY_IMAGE} on the main engine: run tools/ray-image.sh (needs PyPI)")
     with second_dockerd() as two:
         copy_image(RAY_IMAGE, MAIN, two.url)
         yield main, connect(two.url, name="two")

@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import skip_or_fail_under_ci
 
 from harness import bundle
 from harness.build.builder import build_stacks
@@ -21,7 +22,7 @@ BASE = "harness-test/debian-python:bookworm"  # tools/base-images.sh; Python wit
 def test_wheel_stack_builds_on_a_local_base(tmp_path):
     engine = connect()
     if engine.image_id(BASE) is None:
-        pytest.skip(f"{BASE} missing: run tools/base-images.sh")
+        skip_or_fail_under_ci(f"{BASE} missing: run tools/base-images.sh")
     tag = f"harness-test/wbase:{uuid.uuid4().hex[:8]}"  # a local tag of our own, removed at the end
     subprocess.run(["docker", "tag", BASE, tag], check=True)
     dl = tmp_path / "dl"

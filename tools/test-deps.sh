@@ -2,13 +2,23 @@
 # What the test suite needs besides Python and Docker, from Debian, when root with apt:
 #   chromium         the report's browser test (renders report.html headless)   ~113 MB of .debs
 #   docker-registry  the lock test's registry on localhost                      ~5 MB
+#   openssh-server   the ssh:// engine test (sshd on a free localhost port)    ~2 MB
+# and, where a Docker engine answers, harness-test/ray (tools/ray-image.sh: ray from PyPI) for
+# the multi-node tests.
 # Elsewhere nothing is installed: those tests skip, and the last lines of `make test` say which
 # and why. Idempotent: what is there is kept.
 set -euo pipefail
 want=()
 command -v chromium >/dev/null || command -v chromium-browser >/dev/null || want+=(chromium)
 command -v docker-registry >/dev/null || want+=(docker-registry)
-[ ${#want[@]} -eq 0 ] && { echo "test-deps: chromium and docker-registry are installed"; exit 0; }
+[ -x /usr/sbin/sshd ] || want+=(openssh-server)
+ray_image() {
+  if docker info >/dev/null 2>&1; then
+    PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/ray-image.sh" \
+      || echo "test-deps: the Ray image could not be built: the multi-node tests will skip"
+  fi
+}
+[ ${#want[@]} -eq 0 ] && { echo "test-deps: chromium, docker-registry and sshd are installed"; ray_image; exit 0; }
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
   echo "test-deps: not installing ${want[*]} (needs root + apt-get): the tests that need them will skip"
   exit 0
@@ -17,3 +27,4 @@ echo "test-deps: installing ${want[*]} from Debian"
 apt-get update -qq
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}" >/dev/null \
   || echo "test-deps: apt-get could not install ${want[*]}: the tests that need them will skip"
+ray_image

@@ -3,4 +3,6 @@
 from rich.console import Console
 
 out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False)
+# soft_wrap: a message is never folded inside a word (paths stay whole); the live lines and the
+# cell blocks are fitted to the width by run_cli itself
+err = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -59,7 +59,8 @@ def engine_two(fake_image):
         yield d
 
 
-def _matrix(tmp_path: Path, image: str, hosts: str, *, configs: str = "", stacks=("img",)) -> Path:
+def _matrix(tmp_path: Path, image: str, hosts: str, *, configs: str = "", stacks=("img",),
+            startup: int = 90, quiet: int = 60) -> Path:
     path = tmp_path / "hosts.toml"
     stack_tables = "\n".join(f'[stacks.{s}]\nimage = "{image}"\n' for s in stacks)
     path.write_text(f"""
@@ -94,8 +95,8 @@ env = { FAKE_VLLM_STARTUP_S = "3" }
 
 [serve]
 gpus = "none"
-startup_timeout_s = 90
-quiet_period_s = 60
+startup_timeout_s = {startup}
+quiet_period_s = {quiet}
 
 [bench]
 concurrency = [1]
@@ -226,15 +227,15 @@ stacks = ["one"]
 [hosts.two]
 engine = "{engine_two.url}"
 stacks = ["two"]
-""", stacks=("one", "two"), configs='''
+""", stacks=("one", "two"), startup=900, quiet=900, configs='''
 [configs.hang]
 env = { FAKE_VLLM_MODE = "hang" }
-''')
+''')  # the cells must never end by themselves, however slow the machine: only Ctrl-C ends them
     results = tmp_path / "results"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-m", str(path), "--results", str(results),
                              "--no-report"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 240
     seen: tuple[list[str], list[str]] = ([], [])
     while time.monotonic() < deadline and not all(seen):
         seen = (_labelled(MAIN, **{"harness.cell": "one/qwen-fp8/hang"}),

@@ -137,8 +137,8 @@ env = {{ FAKE_VLLM_MODE = "hang" }}
 
 [serve]
 gpus = "none"
-startup_timeout_s = 240
-quiet_period_s = 120
+startup_timeout_s = 900  # a busy 2-core machine: the hang cell must end by Ctrl-C only
+quiet_period_s = 900
 
 [bench]
 concurrency = [1]
@@ -187,7 +187,7 @@ def test_ctrl_c_during_a_two_node_cell_removes_every_node(engines, tmp_path):
         assert main.containers(cell) and two.containers(cell), "the cell never had a node on both engines"
         time.sleep(5)  # into the serve on the head
         proc.send_signal(signal.SIGINT)
-        output = proc.communicate(timeout=120)[0].decode()
+        output = proc.communicate(timeout=300)[0].decode()
         assert proc.returncode == 130, output
         assert main.containers(cell) == [] and two.containers(cell) == []
         run_dir = next(results.iterdir())

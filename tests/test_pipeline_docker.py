@@ -57,7 +57,8 @@ def fake_image():
     engine.remove_image(tag)  # tests leave no image behind, tagged or dangling
 
 
-def _matrix(tmp_path: Path, image: str, extra: str = "", quiet: int = 6, name: str = "fake-docker") -> Path:
+def _matrix(tmp_path: Path, image: str, extra: str = "", quiet: int = 6, name: str = "fake-docker",
+            startup: int = 60) -> Path:
     path = tmp_path / "docker.toml"
     path.write_text(f"""
 [matrix]
@@ -99,7 +100,7 @@ env = {{ FAKE_VLLM_MODE = "hang" }}
 
 [serve]
 gpus = "none"
-startup_timeout_s = 60
+startup_timeout_s = {startup}
 quiet_period_s = {quiet}
 
 [bench]
@@ -149,14 +150,14 @@ def test_docker_cells_pass_fail_crash_hang_and_clean_up(fake_image, tmp_path):
 
 def test_sigint_leaves_no_container_and_an_interrupted_run(fake_image, tmp_path):
     name = f"sigint{os.getpid()}"
-    path = _matrix(tmp_path, fake_image, quiet=600, name=name)
+    path = _matrix(tmp_path, fake_image, quiet=900, startup=900, name=name)
     results = tmp_path / "results"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-m", str(path), "-k", "qwen-fp8/hang",
                              "--results", str(results), "--no-report"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     engine = connect()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     names: list[str] = []
     while time.monotonic() < deadline and not names:
         names = _mine(engine, name, "img/qwen-fp8/hang")
@@ -174,13 +175,13 @@ def test_sigint_leaves_no_container_and_an_interrupted_run(fake_image, tmp_path)
 
 def test_sigkill_of_the_controller_leaves_a_container_the_next_run_reaps(fake_image, tmp_path):
     name = f"sigkill{os.getpid()}"
-    path = _matrix(tmp_path, fake_image, quiet=600, name=name)
+    path = _matrix(tmp_path, fake_image, quiet=900, startup=900, name=name)
     results = tmp_path / "results"
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-m", str(path), "-k", "qwen-fp8/hang",
                              "--results", str(results), "--no-report"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     engine = connect()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     names: list[str] = []
     while time.monotonic() < deadline and not names:
         names = _mine(engine, name, "img/qwen-fp8/hang")

@@ -63,6 +63,19 @@ def _command_of(argv: list[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+def _say(console, text: str) -> None:
+    """An error message fitted to the terminal between words only: a path or an id longer than
+    the line keeps a line of its own, whole (copy-pasteable), never folded inside."""
+    import textwrap
+
+    width = max(40, console.size.width)
+    for line in text.splitlines():
+        indent = " " * (len(line) - len(line.lstrip()) + (6 if line.lstrip().startswith("fix:") else 0))
+        for part in textwrap.wrap(line, width=width, subsequent_indent=indent, break_long_words=False,
+                                  break_on_hyphens=False) or [""]:
+            console.print(part, markup=False, highlight=False)
+
+
 def _term_as_interrupt(signum, frame) -> None:
     # `timeout`, a CI runner or `docker stop` send SIGTERM: clean up as for Ctrl-C.
     raise KeyboardInterrupt
@@ -88,14 +101,12 @@ def main(argv: list[str] | None = None) -> int:
                   "finished cells are on disk (`harness run --resume RUN_DIR`)")
         return 130
     except BuildFailed as exc:
-        err.print("[red]error:[/red]", end=" ")
-        err.print(str(exc), markup=False)
+        _say(err, f"error: {exc}")
         for line in exc.log_tail[-20:]:
             err.print(f"  | {line}", markup=False)
         return exc.exit_code
     except HarnessError as exc:
-        err.print("[red]error:[/red]", end=" ")
-        err.print(str(exc), markup=False)
+        _say(err, f"error: {exc}")
         return exc.exit_code
     except OSError as exc:  # a path the user gave that cannot be read or written
         import errno

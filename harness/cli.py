@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _term_as_interrupt)
+        # Ctrl-C must clean up even when this process was started with SIGINT ignored (a
+        # background job of a non-interactive shell inherits SIG_IGN, and Python keeps it)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     from harness.console import err
     from harness.errors import BuildFailed, HarnessError

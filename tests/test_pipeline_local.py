@@ -216,7 +216,10 @@ def test_resume_redoes_only_unfinished_cells(matrix_file, tmp_path, capsys):
     assert widened.read_cell("fake/qwen-fp8/auto").started_at == first["fake/qwen-fp8/auto"].started_at
 
 
-def test_sigterm_stops_the_server_and_marks_the_run_interrupted(tmp_path):
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_sigterm_stops_the_server_and_marks_the_run_interrupted(tmp_path, sig):
+    """Also with SIGINT ignored by the parent (a background job of a script): Ctrl-C still
+    cleans up."""
     import os
     import signal
     import subprocess
@@ -235,7 +238,8 @@ env = { FAKE_VLLM_MODE = "hang" }
     results = tmp_path / "results"
     p = subprocess.Popen([sys.executable, "-m", "harness", "run", "-m", str(path), "-k", "qwen-fp8/hang",
                           "--results", str(results), "--no-report"], cwd=ROOT,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
 
     def server_pids() -> list[str]:
         r = subprocess.run(["pgrep", "-f", "--", f"--model fp8-{tag}"], capture_output=True, text=True)
@@ -247,7 +251,7 @@ env = { FAKE_VLLM_MODE = "hang" }
             time.sleep(0.2)
         assert server_pids(), "the server never started"
         time.sleep(1.0)
-        p.send_signal(signal.SIGTERM)
+        p.send_signal(getattr(signal, sig))
         out = p.communicate(timeout=60)[0].decode()
     finally:
         if p.poll() is None:

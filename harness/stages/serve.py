@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness import __version__, gpu_attach, serve_cmd
 from harness.errors import ConfigError
+from harness.gpu_attach import port_free
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell
 from harness.runners.base import ServeSpec
@@ -30,18 +30,8 @@ class Planned:
     command: serve_cmd.ServeCommand
 
 
-def identity_name(cell: Cell) -> str:
+def identity_name() -> str:
     return f"harness-{secrets.token_hex(6)}"
-
-
-def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def plan(cell: Cell, matrix: Matrix, *, run_id: str, log_path: Path, image: str | None,
@@ -50,7 +40,7 @@ def plan(cell: Cell, matrix: Matrix, *, run_id: str, log_path: Path, image: str 
     serve = matrix.spec.serve
     stack = cell.stack
     labels = {"harness.run-id": run_id, "harness.role": "serve", "harness.cell": cell.id}
-    ident = identity_name(cell)
+    ident = identity_name()
     if stack.runner == "local":
         port = serve.host_port or serve.port
         if not port_free(port):

@@ -117,10 +117,6 @@ class _Engine:
             self._engine = connect()
         return self._engine
 
-    @property
-    def connected(self):
-        return self._engine
-
 
 def _default_runner_for(engine: _Engine) -> Callable[[Cell], Runner]:
     def make(cell: Cell) -> Runner:
@@ -480,7 +476,5 @@ def reap_dead(results_root: Path, engine_if_needed: _Engine | None = None) -> di
 def exit_code(store: RunStore) -> int:
     """0 when every cell passed or was skipped and every build and audit passed."""
     cells = store.cells()
-    builds_ok = all(not b.failed and (b.audit_summary or b.audit or {}).get("status") != "fail"
-                    and (b.audit_summary or {}).get("audit.status") != "fail"
-                    for b in store.builds().values())
+    builds_ok = all(not b.failed and b.audit_status != "fail" for b in store.builds().values())
     return 0 if cells and builds_ok and all(c.status.ok and not c.reasons for c in cells) else 1

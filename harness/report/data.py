@@ -384,10 +384,7 @@ def _pairs(cells: tuple[Cell, ...], min_ratio: float | None) -> tuple[Pair, ...]
 
 
 def _build(b: BuildOutcome) -> Build:
-    image = b.image_ref or b.image_id
-    legacy = (b.model_extra or {}).get("image")  # v1 build records kept the image as a dict
-    if image is None and isinstance(legacy, dict):
-        image = legacy.get("ref") or legacy.get("id")
+    image = b.image_ref or b.image_id  # v1's {ref, id} is lifted by BuildOutcome.from_json
     audit = b.audit or {}
     summary = b.audit_summary or {}
     if isinstance(audit.get("verdicts"), list):  # AuditReport.to_json()
@@ -396,8 +393,7 @@ def _build(b: BuildOutcome) -> Build:
         flat = audit or summary
         lines = [f"{k.removeprefix('audit.verdict.')}: {v}" for k, v in flat.items()
                  if k.startswith("audit.verdict.")]
-    audit_status = (audit.get("status") or audit.get("audit.status") or summary.get("audit.status")
-                    or ("n/a" if not (audit or summary) else "?"))
+    audit_status = b.audit_status or ("n/a" if not (audit or summary) else "?")
     if b.failed and b.reason:
         lines.insert(0, f"build: {b.reason}")
     return Build(b.stack, b.status, str(image or "n/a"), str(audit_status), tuple(lines))

@@ -422,6 +422,13 @@ class BuildOutcome(Open):
     def failed(self) -> bool:
         return self.status == "failed"
 
+    @property
+    def audit_status(self) -> str | None:
+        """The arch audit's status, from the full report (`status`) or its flat summary
+        (`audit.status`); None when the stack was not audited."""
+        audit, summary = self.audit or {}, self.audit_summary or {}
+        return audit.get("status") or audit.get("audit.status") or summary.get("audit.status")
+
     @classmethod
     def from_json(cls, data: Any, stack: str | None = None) -> BuildOutcome:
         if not isinstance(data, dict):

@@ -8,7 +8,8 @@ a random sample (seeded), half of it drawn from the cubins whose a-suffix lives 
 e_flags (fmhaSm10xa / sm103a / MxE2m1 batched GEMMs), is also named by `cuobjdump --list-elf`
 and compared (cuobjdump never prints f, so sm_100f must read sm_100 there).
 --names: for every cubin in every `.nv_fatbin` / `__nv_relfatbin` of the wheels' libraries,
-the kernel names the audit reads (from the first blocks of a zstd cubin) against those of a
+the kernel names the audit reads (from the leading name table: the first blocks of a zstd
+cubin, the first bytes of a plain one) against those of a
 full decode and section-table parse.
 """
 
@@ -27,8 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.audit import elf, fatbin, tools, zstd  # noqa: E402
-from harness.audit.scan import _entry_kernels, audit_bytes  # noqa: E402
-from harness.audit.source import BytesReader, Reader  # noqa: E402
+from harness.audit.scan import _entry_kernels, _plain_kernels, audit_bytes  # noqa: E402
+from harness.audit.source import BytesReader, Reader, View  # noqa: E402
 
 
 def check_arch(wheel: Path, sample: int) -> int:
@@ -80,7 +81,11 @@ def check_names(wheels: list[Path]) -> int:
                             if e.arch.ptx or e.compression == "lz":
                                 continue
                             stored = r.read_at(e.offset, e.stored_size)
-                            fast = _entry_kernels(stored, e)
+                            fast = (
+                                _plain_kernels(View(r, e.offset, e.stored_size))
+                                if e.compression == "none"
+                                else _entry_kernels(stored, e)
+                            )
                             data = zstd.decompress(stored, e.uncompressed_size) if e.compression == "zstd" else stored
                             secs = elf.sections(BytesReader(data), elf.header(data[:64]))
                             full = [x.name[9:] for x in secs if x.name.startswith(".nv.info.") and len(x.name) > 9]

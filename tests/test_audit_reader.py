@@ -198,3 +198,20 @@ def test_standalone_cubin_arch(name: str, arch: str) -> None:
     # nvcc puts the section names first: the fast path finds the same kernels.
     table = elf.leading_name_table(data, hdr.ehsize)
     assert sorted(elf.kernel_names_from_table(table)) == sorted(elf.cubin_kernels(data, secs))
+
+
+def test_leading_name_table_edges() -> None:
+    """The leading name table ends at the first name that does not start with "." (padding
+    NULs among names allowed); a table that runs past the bytes in hand is None (decode
+    more), and so is a cubin without that layout."""
+    head = b"\x7fELF" + b"\0" * 60
+    names = b"\0.shstrtab\0.strtab\0\0\0.nv.info._Z3fooPf\0.text._Z3fooPf\0"
+    table = elf.leading_name_table(head + names + b"_Z3fooPf\0rest", 64)
+    assert table == names
+    assert elf.kernel_names_from_table(table) == ["_Z3fooPf"]
+    assert elf.leading_name_table(head + names, 64) is None  # ends with the prefix
+    assert elf.leading_name_table(head + names + b".nv.info._Z3bar", 64) is None  # cut name
+    assert elf.leading_name_table(head + names + b"_Z3foo", 64) is None  # cut symbol name
+    assert elf.leading_name_table(head + b"\0.text\0" + names, 64) is None  # not nvcc's layout
+    # A binary .symtab right after the names ends the table too.
+    assert elf.leading_name_table(head + names + b"\x01\x02\0\0", 64) == names

@@ -44,6 +44,8 @@ _TKINFO_ARCH_RE = re.compile(rb"-arch[= ]sm_(\d{2,3})([af]?)\b")
 _KERNEL_RE = re.compile(rb"\x00\.nv\.info\.([^\x00]+)(?=\x00)")
 # nvcc/ptxas put `.shstrtab` first, right after the ELF header: "\0.shstrtab\0...".
 _SHSTRTAB_FIRST = b"\x00.shstrtab\x00"
+# Names that start with "." each ended by a NUL, or lone NULs (padding), as far as they go.
+_NAME_RUN_RE = re.compile(rb"(?:\.[^\x00]*\x00|\x00)*")
 
 
 @dataclass(frozen=True)
@@ -99,16 +101,19 @@ def _table(reader, hdr: Header) -> tuple[list[tuple], bytes]:
     if count > MAX_SECTIONS:
         raise Unreadable(f"{count} sections declared (cap {MAX_SECTIONS})")
     table = reader.read_at(hdr.shoff, count * hdr.shentsize)
-    raw = [_SHDR.unpack_from(table, i * hdr.shentsize) for i in range(count)]
+    if hdr.shentsize == _SHDR.size:
+        raw = list(_SHDR.iter_unpack(table))  # one C-level pass: CUTLASS cubins have thousands
+    else:
+        raw = [_SHDR.unpack_from(table, i * hdr.shentsize) for i in range(count)]
     if strndx >= count:
         raise Unreadable(f"section-name table index {strndx} past {count} sections")
     _n, stype, _f, _a, str_off, str_size, *_ = raw[strndx]
     if str_size > MAX_NAMES:
         raise Unreadable(f"section-name table of {str_size} bytes (cap {MAX_NAMES})")
     names = reader.read_at(str_off, str_size) if stype != SHT_NOBITS else b""
-    for name_off, *_ in raw:
-        if name_off and name_off >= len(names):
-            raise Unreadable(f"section name offset {name_off} past the name table ({len(names)} bytes)")
+    name_off = max(r[0] for r in raw)
+    if name_off and name_off >= len(names):
+        raise Unreadable(f"section name offset {name_off} past the name table ({len(names)} bytes)")
     return raw, names
 
 
@@ -144,8 +149,9 @@ def kernel_names(reader, hdr: Header) -> list[str]:
         return []
     raw, names = _table(reader, hdr)
     out = []
+    starts = names.startswith
     for name_off, *_ in raw:
-        if names.startswith(b".nv.info.", name_off):
+        if starts(b".nv.info.", name_off):
             end = names.find(b"\0", name_off)
             name = names[name_off + 9 : end if end >= 0 else len(names)]
             if name:
@@ -172,14 +178,11 @@ def leading_name_table(prefix: bytes, ehsize: int = 64) -> bytes | None:
     """
     if prefix[ehsize : ehsize + len(_SHSTRTAB_FIRST)] != _SHSTRTAB_FIRST:
         return None
-    pos = ehsize + 1
-    while True:
-        end = prefix.find(b"\x00", pos)
-        if end < 0:
-            return None  # runs past the prefix: decode more
-        if end > pos and prefix[pos] != 0x2E:  # not ".": the table ended at pos
-            return prefix[ehsize:pos]
-        pos = end + 1
+    # One C-level pass over the names (a CUTLASS cubin has thousands), not a find per name.
+    pos = _NAME_RUN_RE.match(prefix, ehsize + 1).end()
+    if pos >= len(prefix) or prefix[pos] == 0x2E or prefix.find(b"\x00", pos) < 0:
+        return None  # runs past the prefix: decode more
+    return prefix[ehsize:pos]
 
 
 def cubin_kernels(data: bytes, secs: list[Section]) -> list[str]:

@@ -36,6 +36,7 @@ from harness.audit.source import (
     View,
     member_of,
     open_member,
+    tune_malloc,
 )
 from harness.errors import ConfigError
 
@@ -48,7 +49,7 @@ AR_MAGIC = b"!<arch>\n"
 MAX_CUBIN = 256 << 20  # a bare cubin is read whole; flashinfer's largest is 0.6 MB
 NAME_PREFIX = 256 << 10  # first bytes decoded to find a compressed cubin's kernel names
 NVFP4 = "nvfp4_gemm"
-_BATCH_BYTES = 64 << 20
+_BATCH_BYTES = 16 << 20  # small files go in batches this big: a fine-grained tail for the pool
 _BATCH_FILES = 256
 
 
@@ -354,9 +355,9 @@ def _describe_entry(reader: Reader, entry: fatbin.Entry, policy: SassPolicy, cou
             names = [m.decode() for m in _PTX_ENTRY_RE.findall(text)]
             return CodeObject(entry.arch, dict(Counter(map(family_of, names))), decoded=True)
         if entry.compression == "none":
-            # Read in place: the ELF header, section table and names, not the whole cubin.
-            view = View(reader, entry.offset, entry.stored_size)
-            names = elf.kernel_names(view, _cubin_header(view.read_at(0, min(64, view.size))))
+            # Read in place, not copied whole: the leading name table when nvcc's layout is
+            # there, else the section table and its names.
+            names = _plain_kernels(View(reader, entry.offset, entry.stored_size))
         else:
             names = _entry_kernels(reader.read_at(entry.offset, entry.stored_size), entry)
         fams = [family_of(n) for n in names]
@@ -377,6 +378,14 @@ def _cubin_header(head: bytes) -> elf.Header:
     if not elf.is_elf(head):
         raise Unreadable("payload is not an ELF cubin")
     return elf.header(head)
+
+
+def _plain_kernels(view: View) -> list[str]:
+    """Kernel names of an uncompressed fatbin cubin, read in place: its header, section
+    table and names, not the whole cubin. (The leading-name-table shortcut of zstd cubins is
+    not taken here: the uncompressed cubins of older toolchains, bitsandbytes 0.50.2's
+    CUDA 11.8/12.1 builds, keep names in that table that no section has.)"""
+    return elf.kernel_names(view, _cubin_header(view.read_at(0, min(64, view.size))))
 
 
 def _entry_kernels(stored: bytes, entry: fatbin.Entry) -> list[str]:
@@ -462,7 +471,7 @@ def audit_tree(path: Path, policy: SassPolicy, stats: ScanStats, jobs: int | Non
     if jobs <= 1 or sum(t.size for t in tasks) < (16 << 20):
         outcomes = [o for b in batches for o in _run_batch(b, policy)]
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with ProcessPoolExecutor(max_workers=jobs, initializer=tune_malloc) as pool:
             futures = [pool.submit(_run_batch, b, policy) for b in batches]
             outcomes = [o for f in futures for o in f.result()]
     order = {t.display: i for i, t in enumerate(tasks)}

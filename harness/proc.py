@@ -6,10 +6,14 @@ import logging
 import shlex
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 log = logging.getLogger("harness.proc")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -49,3 +53,52 @@ def spawn(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str
     log.debug("spawn: %s", shlex.join(argv))
     return subprocess.Popen(list(argv), env=dict(env) if env is not None else None, cwd=cwd,
                             stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stream(argv: Sequence[str], consume: Callable[[Iterator[str]], T], *, timeout: float = 60) -> tuple[T, Result]:
+    """Run `argv` and hand its stdout, line by line, to `consume` (never held whole: a
+    disassembly can run to gigabytes). When `consume` returns before the output ends, the
+    process is killed: the answer is in hand. Returns what `consume` returned and a Result
+    whose stdout is empty; returncode 124 when `timeout` passed first, 127 when the program
+    is missing, 0 when it was stopped early on purpose."""
+    log.debug("stream: %s", shlex.join(argv))
+    with tempfile.TemporaryFile() as errors:
+        try:
+            p = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=errors, stdin=subprocess.DEVNULL,
+                                 text=True, errors="replace", start_new_session=True)
+        except FileNotFoundError:
+            return consume(iter(())), Result(tuple(argv), 127, "", f"{argv[0]}: not found")
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            p.kill()
+
+        timer = threading.Timer(timeout, expire)
+        timer.start()
+        ended = [False]
+
+        def lines() -> Iterator[str]:
+            assert p.stdout is not None
+            yield from p.stdout
+            ended[0] = True
+
+        try:
+            value = consume(lines())
+            early = not ended[0]  # the answer came before the output ended
+            if early:
+                p.kill()
+            code = p.wait()
+        except BaseException:
+            p.kill()
+            p.wait()
+            raise
+        finally:
+            timer.cancel()
+            if p.stdout is not None:
+                p.stdout.close()
+        errors.seek(0)
+        err_text = errors.read(1 << 16).decode("utf-8", "replace")
+    if expired.is_set():
+        return value, Result(tuple(argv), 124, "", f"timed out after {timeout:.0f} s")
+    return value, Result(tuple(argv), 0 if early else code, "", err_text)

@@ -93,3 +93,22 @@ def test_bare_cubin_arch_per_target(tmp_path: Path, arch: str) -> None:
     need("cuobjdump")
     listed = tools.run("cuobjdump", "--list-elf", out).strip()
     assert listed.endswith(f".sm_{arch.rstrip('f')}.cubin"), listed
+
+
+def test_sass_for_named_kernels_only() -> None:
+    """Asked for the FP4 kernel only, nvdisasm disassembles that function (`-fun` by its
+    symbol index) and the answer is the full run's; a kernel without the MMA reads ""."""
+    need("nvdisasm")
+    from harness.audit import elf
+    from harness.audit.source import BytesReader
+
+    cubin = (CUBINS / "nvfp4_sm121a.cubin").read_bytes()
+    full = scan_cubin(cubin, 12).native_fp4
+    assert len(full) == 7 and full[MMA_KERNEL].startswith("OMMA.SF.")
+    symbols = elf.function_symbols(BytesReader(cubin), elf.header(cubin[:64]))
+    assert set(symbols) == set(full)  # every kernel has its function symbol
+    only = scan_cubin([bytearray(cubin)], 12, (MMA_KERNEL,)).native_fp4
+    assert only == {MMA_KERNEL: full[MMA_KERNEL]}
+    other = "_Z22cvt_fp16_to_fp4_kernelPKfPh"
+    both = scan_cubin(cubin, 12, (MMA_KERNEL, other)).native_fp4
+    assert both == {MMA_KERNEL: full[MMA_KERNEL], other: ""}

@@ -159,6 +159,35 @@ def kernel_names(reader, hdr: Header) -> list[str]:
     return out
 
 
+SHT_SYMTAB = 2
+STT_FUNC = 2
+_SYM = struct.Struct("<IBBHQQ")
+
+
+def function_symbols(reader, hdr: Header) -> dict[str, int]:
+    """Index in `.symtab` of each function symbol of a cubin, by name: what `nvdisasm -fun`
+    takes to disassemble only those kernels. Empty when there is no symbol table; raises
+    Unreadable when it or its names lie outside the file."""
+    if hdr.shoff == 0:
+        return {}
+    raw, _names = _table(reader, hdr)
+    symtab = next((r for r in raw if r[1] == SHT_SYMTAB), None)
+    if symtab is None:
+        return {}
+    _n, _t, _f, _a, off, size, link, _i, _al, entsize = symtab
+    if entsize != _SYM.size or size % _SYM.size or link >= len(raw):
+        raise Unreadable(f"symbol table of {size} bytes in {entsize}-byte entries, names in section {link}")
+    strtab = raw[link]
+    syms = reader.read_at(off, size)
+    strings = reader.read_at(strtab[4], strtab[5])
+    out: dict[str, int] = {}
+    for index, (name_off, info, _o, _shndx, _v, _s) in enumerate(_SYM.iter_unpack(syms)):
+        if info & 0xF == STT_FUNC and 0 < name_off < len(strings):
+            end = strings.find(b"\0", name_off)
+            out.setdefault(strings[name_off : end if end >= 0 else len(strings)].decode("utf-8", "replace"), index)
+    return out
+
+
 def kernel_names_from_table(names: bytes) -> list[str]:
     """Kernel (entry function) names in a section-name table, each once (a table may hold a
     name twice when two sections share it)."""

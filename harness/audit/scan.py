@@ -364,14 +364,17 @@ def _describe_entry(reader: Reader, entry: fatbin.Entry, policy: SassPolicy, cou
         fp4 = tuple(n for n, f in zip(names, fams, strict=True) if f == NVFP4)
         native = None
         if fp4 and sass.checkable(entry.arch.major) and policy(entry.arch):
-            stored = reader.read_at(entry.offset, entry.stored_size)
-            cubin = zstd.decompress(stored, entry.uncompressed_size) if entry.compression == "zstd" else stored
-            native = _sass(cubin, entry.arch, fp4, counter)
+            native = _sass([_entry_cubin(reader, entry)], entry.arch, fp4, counter)
         return CodeObject(entry.arch, dict(Counter(fams)), True, fp4, native)
     except zstd.FrameError as exc:
         raise Unreadable(f"{where}: {exc}") from exc
     except Unreadable as exc:
         raise Unreadable(f"{where}: {exc}") from exc
+
+
+def _entry_cubin(reader: Reader, entry: fatbin.Entry) -> bytes | bytearray:
+    stored = reader.read_at(entry.offset, entry.stored_size)
+    return zstd.decompress(stored, entry.uncompressed_size) if entry.compression == "zstd" else stored
 
 
 def _cubin_header(head: bytes) -> elf.Header:
@@ -419,9 +422,13 @@ def _bare_cubin(data: bytes, hdr: elf.Header, policy: SassPolicy, counter: list[
     return CodeObject(arch, dict(Counter(fams)), True, fp4, native)
 
 
-def _sass(cubin: bytes, arch: CudaArch, fp4: tuple[str, ...], counter: list[int]) -> dict[str, str]:
+def _sass(
+    cubin: bytes | list[bytes | bytearray], arch: CudaArch, fp4: tuple[str, ...], counter: list[int]
+) -> dict[str, str]:
+    """SASS verdicts for the FP4 kernels of one cubin (a one-item list hands it over, so it
+    is not held while nvdisasm runs)."""
     counter[0] += 1
-    scanned = sass.scan_cubin(cubin, arch.major).native_fp4
+    scanned = sass.scan_cubin(cubin, arch.major, fp4).native_fp4
     return {k: scanned.get(k, "") for k in fp4}
 
 

@@ -12,12 +12,15 @@ import os
 import shutil
 import sys
 import sysconfig
+from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
+from typing import TypeVar
 
 from harness import proc
 from harness.errors import EnvironmentProblem
 
+T = TypeVar("T")
 _INSTALL_HINT = "pip install -e '.[audit]' (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm) or put a CUDA toolkit's bin/ on PATH"
 
 
@@ -48,16 +51,20 @@ def require(tool: str) -> Path:
     return path
 
 
-def run(tool: str, *args: str | os.PathLike[str], timeout: float = 300, ok_if: str = "") -> str:
-    """Run a CUDA binary tool and return its stdout; a failure names the command.
+def read_lines(
+    tool: str, *args: str | os.PathLike[str], consume: Callable[[Iterator[str]], T], timeout: float = 300
+) -> T:
+    """Run a CUDA binary tool and hand its stdout to `consume` line by line (nvdisasm's text
+    for a 60 MB cubin is never held whole); a failure names the command, as `run` does."""
+    value, result = proc.stream([str(require(tool)), *map(str, args)], consume, timeout=timeout)
+    _check(tool, result, timeout)
+    return value
 
-    `ok_if`: text in stderr that makes a non-zero exit an empty answer (cuobjdump exits 255
-    with "does not contain device code" on a host-only library).
-    """
-    result = proc.run([str(require(tool)), *map(str, args)], timeout=timeout)
-    if not result.ok and ok_if and ok_if in result.stderr + result.stdout:
-        return ""
+
+def _check(tool: str, result: proc.Result, timeout: float) -> None:
     cmd = " ".join(result.argv)
+    if len(cmd) > 400:  # `nvdisasm -fun` with hundreds of symbol indices
+        cmd = f"{cmd[:200]} ... {cmd[-150:]}"
     if result.returncode == 124:
         raise EnvironmentProblem(
             f"{tool} took over {timeout:.0f} s: {cmd}",
@@ -69,4 +76,16 @@ def run(tool: str, *args: str | os.PathLike[str], timeout: float = 300, ok_if: s
             f"{tool} failed (exit {result.returncode}): {cmd}: {' | '.join(tail)}",
             hint="check that the file is a CUDA binary and that the tool is CUDA 12.8 or newer",
         )
+
+
+def run(tool: str, *args: str | os.PathLike[str], timeout: float = 300, ok_if: str = "") -> str:
+    """Run a CUDA binary tool and return its stdout; a failure names the command.
+
+    `ok_if`: text in stderr that makes a non-zero exit an empty answer (cuobjdump exits 255
+    with "does not contain device code" on a host-only library).
+    """
+    result = proc.run([str(require(tool)), *map(str, args)], timeout=timeout)
+    if not result.ok and ok_if and ok_if in result.stderr + result.stdout:
+        return ""
+    _check(tool, result, timeout)
     return result.stdout

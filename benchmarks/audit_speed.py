@@ -13,7 +13,8 @@ read a wheel). Then, alternating, `repeats` times each:
   `.so` F, one after the other, as a shell loop would.
 Wall time and CPU time (user + system, the process and every child it waited for) are the
 medians of the repeats. Peak memory, sampled every 20 ms from /proc over the process and its
-descendants (pool workers, nvdisasm): the sum of Pss (a page a forked worker still shares
+descendants (pool workers, nvdisasm) in two more runs of each command, apart from the timed
+ones (sampling takes CPU): the sum of Pss (a page a forked worker still shares
 with its parent counts once) and the sum of VmRSS (counts it in each), and the largest
 single process (ru_maxrss); for cuobjdump, ru_maxrss of its largest invocation. The load
 average is printed before and after: the machine is shared, and our figure uses both cores
@@ -82,25 +83,29 @@ def _tree_memory_kb(root: int) -> tuple[int, int]:
     return rss, pss
 
 
-def timed(cmd: list[str], env: dict | None = None) -> tuple[float, int, int, int, int, float]:
-    """(wall s, peak tree RSS KB, ru_maxrss KB, exit code, peak tree Pss KB, CPU s) of one command."""
+def timed(cmd: list[str], env: dict | None = None, sample: bool = False) -> tuple[float, int, int, int, int, float]:
+    """(wall s, peak tree RSS KB, ru_maxrss KB, exit code, peak tree Pss KB, CPU s) of one
+    command. Memory is sampled only when asked: reading /proc every 20 ms takes CPU from a
+    2-core machine, so timed runs go unsampled and memory gets runs of its own."""
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     peak = [0, 0]
     done = threading.Event()
 
-    def sample() -> None:
+    def sampler() -> None:
         while not done.is_set():
             rss, pss = _tree_memory_kb(proc.pid)
             peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
             done.wait(0.02)
 
-    t = threading.Thread(target=sample, daemon=True)
-    t.start()
+    t = threading.Thread(target=sampler, daemon=True)
+    if sample:
+        t.start()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.monotonic() - start
     done.set()
-    t.join()
+    if sample:
+        t.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
     return wall, peak[0], usage.ru_maxrss, proc.returncode, peak[1], usage.ru_utime + usage.ru_stime
 
@@ -128,7 +133,24 @@ def main() -> int:
     ap.add_argument("wheels", nargs="+", type=Path)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        help="run N busy loops (one core each) for the whole measurement: a shared machine, "
+        "made reproducible; results go to audit_speed.busyN.md/.json",
+    )
     args = ap.parse_args()
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        return measure(args)
+    finally:
+        for b in busy:
+            b.kill()
+            b.wait()
+
+
+def measure(args: argparse.Namespace) -> int:
     cuobjdump = str(tools.require("cuobjdump"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     version = subprocess.run([cuobjdump, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-2]
@@ -157,6 +179,7 @@ def main() -> int:
                     else:
                         r[which].append(timed(commands[which], env))
                 print(wheel.name, i, {k: [round(x[0], 2) for x in v] for k, v in r.items()}, os.getloadavg()[0], flush=True)
+            mem = {k: [timed(commands[k], env, sample=True) for _ in range(2)] for k in commands}
             base = statistics.median(x[0] for x in r["cuobjdump"])
             base_cpu = statistics.median(x[3] for x in r["cuobjdump"])
             for label, key in (
@@ -167,11 +190,11 @@ def main() -> int:
                 cpu = statistics.median(x[5] for x in r[key])
                 rows.append(
                     f"| {wheel.name} | {label} | {wall:.2f} ({', '.join(f'{x[0]:.2f}' for x in r[key])}) | "
-                    f"**{wall / base:.2f}x** | {cpu:.2f} ({cpu / base_cpu:.2f}x) | {max(x[4] for x in r[key]) / 1024:.0f} | "
-                    f"{max(x[1] for x in r[key]) / 1024:.0f} | {max(x[2] for x in r[key]) / 1024:.0f} | "
-                    f"exit {sorted({x[3] for x in r[key]})} |"
+                    f"**{wall / base:.2f}x** | {cpu:.2f} ({cpu / base_cpu:.2f}x) | {max(x[4] for x in mem[key]) / 1024:.0f} | "
+                    f"{max(x[1] for x in mem[key]) / 1024:.0f} | {max(x[2] for x in r[key] + mem[key]) / 1024:.0f} | "
+                    f"exit {sorted({x[3] for x in r[key] + mem[key]})} |"
                 )
-                raw.append({"wheel": wheel.name, "what": key, "runs": [list(x) for x in r[key]]})
+                raw.append({"wheel": wheel.name, "what": key, "runs": [list(x) for x in r[key]], "memory_runs": [list(x) for x in mem[key]]})
             rows.append(
                 f"| {wheel.name} | cuobjdump --list-elf + --list-ptx, {len(files)} unzipped .so "
                 f"({r['cuobjdump'][0][2]} with device code) | {base:.2f} ({', '.join(f'{x[0]:.2f}' for x in r['cuobjdump'])}) | "
@@ -187,7 +210,9 @@ def main() -> int:
             f"{platform.python_version()}, cuobjdump {version}. {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
             f"Load average (1/5/15 min) before: {load_before[0]:.1f}/{load_before[1]:.1f}/{load_before[2]:.1f}, "
             f"after: {load_after[0]:.1f}/{load_after[1]:.1f}/{load_after[2]:.1f}.",
-            f"Command: `python benchmarks/audit_speed.py {' '.join(str(w) for w in args.wheels)} --repeats {args.repeats}`",
+            f"Command: `python benchmarks/audit_speed.py {' '.join(str(w) for w in args.wheels)} --repeats {args.repeats}"
+            f"{f' --busy {args.busy}' if args.busy else ''}`"
+            + (f" ({args.busy} busy loop(s) held {args.busy} core(s) throughout)" if args.busy else ""),
             "",
             "| wheel | what | wall s, median (each run) | vs cuobjdump | CPU s, median (vs cuobjdump) | "
             "peak MiB, process tree (Pss) | peak MiB, process tree (RSS sum) | peak RSS MiB, largest process | |",
@@ -197,8 +222,9 @@ def main() -> int:
         ]
     )
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "audit_speed.md").write_text(text)
-    (args.out / "audit_speed.json").write_text(
+    stem = f"audit_speed.busy{args.busy}" if args.busy else "audit_speed"
+    (args.out / f"{stem}.md").write_text(text)
+    (args.out / f"{stem}.json").write_text(
         json.dumps(
             {
                 "fields_ours": ["wall_s", "tree_rss_kb", "maxrss_kb", "exit", "tree_pss_kb", "cpu_s"],

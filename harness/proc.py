@@ -68,6 +68,8 @@ def stream(argv: Sequence[str], consume: Callable[[Iterator[str]], T], *, timeou
                                  text=True, errors="replace", start_new_session=True)
         except FileNotFoundError:
             return consume(iter(())), Result(tuple(argv), 127, "", f"{argv[0]}: not found")
+        except OSError as exc:  # not executable, or an argument list the kernel refuses
+            return consume(iter(())), Result(tuple(argv), 126, "", f"{argv[0]}: cannot start: {exc}")
         expired = threading.Event()
 
         def expire() -> None:

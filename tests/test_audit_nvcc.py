@@ -112,3 +112,14 @@ def test_sass_for_named_kernels_only() -> None:
     other = "_Z22cvt_fp16_to_fp4_kernelPKfPh"
     both = scan_cubin(cubin, 12, (MMA_KERNEL, other)).native_fp4
     assert both == {MMA_KERNEL: full[MMA_KERNEL], other: ""}
+
+
+def test_sass_without_fun_when_the_list_is_too_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past what one argument may hold, the whole cubin is disassembled: same answer."""
+    need("nvdisasm")
+    from harness.audit import sass
+
+    monkeypatch.setattr(sass, "_MAX_FUN_ARG", 1)
+    cubin = (CUBINS / "nvfp4_sm121a.cubin").read_bytes()
+    assert scan_cubin(cubin, 12, (MMA_KERNEL,)).native_fp4[MMA_KERNEL].startswith("OMMA.SF.")
+    assert len(scan_cubin(cubin, 12, ("_Z22cvt_fp16_to_fp4_kernelPKfPh",)).native_fp4) == 7  # all kernels read

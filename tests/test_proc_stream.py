@@ -66,3 +66,8 @@ def test_an_error_in_consume_kills_the_process_and_propagates() -> None:
     except ProcessLookupError:
         alive = False
     assert not alive
+
+
+def test_an_argument_the_kernel_refuses_is_126_not_a_traceback() -> None:
+    lines, result = proc.stream([PY, "-c", "print(1)", "x" * (256 << 10)], list, timeout=5)
+    assert lines == [] and result.returncode == 126 and "cannot start" in result.stderr

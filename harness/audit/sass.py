@@ -25,6 +25,8 @@ NATIVE_FP4_OPCODES: dict[int, re.Pattern[str]] = {
     12: re.compile(r"\bOMMA\.SF\b"),
     10: re.compile(r"\bUTCOMMA\b"),
 }
+# One argv string may hold 128 KiB on Linux (MAX_ARG_STRLEN); past this, disassemble all.
+_MAX_FUN_ARG = 64 << 10
 _FUNC_RE = re.compile(r"^\.text\.(?P<name>\S+):\s*$")
 _OPCODE_RE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?(?P<op>[A-Z][A-Z0-9_.]*)")
 
@@ -77,8 +79,11 @@ def scan_cubin(cubin: bytes | bytearray | list[bytes | bytearray], major: int, k
     args: list[str] = []
     if kernels:
         index = elf.function_symbols(BytesReader(data), elf.header(bytes(data[:64])))
-        if all(k in index for k in kernels):
-            args = ["-fun", ",".join(str(index[k]) for k in sorted(kernels, key=index.__getitem__))]
+        wanted = ",".join(str(index[k]) for k in sorted(kernels, key=index.__getitem__)) if all(
+            k in index for k in kernels
+        ) else ""
+        if 0 < len(wanted) <= _MAX_FUN_ARG:
+            args = ["-fun", wanted]
     with tempfile.TemporaryDirectory(prefix="harness-sass-") as tmp:
         path = Path(tmp) / "k.cubin"
         path.write_bytes(data)

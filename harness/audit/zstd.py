@@ -107,9 +107,10 @@ def decompress(data: bytes, size_hint: int = 0) -> bytearray:
     return out
 
 
-def decompress_prefix(data: bytes, n: int, size_hint: int = 0) -> bytes:
+def decompress_prefix(data: bytes, n: int, size_hint: int = 0) -> bytearray:
     """At least the first `n` bytes of the frame (all of it when shorter), decoding no more
-    blocks than needed: a cubin's section names sit at its start, its code after."""
+    blocks than needed: a cubin's section names sit at its start, its code after. The
+    buffer it was decoded into, not a copy."""
     lib = _lib()
     total = declared_size(data, size_hint)
     assert lib is not None
@@ -132,4 +133,4 @@ def decompress_prefix(data: bytes, n: int, size_hint: int = 0) -> bytes:
     finally:
         lib.ZSTD_freeDCtx(dctx)
     del out[outb.pos :]
-    return bytes(out)
+    return out

@@ -8,7 +8,8 @@ read a wheel). Then, alternating, `repeats` times each:
 - ours: `python -m harness audit WHEEL --json` (the CLI command; it reads the wheel itself:
   the zip read and inflate are timed, Python start-up included), and the same with
   `--cc 12.0 --cc 10.0` (verdicts, which also disassemble the NVFP4 cubins those chips load,
-  with nvdisasm);
+  with nvdisasm); and `python -m harness audit DIR --json` on the unzipped files cuobjdump
+  reads (the same input for both);
 - cuobjdump: `cuobjdump --list-elf F` then `cuobjdump --list-ptx F` for every unzipped
   `.so` F, one after the other, as a shell loop would.
 Wall time and CPU time (user + system, the process and every child it waited for) are the
@@ -169,8 +170,9 @@ def measure(args: argparse.Namespace) -> int:
             commands = {
                 "ours": [sys.executable, "-m", "harness", "audit", str(wheel), "--json"],
                 "ours_cc": [sys.executable, "-m", "harness", "audit", str(wheel), "--json", "--cc", "12.0", "--cc", "10.0"],
+                "ours_dir": [sys.executable, "-m", "harness", "audit", tmp, "--json"],
             }
-            r: dict[str, list] = {"ours": [], "cuobjdump": [], "ours_cc": []}
+            r: dict[str, list] = {"ours": [], "cuobjdump": [], "ours_cc": [], "ours_dir": []}
             for i in range(args.repeats):
                 order = list(r) if i % 2 == 0 else list(reversed(r))
                 for which in order:
@@ -185,6 +187,7 @@ def measure(args: argparse.Namespace) -> int:
             for label, key in (
                 ("`harness audit WHEEL`", "ours"),
                 ("`harness audit WHEEL --cc 12.0 --cc 10.0` (verdicts, SASS checked)", "ours_cc"),
+                ("`harness audit DIR`, DIR = the unzipped `.so` files cuobjdump reads", "ours_dir"),
             ):
                 wall = statistics.median(x[0] for x in r[key])
                 cpu = statistics.median(x[5] for x in r[key])

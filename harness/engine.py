@@ -298,21 +298,34 @@ class Engine:
 
         filters = {"label": [f"{LABEL_RUN}={run_id}"] if run_id else [controller.LABEL_HOST]}
         removed = []
-        for c in self.client.containers.list(all=True, filters=filters):
-            owner = controller.from_labels(c.labels or {})
+        for c in self._listed(filters):
+            labels = c.get("Labels") or {}
+            owner = controller.from_labels(labels)
             if run_id is None and (owner is None or controller.alive(owner) is not False):
                 continue  # alive, or another host's: not ours to remove
-            log.info("reaping container %s (run %s)", c.name, (c.labels or {}).get(LABEL_RUN))
+            name = _name_of(c)
+            log.info("reaping container %s (run %s)", name, labels.get(LABEL_RUN))
             try:
-                c.remove(force=True, v=True)
+                self.client.api.remove_container(c["Id"], force=True, v=True)
             except docker.errors.NotFound:
-                continue
-            removed.append(c.name)
+                continue  # removed meanwhile (by its own controller, or another reaper)
+            removed.append(name)
         return removed
 
     def containers(self, labels: dict[str, str]) -> list[str]:
         filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
-        return [c.name for c in self.client.containers.list(all=True, filters=filters)]
+        return [_name_of(c) for c in self._listed(filters)]
+
+    def _listed(self, filters: dict) -> list[dict]:
+        """Containers matching `filters`, from one list call. docker-py's
+        `containers.list()` inspects each one after listing, and raises NotFound when one is
+        removed in between, which other runs on a shared engine do at any time."""
+        return self.client.api.containers(all=True, filters=filters)
+
+
+def _name_of(listed: dict) -> str:
+    names = listed.get("Names") or []
+    return names[0].lstrip("/") if names else listed.get("Id", "")[:12]
 
 
 @dataclass(frozen=True)

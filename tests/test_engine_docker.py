@@ -97,3 +97,35 @@ def test_gpu_request_without_nvidia_runtime_fails_clearly_and_cleans_up(engine, 
             pass
     assert "NVIDIA Container Toolkit" in (info.value.hint or "")
     assert engine.containers({"harness.run-id": run_id}) == []
+
+
+def test_listing_and_reaping_survive_a_container_removed_meanwhile(engine, run_id, monkeypatch):
+    """A shared engine: another run may remove a container between our list and our remove.
+    Listing takes one call (no per-container inspect that could raise NotFound), and a
+    container already gone when reap removes it is skipped, not an error."""
+    import docker
+
+    from harness.engine import LABEL_RUN
+
+    client = engine.client
+    made = [client.containers.create(BUSYBOX, ["true"], labels={LABEL_RUN: run_id}, name=f"{run_id}-{i}")
+            for i in range(2)]
+    try:
+        assert sorted(engine.containers({LABEL_RUN: run_id})) == [f"{run_id}-0", f"{run_id}-1"]
+        real_remove = client.api.remove_container
+
+        def remove_gone_first(container, **kw):
+            if container == made[0].id:  # another run got there first
+                real_remove(container, **kw)
+                raise docker.errors.NotFound("No such container")
+            return real_remove(container, **kw)
+
+        monkeypatch.setattr(client.api, "remove_container", remove_gone_first)
+        assert engine.reap(run_id=run_id) == [f"{run_id}-1"]
+        assert engine.containers({LABEL_RUN: run_id}) == []
+    finally:
+        for c in made:
+            try:
+                c.remove(force=True)
+            except docker.errors.NotFound:
+                pass

@@ -111,9 +111,11 @@ prefill = false
 
 
 def _labelled(url: str, **labels: str) -> list[str]:
+    """Names of the containers with these labels, from one list call (docker-py's
+    containers.list() inspects each afterwards and raises when one is removed meanwhile)."""
     client = docker.DockerClient(base_url=url, timeout=30)
     filters = {"label": [f"{k.replace('_', '.')}={v}" for k, v in labels.items()]}
-    return [c.name for c in client.containers.list(all=True, filters=filters)]
+    return [c["Names"][0].lstrip("/") for c in client.api.containers(all=True, filters=filters)]
 
 
 def _overlaps(entries: list[dict], a: str, b: str) -> list[tuple[str, str]]:

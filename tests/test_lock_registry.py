@@ -99,7 +99,7 @@ def client():
     import docker
 
     c = docker.from_env(timeout=60)
-    if not c.images.list(name=BASE.split(":")[0]):
+    if not c.api.images(name=BASE.split(":")[0]):
         pytest.fail(f"{BASE} is missing: run tools/base-images.sh")
     return c
 
@@ -197,8 +197,8 @@ def _remove_registry_refs(client, host: str, *also: str) -> None:
     """Every tag and repo@digest reference this test gave an image (untagging only: the
     busybox image itself keeps its own name)."""
     refs = list(also)
-    for image in client.images.list():
-        refs += [r for r in image.tags + (image.attrs.get("RepoDigests") or []) if r.startswith(host + "/")]
+    for image in client.api.images():  # one call: images.list() inspects each, racing removals
+        refs += [r for r in (image.get("RepoTags") or []) + (image.get("RepoDigests") or []) if r.startswith(host + "/")]
     for r in refs:
         try:
             client.images.remove(r)

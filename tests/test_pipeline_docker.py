@@ -121,8 +121,8 @@ def _labelled(run_id: str) -> list[str]:
 def _mine(engine, name: str, cell: str) -> list[str]:
     """Containers of `cell` started by runs of the matrix called `name` (run ids carry it): the
     engine is shared, other sessions' runs must not count."""
-    return [c.name for c in engine.client.containers.list(all=True, filters={"label": f"harness.cell={cell}"})
-            if f"-{name}-" in (c.labels or {}).get("harness.run-id", "")]
+    listed = engine.client.api.containers(all=True, filters={"label": f"harness.cell={cell}"})  # one call: no race
+    return [c["Names"][0].lstrip("/") for c in listed if f"-{name}-" in (c.get("Labels") or {}).get("harness.run-id", "")]
 
 
 def test_docker_cells_pass_fail_crash_hang_and_clean_up(fake_image, tmp_path):

@@ -103,12 +103,16 @@ class RayCluster:
         return out
 
 
+READY_SETTLE_S = 6.0  # how long every node must stay up and counted before the cluster is ready
+
+
 @contextmanager
 def ray_cluster(nodes: Sequence[Node], image: str, *, base_port: int, labels: dict[str, str],
                 ready_timeout_s: float = 180, keep: bool = False, env: dict[str, str] | None = None,
                 gpus: str | None = None, mounts: tuple = ()) -> Iterator[RayCluster]:
     """Start a head on nodes[0] and a worker on each other node, wait until Ray reports every
-    expected GPU, yield the cluster; every container is removed on the way out."""
+    expected GPU and every node alive, for READY_SETTLE_S on end, with every container
+    running; yield the cluster; every container is removed on the way out."""
     if not nodes:
         raise ValueError("a Ray cluster needs at least one node")
     cluster = RayCluster(tuple(nodes), base_port=base_port)
@@ -123,15 +127,22 @@ def ray_cluster(nodes: Sequence[Node], image: str, *, base_port: int, labels: di
             cluster.containers.append(stack.enter_context(node.engine.container(spec, keep=keep)))
         deadline = time.monotonic() + ready_timeout_s
         last: dict | str = {}
+        ready_since: float | None = None
         while True:
             try:
                 last = cluster.cluster_resources(timeout_s=max(10.0, deadline - time.monotonic()))
             except EngineError as exc:
                 last = str(exc)
-            if isinstance(last, dict) and int(last.get("GPU", 0)) >= cluster.expected_gpus \
-                    and last.get("alive_nodes", 0) >= len(nodes):
-                break
             dead = [c.name for c in cluster.containers if c.state().get("Status") != "running"]
+            if not dead and isinstance(last, dict) and int(last.get("GPU", 0)) >= cluster.expected_gpus \
+                    and last.get("alive_nodes", 0) >= len(nodes):
+                # Ready only when it stays so: a node that registers with the head and then
+                # fails (an address it cannot bind) shows alive, with its GPUs, for a few seconds.
+                ready_since = time.monotonic() if ready_since is None else ready_since
+                if time.monotonic() - ready_since >= READY_SETTLE_S:
+                    break
+            else:
+                ready_since = None
             if dead or time.monotonic() > deadline:
                 tails = {k: "\n".join(v.splitlines()[-15:]) for k, v in cluster.logs().items()}
                 why = f"containers ended: {', '.join(dead)}" if dead else f"not ready in {ready_timeout_s:.0f} s"

@@ -89,6 +89,12 @@ def header(head: bytes) -> Header:
     return Header(head[8], etype, machine, flags, ehsize, shoff, shentsize, shnum, shstrndx)
 
 
+def _cstr(table: bytes, offset: int) -> bytes:
+    """The NUL-terminated string at `offset` of a string table (to its end when unterminated)."""
+    end = table.find(b"\0", offset)
+    return table[offset : end if end >= 0 else len(table)]
+
+
 def _table(reader, hdr: Header) -> tuple[list[tuple], bytes]:
     """The raw section headers and the section-name table; raises Unreadable."""
     if hdr.shentsize < _SHDR.size:
@@ -132,8 +138,7 @@ def sections(reader, hdr: Header) -> list[Section]:
     raw, names = _table(reader, hdr)
     out = []
     for name_off, stype, _f, _a, off, size, *_ in raw:
-        end = names.find(b"\0", name_off)
-        name = names[name_off : end if end >= 0 else len(names)].decode("utf-8", "replace")
+        name = _cstr(names, name_off).decode("utf-8", "replace")
         if stype in _FILE_BACKED and size and off + size > reader.size:
             raise Unreadable(
                 f"truncated: section {name or '?'} ends at {off + size}, the file has {reader.size} bytes"
@@ -152,8 +157,7 @@ def kernel_names(reader, hdr: Header) -> list[str]:
     starts = names.startswith
     for name_off, *_ in raw:
         if starts(b".nv.info.", name_off):
-            end = names.find(b"\0", name_off)
-            name = names[name_off + 9 : end if end >= 0 else len(names)]
+            name = _cstr(names, name_off + 9)
             if name:
                 out.append(name.decode("utf-8", "replace"))
     return out
@@ -183,8 +187,7 @@ def function_symbols(reader, hdr: Header) -> dict[str, int]:
     out: dict[str, int] = {}
     for index, (name_off, info, _o, _shndx, _v, _s) in enumerate(_SYM.iter_unpack(syms)):
         if info & 0xF == STT_FUNC and 0 < name_off < len(strings):
-            end = strings.find(b"\0", name_off)
-            out.setdefault(strings[name_off : end if end >= 0 else len(strings)].decode("utf-8", "replace"), index)
+            out.setdefault(_cstr(strings, name_off).decode("utf-8", "replace"), index)
     return out
 
 

@@ -79,11 +79,10 @@ def scan_cubin(cubin: bytes | bytearray | list[bytes | bytearray], major: int, k
     args: list[str] = []
     if kernels:
         index = elf.function_symbols(BytesReader(data), elf.header(bytes(data[:64])))
-        wanted = ",".join(str(index[k]) for k in sorted(kernels, key=index.__getitem__)) if all(
-            k in index for k in kernels
-        ) else ""
-        if 0 < len(wanted) <= _MAX_FUN_ARG:
-            args = ["-fun", wanted]
+        if all(k in index for k in kernels):
+            wanted = ",".join(str(index[k]) for k in sorted(kernels, key=index.__getitem__))
+            if len(wanted) <= _MAX_FUN_ARG:
+                args = ["-fun", wanted]
     with tempfile.TemporaryDirectory(prefix="harness-sass-") as tmp:
         path = Path(tmp) / "k.cubin"
         path.write_bytes(data)

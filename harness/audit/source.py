@@ -312,6 +312,16 @@ _INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, ValueError) + (
 )
 
 
+def data_offset(fd: int, header_offset: int) -> int:
+    """Where a zip member's data starts: past its local header, whose name and extra field
+    lengths may differ from the central directory's."""
+    head = os.pread(fd, _LOCAL.size, header_offset)
+    if len(head) != _LOCAL.size or head[:4] != b"PK\x03\x04":
+        raise Unreadable("bad zip local header")
+    name_len, extra_len = _LOCAL.unpack(head)[-2:]
+    return header_offset + _LOCAL.size + name_len + extra_len
+
+
 def member_chunks(m: Member) -> Iterator[bytes]:
     """The member's bytes, inflated at most CHUNK at a time, length and CRC checked at the end.
 
@@ -321,17 +331,13 @@ def member_chunks(m: Member) -> Iterator[bytes]:
     (benchmarks/README.md, "audit")."""
     fd = os.open(m.wheel, os.O_RDONLY)
     try:
-        head = os.pread(fd, _LOCAL.size, m.header_offset)
-        if len(head) != _LOCAL.size or head[:4] != b"PK\x03\x04":
-            raise Unreadable("bad zip local header")
-        name_len, extra_len = _LOCAL.unpack(head)[-2:]
-        pos = m.header_offset + _LOCAL.size + name_len + extra_len
+        pos = data_offset(fd, m.header_offset)
         left_in = m.compress_size
         left_out = m.file_size
         crc = 0
         inflater = _Inflater() if m.compress_type == zipfile.ZIP_DEFLATED else None
         step = IN_CHUNK if inflater is not None else CHUNK
-        buf = memoryview(bytearray(min(step, max(left_in, 1))))
+        buf = memoryview(bytearray(min(step, max(left_in, 1)))) if inflater is not None else None
         while left_out > 0:
             raw: bytes | memoryview = b""
             if inflater is None or inflater.needs_input:

@@ -8,7 +8,6 @@ Already-downloaded sdists in .cache/sdist/ are used first (offline runs, fast te
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import http, proc
+from harness.bundle import sha256_file
 from harness.errors import ConfigError, EnvironmentProblem
 from harness.matrix.model import FULL_SHA, GIT_URL, VERSION
 
@@ -82,14 +82,6 @@ def sdist_filename(name: str, version: str) -> str:
     return f"{re.sub(r'[-.]+', '_', name).lower()}-{version}.tar.gz"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def find_sdist_url(name: str, version: str, index: str = SIMPLE_INDEX) -> tuple[str, str | None]:
     url = index.format(name=re.sub(r"[-_.]+", "-", name).lower())
     try:
@@ -117,11 +109,11 @@ def sdist(source: Source, cache: Path = CACHE) -> Path:
         path = cache / want
         tmp = cache / f".{want}.download"
         http.download(url, tmp, timeout=600, max_bytes=SDIST_MAX_BYTES)
-        if listed and _sha256(tmp) != listed:
+        if listed and sha256_file(tmp) != listed:
             tmp.unlink()
             raise EnvironmentProblem(f"{url}: download does not match the index's sha256", hint="try again")
         tmp.rename(path)
-    got = _sha256(path)
+    got = sha256_file(path)
     if source.sha256 and got != source.sha256:
         raise ConfigError(f"{path.name}: sha256 {got} does not match the pinned sdist_sha256 {source.sha256}",
                           hint="the pin is wrong or the file is corrupt: delete it, or fix the matrix")

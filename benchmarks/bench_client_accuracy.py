@@ -252,6 +252,20 @@ def aiperf(exe: Path, url: str, hf: Path, c: int, count: int, tokens: int, out: 
     return json.loads((out / "profile_export_aiperf.json").read_text()), cpu, wall
 
 
+def _costs(url: str, c: int, tokens: float, cpu: float, wall: float, fixed: float) -> dict:
+    """What every external client's row ends with: its cost per token (net of its fixed
+    start-up cost, and gross) and the server's own record of what it sent."""
+    return {
+        "requests": PER_C * c,
+        "tokens": tokens,
+        "cpu_s": cpu,
+        "cpu_s_per_mtok": (cpu - fixed) / tokens * 1e6 if tokens else None,
+        "cpu_s_per_mtok_gross": cpu / tokens * 1e6 if tokens else None,
+        "wall_s": wall,
+        "truth": truth(_get(url + "/fake/stats")["records"], None),
+    }
+
+
 def run_guidellm(exe: Path, url: str, tok: Path, c: int, work: Path, fixed: float) -> dict:
     server_reset(url)
     d, cpu, wall = guidellm(exe, url, tok, c, PER_C * c, MAX_TOKENS, work / f"gl_c{c}.json")
@@ -281,13 +295,7 @@ def run_guidellm(exe: Path, url: str, tok: Path, c: int, work: Path, fixed: floa
         "aggregate": tokens / (last - first),
         "aggregate_reported": s("output_tokens_per_second")["mean"],
         "failed": len(b["requests"]["errored"]) + len(b["requests"]["incomplete"]),
-        "requests": PER_C * c,
-        "tokens": tokens,
-        "cpu_s": cpu,
-        "cpu_s_per_mtok": (cpu - fixed) / tokens * 1e6 if tokens else None,
-        "cpu_s_per_mtok_gross": cpu / tokens * 1e6 if tokens else None,
-        "wall_s": wall,
-        "truth": truth(_get(url + "/fake/stats")["records"], None),
+        **_costs(url, c, tokens, cpu, wall, fixed),
     }
 
 
@@ -303,13 +311,7 @@ def run_aiperf(exe: Path, url: str, hf: Path, c: int, work: Path, fixed: float) 
         "per_stream": d["output_token_throughput_per_user"]["p50"],
         "aggregate": d["output_token_throughput"]["avg"],
         "failed": PER_C * c - int(d["completed_request_count"]["avg"]),
-        "requests": PER_C * c,
-        "tokens": tokens,
-        "cpu_s": cpu,
-        "cpu_s_per_mtok": (cpu - fixed) / tokens * 1e6 if tokens else None,
-        "cpu_s_per_mtok_gross": cpu / tokens * 1e6 if tokens else None,
-        "wall_s": wall,
-        "truth": truth(_get(url + "/fake/stats")["records"], None),
+        **_costs(url, c, tokens, cpu, wall, fixed),
     }
 
 

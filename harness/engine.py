@@ -569,7 +569,7 @@ def connect(url: str | None = None, timeout: int = 30, *, tls=None, name: str | 
 
     ssh:// goes through paramiko (docker-py's transport: ~/.ssh/config and known_hosts apply,
     unknown host keys are refused) or, with `DOCKER_SSH_CLIENT=1`, through the `ssh` binary.
-    `tls` is anything with ca_cert / client_cert / client_key / verify (harness.hosts.Tls)."""
+    `tls` is anything with ca_cert / client_cert / client_key / verify (harness.run.schedule.Tls)."""
     if isinstance(url, int):  # connect(10): the old positional timeout
         url, timeout = None, url
     where = url or os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")

@@ -211,7 +211,7 @@ def _print_cell(console, result, prefix: str) -> None:
 def run(args) -> int:
     from harness.matrix.load import load_matrix
     from harness.matrix.plan import expand
-    from harness.pipeline import RunOptions, exit_code, run_matrix
+    from harness.run.cell import RunOptions, exit_code, run_matrix
     from harness.results.store import RunStore
 
     resume = Path(args.resume) if args.resume else None
@@ -269,7 +269,7 @@ def rejudge(args) -> int:
     """Every verdict of a stored run derived again from its stored logs and figures, with the
     fingerprint and rules of this version; the cross-cell rule applied last."""
     from harness.matrix.model import Expect
-    from harness.pipeline import apply_format_rule
+    from harness.run.cell import apply_format_rule
     from harness.results.store import RunStore
     from harness.stages.judge import rejudge as rejudge_cell
 
@@ -310,7 +310,7 @@ def rejudge(args) -> int:
 def reap(args) -> int:
     from harness.engine import connect
     from harness.errors import EnvironmentProblem
-    from harness.pipeline import reap_dead
+    from harness.run.cell import reap_dead
 
     done = {"containers": [], "runs": []}
     if args.run:

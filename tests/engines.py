@@ -62,7 +62,7 @@ class Dockerd:
     def __init__(self, url: str, proc: subprocess.Popen, tls=None) -> None:
         self.url = url
         self.proc = proc
-        self.tls = tls  # harness.hosts.Tls for a tcp:// engine with --tlsverify
+        self.tls = tls  # harness.run.schedule.Tls for a tcp:// engine with --tlsverify
 
     def client(self, timeout: int = 30):
         import docker
@@ -80,7 +80,7 @@ class Dockerd:
 def make_tls(folder: Path):
     """A throw-away CA, a server certificate for 127.0.0.1 and a client certificate (openssl),
     as `dockerd --tlsverify` and `docker --tlsverify` use them."""
-    from harness.hosts import Tls
+    from harness.run.schedule import Tls
 
     def ssl(*args: str) -> None:
         subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)

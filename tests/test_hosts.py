@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.dispatch import _SlotRunner
+from harness.run.executor import _SlotRunner
 from harness.errors import MatrixError
-from harness.hosts import (
+from harness.run.schedule import (
     Board,
     Host,
     arch_runs_on,

@@ -34,7 +34,7 @@ from engines import (
 
 from harness.engine import connect
 from harness.matrix.load import load_matrix
-from harness.pipeline import RunOptions, run_matrix
+from harness.run.cell import RunOptions, run_matrix
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

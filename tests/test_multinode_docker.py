@@ -77,7 +77,7 @@ def test_a_two_node_cell_serves_on_a_ray_cluster_over_two_engines(engines, tmp_p
     from engines import fake_vllm_context
 
     from harness.matrix.load import load_matrix
-    from harness.pipeline import RunOptions, run_matrix
+    from harness.run.cell import RunOptions, run_matrix
 
     main, two = engines
     tag = f"harness-test/fakevllm-ray:{free_port()}"

@@ -22,7 +22,7 @@ import pytest
 
 from harness.engine import connect
 from harness.matrix.load import load_matrix
-from harness.pipeline import RunOptions, run_matrix
+from harness.run.cell import RunOptions, run_matrix
 
 pytestmark = pytest.mark.docker
 

@@ -22,7 +22,7 @@ from support.local import wait_healthy
 
 from harness.cli import main
 from harness.matrix.load import load_matrix
-from harness.pipeline import RunOptions, run_matrix
+from harness.run.cell import RunOptions, run_matrix
 from harness.results.model import Status
 from harness.results.store import RunStore
 

@@ -47,8 +47,8 @@ def plan_rows(matrix, k: str | None) -> list[dict]:
 def host_rows(matrix, cells) -> list[dict]:
     """Per cell: the hosts it may run on, the GPUs it needs, and the slot it would take first if
     every cell took equally long (the live order depends on real durations)."""
-    from harness import hosts as hostmod
-    from harness.pipeline import execution_order
+    from harness.run import schedule as hostmod
+    from harness.run.cell import execution_order
 
     hosts = hostmod.hosts_of(matrix)
     where = hostmod.placement(cells, hosts, matrix)
@@ -98,7 +98,7 @@ def run(args) -> int:
         table.add_section()
     out.print(table)
     if hosts:
-        from harness import hosts as hostmod
+        from harness.run import schedule as hostmod
 
         for h in hostmod.hosts_of(matrix):
             gpus = "all" if h.gpus is None else (",".join(h.gpus) or "none")

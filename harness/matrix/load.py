@@ -288,7 +288,7 @@ def _cross_check(spec: MatrixFile, path: Path) -> list[str]:
                                             f"'{pat}' names no {key} (defined: {', '.join(names)})",
                                             f"use a name or glob of a defined {key}"))
     if spec.hosts:
-        from harness.hosts import host_problems
+        from harness.run.schedule import host_problems
 
         problems += host_problems(spec)
     for i, rule in enumerate(spec.expect.select):

@@ -22,7 +22,7 @@ from typing import Any
 from harness.errors import ConfigError, EnvironmentProblem
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell
-from harness.pipeline import (
+from harness.run.cell import (
     Progress,
     RunOptions,
     _Ctx,
@@ -149,7 +149,7 @@ class HostsRun:
     # --- before the cells: connect, reap, fingerprint and build on every host ------------------
 
     def prepare(self) -> None:
-        from harness import hosts as hostmod
+        from harness.run import schedule as hostmod
 
         progress = self.opts.progress
         if not self.named:
@@ -198,7 +198,7 @@ class HostsRun:
     # --- the cells --------------------------------------------------------------------------
 
     def dispatch(self, order: list[Cell]) -> None:
-        from harness import hosts as hostmod
+        from harness.run import schedule as hostmod
 
         hosts = [lv.host for lv in self.live.values()]
         need = {c.id: hostmod.gpus_needed(c, self.matrix) for c in self.cells}
@@ -258,7 +258,7 @@ class HostsRun:
     def _multinode(self, cells: list[Cell], need: dict[str, int]) -> None:
         """Each cell with `nodes = N` on the first N live hosts that take it: a Ray head on the
         first, a worker on each next (harness/multinode.py), serving on the head."""
-        from harness.hosts import Slot
+        from harness.run.schedule import Slot
         from harness.multinode import Node, RayRunner, ray_argv
 
         for cell in cells:

@@ -342,7 +342,7 @@ def run_matrix(matrix: Matrix, *, k: str | None, opts: RunOptions,
 
     Cells are spread over the matrix's hosts (harness/hosts.py), one thread per slot; without
     [hosts] there is one host, today's engine, and one slot, run in this thread."""
-    from harness import hosts as hostmod
+    from harness.run import schedule as hostmod
 
     cells = expand(matrix, k)
     if not cells:
@@ -363,7 +363,7 @@ def run_matrix(matrix: Matrix, *, k: str | None, opts: RunOptions,
     # a cell whose host was unreachable never ran: a resume runs it again
     done = {c.id for c in store.cells() if not (c.error and c.error.type == "HostUnreachable")}
     try:
-        from harness.dispatch import HostsRun
+        from harness.run.executor import HostsRun
 
         run = HostsRun(matrix, cells, store, opts, hosts, engine if default else None)
         run.prepare()

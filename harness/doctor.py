@@ -67,8 +67,8 @@ def attach_checks(info, host, need: bool, bridge: bool | None = None) -> list[Ch
     others are information. `host` is the matrix's Host (or None: the defaults). The 'devices'
     paths are checked on this machine: run doctor on the Docker host itself.
     """
-    from harness.gpu_attach import existing, library_path
     from harness.matrix.model import Host
+    from harness.serve.gpu_attach import existing, library_path
 
     host = host or Host()
     chosen = host.gpu_attach

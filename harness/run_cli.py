@@ -211,8 +211,8 @@ def _print_cell(console, result, prefix: str) -> None:
 def run(args) -> int:
     from harness.matrix.load import load_matrix
     from harness.matrix.plan import expand
-    from harness.run.cell import RunOptions, exit_code, run_matrix
     from harness.results.store import RunStore
+    from harness.run.cell import RunOptions, exit_code, run_matrix
 
     resume = Path(args.resume) if args.resume else None
     k = args.k
@@ -269,8 +269,8 @@ def rejudge(args) -> int:
     """Every verdict of a stored run derived again from its stored logs and figures, with the
     fingerprint and rules of this version; the cross-cell rule applied last."""
     from harness.matrix.model import Expect
-    from harness.run.cell import apply_format_rule
     from harness.results.store import RunStore
+    from harness.run.cell import apply_format_rule
     from harness.stages.judge import rejudge as rejudge_cell
 
     store = RunStore.open(Path(args.run_dir))

@@ -16,10 +16,10 @@ import pytest
 
 from harness.engine import ContainerSpec, connect, create_kwargs
 from harness.errors import ConfigError, EngineError
-from harness.gpu_attach import port_free, require_port_free, serve_fields
 from harness.matrix.load import load_matrix
-from harness.runners.base import ServeSpec
-from harness.runners.docker import container_spec as runner_container_spec
+from harness.serve.base import ServeSpec
+from harness.serve.docker import container_spec as runner_container_spec
+from harness.serve.gpu_attach import port_free, require_port_free, serve_fields
 
 BUSYBOX = "harness-test/busybox:latest"
 DEVICES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
@@ -227,7 +227,7 @@ def test_doctor_cdi_needs_docker_25_and_a_spec(tmp_path):
 
 def test_pipeline_spec_for_host_network_and_devices(tmp_path):
     from harness.matrix.plan import expand
-    from harness.stages.serve import plan
+    from harness.serve.stage import plan
 
     m = load(tmp_path, 'gpu_attach = "devices"\ndriver_dirs = ["/usr/local/nvidia"]\nnetwork = "host"\n'
                        'security_opt = ["seccomp=unconfined"]', 'port = 8123\nvllm_cache = "/var/cache/vllm-h"')

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.run.executor import _SlotRunner
 from harness.errors import MatrixError
+from harness.matrix.load import load_matrix
+from harness.matrix.plan import expand
+from harness.run.executor import _SlotRunner
 from harness.run.schedule import (
     Board,
     Host,
@@ -20,8 +22,6 @@ from harness.run.schedule import (
     simulate,
     why_not,
 )
-from harness.matrix.load import load_matrix
-from harness.matrix.plan import expand
 
 BASE = """
 [matrix]
@@ -221,7 +221,7 @@ class _Recorder:
 
 
 def test_a_slot_gives_its_gpus_to_its_container_only():
-    from harness.runners.base import ServeSpec
+    from harness.serve.base import ServeSpec
 
     spec = ServeSpec(cell_id="c", argv=("python3",), env={}, port=8000, log_path=Path("/dev/null"), gpus="all")
     inner = _Recorder()

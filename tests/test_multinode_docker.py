@@ -14,7 +14,7 @@ from engines import MAIN, copy_image, dockerd_problem, free_port, second_dockerd
 
 from harness.engine import connect
 from harness.errors import EngineError
-from harness.multinode import PORTS_PER_NODE, Node, ray_cluster
+from harness.serve.multinode import PORTS_PER_NODE, Node, ray_cluster
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -22,9 +22,9 @@ from support.local import wait_healthy
 
 from harness.cli import main
 from harness.matrix.load import load_matrix
-from harness.run.cell import RunOptions, run_matrix
 from harness.results.model import Status
 from harness.results.store import RunStore
+from harness.run.cell import RunOptions, run_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKEVLLM = ROOT / "tests" / "fixtures" / "fakevllm"
@@ -312,9 +312,9 @@ def test_a_busy_port_is_an_error_naming_it_not_someone_else_s_numbers(matrix_fil
 
 
 def test_readiness_refuses_a_foreign_server_and_reads_a_bind_failure(tmp_path):
-    from harness.runners.base import ServeSpec
-    from harness.runners.local import LocalRunner
-    from harness.runners.readiness import wait_ready
+    from harness.serve.base import ServeSpec
+    from harness.serve.local import LocalRunner
+    from harness.serve.readiness import wait_ready
 
     port = free_port()
     bind_msg = ("ERROR: [Errno 98] error while attempting to bind on address "
@@ -408,7 +408,7 @@ def test_live_progress_names_the_phase_and_the_last_server_line(tmp_path):
     from harness.matrix.load import load_matrix as load
     from harness.matrix.plan import expand
     from harness.run_cli import LiveProgress
-    from harness.runners.base import LogBuffer
+    from harness.serve.base import LogBuffer
 
     path = tmp_path / "m.toml"
     path.write_text(matrix_text(free_port()))

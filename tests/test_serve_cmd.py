@@ -10,7 +10,7 @@ import pytest
 from harness.errors import ConfigError
 from harness.matrix.load import load_matrix
 from harness.matrix.plan import expand
-from harness.serve_cmd import build, env_for_kernels
+from harness.serve.command import build, env_for_kernels
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -82,7 +82,7 @@ def test_env_form_refuses_what_it_cannot_express(quant, moe, linear):
 
 def test_a_checkpoint_that_became_a_system_folder_is_refused_at_serve_time(tmp_path, root):
     # loaded while it was a plain folder, swapped for a link to /etc before the cell starts
-    from harness.serve_cmd import model_path
+    from harness.serve.command import model_path
 
     m = load_matrix(root / "matrix" / "h200-local.toml")
     cell = expand(m)[0]
@@ -107,7 +107,7 @@ def test_port_out_of_range_is_refused(root, port):
 
 def test_model_cache_is_checked_before_mounting(tmp_path):
     from harness.matrix.model import Serve
-    from harness.serve_cmd import model_cache
+    from harness.serve.command import model_cache
 
     assert model_cache(Serve()) is None
     assert model_cache(Serve(model_cache=str(tmp_path))) == str(tmp_path)

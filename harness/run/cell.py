@@ -42,11 +42,11 @@ from harness.results.model import (
     VerdictStatus,
 )
 from harness.results.store import RunStore, cell_key, new_run_id
-from harness.runners.base import Runner
-from harness.runners.readiness import wait_ready
+from harness.serve import stage as serve_stage
+from harness.serve.base import Runner
+from harness.serve.readiness import wait_ready
 from harness.stages import judge as judge_stage
 from harness.stages import measure as measure_stage
-from harness.stages import serve as serve_stage
 
 
 def now_iso() -> str:
@@ -121,10 +121,10 @@ class _Engine:
 def _default_runner_for(engine: _Engine) -> Callable[[Cell], Runner]:
     def make(cell: Cell) -> Runner:
         if cell.stack.runner == "local":
-            from harness.runners.local import LocalRunner
+            from harness.serve.local import LocalRunner
 
             return LocalRunner()
-        from harness.runners.docker import DockerRunner
+        from harness.serve.docker import DockerRunner
 
         return DockerRunner(engine())
 
@@ -442,7 +442,7 @@ def reap_dead(results_root: Path, engine_if_needed: _Engine | None = None) -> di
     `running` mark of their run directories under `results_root` (now `interrupted`, so
     `--resume` finishes them). Returns what was done, for `harness reap` to print."""
     from harness.errors import EnvironmentProblem
-    from harness.runners.local import kill_group
+    from harness.serve.local import kill_group
 
     done: dict[str, list[str]] = {"containers": [], "runs": [], "servers": []}
     if engine_if_needed is not None:

@@ -22,6 +22,15 @@ from typing import Any
 from harness.errors import ConfigError, EnvironmentProblem
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell
+from harness.results.model import (
+    BuildOutcome,
+    CellError,
+    CellResult,
+    Status,
+    Verdict,
+    VerdictStatus,
+)
+from harness.results.store import RunStore
 from harness.run.cell import (
     Progress,
     RunOptions,
@@ -33,16 +42,7 @@ from harness.run.cell import (
     error_cell,
     now_iso,
 )
-from harness.results.model import (
-    BuildOutcome,
-    CellError,
-    CellResult,
-    Status,
-    Verdict,
-    VerdictStatus,
-)
-from harness.results.store import RunStore
-from harness.runners.base import Runner
+from harness.serve.base import Runner
 from harness.stages.build import build_stage
 
 
@@ -259,7 +259,7 @@ class HostsRun:
         """Each cell with `nodes = N` on the first N live hosts that take it: a Ray head on the
         first, a worker on each next (harness/multinode.py), serving on the head."""
         from harness.run.schedule import Slot
-        from harness.multinode import Node, RayRunner, ray_argv
+        from harness.serve.multinode import Node, RayRunner, ray_argv
 
         for cell in cells:
             n = cell.config.nodes
@@ -383,7 +383,7 @@ class HostsRun:
     def _stop(self, board, threads) -> None:
         """Ctrl-C with cells running on several slots: remove this run's containers on every
         host and stop its local servers, so the slot threads end; nothing more is written."""
-        from harness.runners.local import kill_group
+        from harness.serve.local import kill_group
 
         self.stopping.set()
         board.close()
@@ -414,10 +414,10 @@ class HostsRun:
 def _host_runner_for(lv: _Live) -> Callable[[Cell], Runner]:
     def make(cell: Cell) -> Runner:
         if cell.stack.runner == "local":
-            from harness.runners.local import LocalRunner
+            from harness.serve.local import LocalRunner
 
             return LocalRunner()
-        from harness.runners.docker import DockerRunner
+        from harness.serve.docker import DockerRunner
 
         return DockerRunner(lv.engine, network=lv.host.network, address=lv.host.address)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from harness.matrix.model import Bench
 from harness.results.model import BenchRecord, CrossCheck
-from harness.runners.base import Server
+from harness.serve.base import Server
 
 Partial = Callable[[str, Any], None]
 

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from harness.runners.base import Server
+from harness.serve.base import Server
 
 # uvicorn: "[Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address
 # already in use"; Python: "OSError: [Errno 98] Address already in use".

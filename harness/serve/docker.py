@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from harness.engine import ContainerSpec, Engine, RunningContainer
-from harness.gpu_attach import require_port_free
-from harness.runners.base import LogBuffer, ProcessState, ServeSpec
+from harness.serve.base import LogBuffer, ProcessState, ServeSpec
+from harness.serve.gpu_attach import require_port_free
 
 
 class DockerServer:

@@ -14,12 +14,14 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import __version__, gpu_attach, serve_cmd
+from harness import __version__
 from harness.errors import ConfigError
-from harness.gpu_attach import port_free
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell
-from harness.runners.base import ServeSpec
+from harness.serve import command as serve_cmd
+from harness.serve import gpu_attach
+from harness.serve.base import ServeSpec
+from harness.serve.gpu_attach import port_free
 
 CONTAINER_MODEL_DIR = "/models"
 

@@ -180,7 +180,7 @@ class RayServer:
         self.process = cluster.head.exec_stream(list(ray_argv(spec.argv)), env=spec.env, sink=log.add)
 
     def state(self):
-        from harness.runners.base import ProcessState
+        from harness.serve.base import ProcessState
 
         running, code = self.process.state()
         if running:
@@ -215,7 +215,7 @@ class RayRunner:
     def serve(self, spec) -> Iterator[RayServer]:
         import threading
 
-        from harness.runners.base import LogBuffer
+        from harness.serve.base import LogBuffer
 
         if spec.image is None:
             raise ValueError("RayRunner needs spec.image")

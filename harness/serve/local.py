@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from harness import proc
-from harness.runners.base import LogBuffer, ProcessState, ServeSpec, lines_of
+from harness.serve.base import LogBuffer, ProcessState, ServeSpec, lines_of
 
 
 class LocalServer:

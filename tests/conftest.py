@@ -36,7 +36,7 @@ def docker_problem() -> str | None:
 
 @functools.cache
 def nvcc_problem() -> str | None:
-    from harness.doctor import find_cuobjdump
+    from harness.cli.doctor import find_cuobjdump
 
     if not (shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()):
         return "nvcc not found"

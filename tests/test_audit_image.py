@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.audit import audit_path
-from harness.audit.cli import audit_image
 from harness.audit.report import DEFAULT_TARGETS
+from harness.cli.audit import audit_image
 from harness.engine import connect
 from harness.errors import EngineError
 
@@ -57,6 +57,6 @@ def test_missing_image_is_a_clear_error():
     ("/nonexistent/site-packages", False), ("./build/lib", False), ("vllm-0.25.1.whl", False),
 ])
 def test_what_counts_as_an_image(target, image):
-    from harness.audit.cli import _looks_like_image
+    from harness.cli.audit import _looks_like_image
 
     assert _looks_like_image(target) is image

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.doctor import needs_for, run_checks
+from harness.cli.doctor import needs_for, run_checks
 from harness.gpus import probe
 from harness.matrix.load import load_matrix
 

@@ -183,7 +183,7 @@ def engine_info(version="20.10.24", runtimes=("runc",), cdi=()):
 
 
 def test_doctor_rows_for_an_engine_without_toolkit(tmp_path):
-    from harness.doctor import attach_checks
+    from harness.cli.doctor import attach_checks
 
     nodes = [tmp_path / "nvidia0", tmp_path / "nvidiactl"]
     for n in nodes:
@@ -211,7 +211,7 @@ def test_doctor_rows_for_an_engine_without_toolkit(tmp_path):
 
 
 def test_doctor_cdi_needs_docker_25_and_a_spec(tmp_path):
-    from harness.doctor import attach_checks
+    from harness.cli.doctor import attach_checks
 
     (tmp_path / "cdi").mkdir()
     (tmp_path / "cdi" / "nvidia.yaml").write_text("cdiVersion: 0.5.0\n")
@@ -272,7 +272,7 @@ def test_start_refusals_name_the_mode_to_use():
 
 
 def test_doctor_prints_keys_as_written(capsys):
-    from harness.doctor import Check, render
+    from harness.cli.doctor import Check, render
 
     render([Check("gpu attach: devices", False, "missing device nodes: /dev/nvidia0",
                   "set [host].devices to the nodes this host has")])

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from harness.doctor import run_checks
+from harness.cli.doctor import run_checks
 from harness.gpus import probe
 from harness.hostenv import host_fingerprint
 

@@ -103,8 +103,8 @@ def test_version_imports_nothing_heavy():
 
 def test_one_command_imports_only_its_module():
     code = ("import sys; from harness.cli import build_parser; build_parser('fingerprint'); "
-            "print('LOADED', sorted(m for m in sys.modules if m.endswith('_cli') or m.endswith('.cli')))")
+            "print('LOADED', sorted(m for m in sys.modules if m.startswith('harness.cli.')))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
-    assert "harness.fingerprint.cli" in r.stdout and "harness.report.cli" not in r.stdout
-    assert "harness.run_cli" not in r.stdout, r.stdout
+    assert "harness.cli.fingerprint" in r.stdout and "harness.cli.report" not in r.stdout
+    assert "harness.cli.run" not in r.stdout, r.stdout

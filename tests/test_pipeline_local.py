@@ -405,9 +405,9 @@ def test_run_output_fits_80_columns_and_shows_final_status(matrix_file, tmp_path
 def test_live_progress_names_the_phase_and_the_last_server_line(tmp_path):
     from rich.console import Console
 
+    from harness.cli.run import LiveProgress
     from harness.matrix.load import load_matrix as load
     from harness.matrix.plan import expand
-    from harness.run_cli import LiveProgress
     from harness.serve.base import LogBuffer
 
     path = tmp_path / "m.toml"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.audit.cli import register
+from harness.cli.audit import register
 from harness.console import err
 from harness.errors import HarnessError
 

@@ -16,9 +16,9 @@ from rich.table import Table
 from harness.build.builder import BuildEvent, build_stacks, unpinned
 from harness.build.preflight import preflight_stack
 from harness.build.render import render
+from harness.cli.plan import add_matrix_args
 from harness.console import err, out
 from harness.errors import CellsFailed, ConfigError, HarnessError, PatchError
-from harness.matrix.cli import add_matrix_args
 from harness.matrix.load import load_matrix
 from harness.matrix.plan import expand, group_by_stack
 

@@ -18,21 +18,21 @@ from harness import __version__
 
 # command -> (module that registers it, one-line help for the overview), in pipeline order
 COMMANDS: dict[str, tuple[str, str]] = {
-    "plan": ("harness.matrix.cli", "expand a matrix into cells"),
-    "doctor": ("harness.doctor", "check this host against a matrix"),
+    "plan": ("harness.cli.plan", "expand a matrix into cells"),
+    "doctor": ("harness.cli.doctor", "check this host against a matrix"),
     "env": ("harness.hostenv", "this host's fingerprint"),
     "lock": ("harness.lock", "pin base-image digests and PyPI sha256s next to the matrix"),
-    "build": ("harness.build.cli", "build the stack images"),
-    "audit": ("harness.audit.cli", "the GPU archs really compiled in a binary, wheel or image"),
-    "run": ("harness.run_cli", "build, serve, fingerprint, benchmark and judge every cell"),
-    "rejudge": ("harness.run_cli", "judge a stored run again"),
-    "reap": ("harness.run_cli", "remove what dead runs left"),
-    "fingerprint": ("harness.fingerprint.cli", "what a vLLM log proves"),
-    "bench": ("harness.bench.cli", "benchmark a running server"),
+    "build": ("harness.cli.build", "build the stack images"),
+    "audit": ("harness.cli.audit", "the GPU archs really compiled in a binary, wheel or image"),
+    "run": ("harness.cli.run", "build, serve, fingerprint, benchmark and judge every cell"),
+    "rejudge": ("harness.cli.run", "judge a stored run again"),
+    "reap": ("harness.cli.run", "remove what dead runs left"),
+    "fingerprint": ("harness.cli.fingerprint", "what a vLLM log proves"),
+    "bench": ("harness.cli.bench", "benchmark a running server"),
     "patches": ("harness.build.addpr", "take an upstream PR as a pinned patch"),
-    "compare": ("harness.results.compare_cli", "gate a rollout: two runs compared beyond noise"),
-    "bug": ("harness.results.bug_cli", "an upstream bug report for one cell"),
-    "report": ("harness.report.cli", "Markdown + HTML report of a run"),
+    "compare": ("harness.cli.compare", "gate a rollout: two runs compared beyond noise"),
+    "bug": ("harness.cli.bug", "an upstream bug report for one cell"),
+    "report": ("harness.cli.report", "Markdown + HTML report of a run"),
     "bundle": ("harness.bundle", "make / install a wheelhouse bundle for a host with no package index"),
 }
 

@@ -7,9 +7,9 @@ import textwrap
 import time
 from pathlib import Path
 
+from harness.cli.plan import add_matrix_args
 from harness.console import err, out
 from harness.errors import CellsFailed, ConfigError
-from harness.matrix.cli import add_matrix_args
 
 STATUS_STYLE = {"pass": "green", "fail": "red", "build-failed": "red", "crashed": "red",
                 "hung": "red", "timeout": "red", "error": "magenta", "skipped": "yellow"}

@@ -26,8 +26,8 @@ def register(subparsers) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from harness.cli.compare import check_output_file
     from harness.results.bug import write_report
-    from harness.results.compare_cli import check_output_file
     from harness.results.store import RunStore
 
     target = check_output_file(args.out, "--out") if args.out else None

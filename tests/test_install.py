@@ -44,9 +44,15 @@ def installed(tmp_path_factory) -> Path:
     """The package built as a wheel from a copy of the sources and installed into a folder."""
     work = tmp_path_factory.mktemp("install")
     src = work / "src"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
-        ".git", ".venv", ".cache", "results", "tests", "examples", "*.egg-info", "build", "dist",
-        "__pycache__", ".pytest_cache", ".ruff_cache", ".dev12", ".whl"))
+    anywhere = shutil.ignore_patterns(".git", ".venv", ".cache", "*.egg-info", "__pycache__",
+                                      ".pytest_cache", ".ruff_cache", ".dev12", ".whl")
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        # build/ and dist/ are build output at the top only: harness/build is a package
+        top = {"results", "tests", "examples", "build", "dist"} if Path(folder) == ROOT else set()
+        return anywhere(folder, names) | (top & set(names))
+
+    shutil.copytree(ROOT, src, ignore=ignore)
     wheels = work / "wheels"
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                         "-w", str(wheels), str(src)], capture_output=True, text=True)
@@ -74,6 +80,19 @@ def test_the_wheel_carries_templates_and_data(installed):
         assert (installed / rel).is_file(), rel
     # no test double ships in the product
     assert not list(installed.glob("harness/**/fakeserver.py"))
+
+
+def test_installed_tool_reads_the_templates_it_carries(installed, tmp_path):
+    """The templates come from the repository's docker/ into the wheel; the installed package
+    reads its own copy, not a checkout's."""
+    code = (f"import sys; sys.path.insert(0, {str(installed)!r}); "
+            "from harness.build.render import DOCKER_DIR, DEFAULT_TEMPLATE; "
+            "print(DOCKER_DIR); print(DEFAULT_TEMPLATE.read_text()[:200])")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    where, text = r.stdout.split("\n", 1)
+    assert Path(where) == installed / "harness" / "data" / "docker", where
+    assert text.removesuffix("\n") == (ROOT / "docker" / "Dockerfile.vllm.in").read_text()[:200]
 
 
 def test_installed_tool_plans_and_dry_runs_away_from_the_checkout(installed, tmp_path):

@@ -45,7 +45,7 @@ build)
   cp "$DEV"/p1/part_01 /tmp/stage/
   t0=$(stamp)
   harness bundle install /tmp/stage --dest /tmp/wheelhouse --site /tmp/site --python "$PY" || exit 9
-  "$PY" harness/data/docker/wheels.py patch --python "$PY" --site /tmp/site patches/wheel/vllm-0.25.1-flash-attn-optional.patch || exit 9
+  "$PY" docker/wheels.py patch --python "$PY" --site /tmp/site patches/wheel/vllm-0.25.1-flash-attn-optional.patch || exit 9
   t1=$(stamp); echo "bundle install (+ --site): $(awk "BEGIN{print $t1-$t0}") s"
   cat /tmp/site/vllm/engine/*.py /tmp/site/vllm/config/*.py > /tmp/words.txt
   "$PY" tools/make_dummy_models.py /tmp/models /tmp/words.txt || exit 7

@@ -43,7 +43,7 @@ run)
   cp "$BUNDLE/part_01" "$BUNDLE/part_02" "$BUNDLE/bundle.json" /tmp/stage/
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/hsite .whl/*.whl || exit 8
   harness bundle install /tmp/stage --dest /tmp/wheelhouse --site /tmp/site --python "$PY" || exit 9
-  "$PY" harness/data/docker/wheels.py patch --python "$PY" --site /tmp/site \
+  "$PY" docker/wheels.py patch --python "$PY" --site /tmp/site \
       patches/wheel/vllm-0.25.1-flash-attn-optional.patch || exit 9
   cat /tmp/site/vllm/engine/*.py /tmp/site/vllm/config/*.py > /tmp/words.txt
   "$PY" tools/make_dummy_models.py /tmp/models /tmp/words.txt || exit 7

@@ -54,7 +54,7 @@ def local_base_id(matrix: Matrix, stack_name: str, engine) -> str | None:
 
 
 def image_site_packages(engine, ref: str, labels: dict[str, str]) -> str | None:
-    """Where a wheel-stack image installed vLLM (written by harness/data/docker/wheels.py at build time)."""
+    """Where a wheel-stack image installed vLLM (written by docker/wheels.py at build time)."""
     with tempfile.TemporaryDirectory(prefix="harness-site-") as tmp:
         try:
             dest = engine.export_path(ref, "/opt/build/site-packages.txt", Path(tmp), labels=labels)

@@ -21,8 +21,17 @@ from harness.matrix.load import Matrix
 from harness.matrix.model import Stack
 
 IMAGE_REPO = "vllm-bw"
-# Packaged with the tool (importlib.resources), so an installed harness builds without its checkout.
-DOCKER_DIR = Path(str(resources.files("harness").joinpath("data", "docker")))
+
+
+def _docker_dir() -> Path:
+    """The Dockerfile templates and their helpers. They live in the repository's top-level
+    docker/; a wheel carries them inside the package (setup.py copies them to harness/data/docker,
+    read through importlib.resources), so an installed harness builds without its checkout."""
+    packaged = Path(str(resources.files("harness").joinpath("data", "docker")))
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "docker"
+
+
+DOCKER_DIR = _docker_dir()
 DEFAULT_TEMPLATE = DOCKER_DIR / "Dockerfile.vllm.in"
 WHEELS_TEMPLATE = DOCKER_DIR / "Dockerfile.wheels.in"  # the wheel-stack sibling
 LABEL = "harness"

@@ -2,7 +2,7 @@
 
 The sibling of the source-stack rendering in render.py, with the same outputs (a `Rendered`:
 Dockerfile text, build args, labels, context files, content hash, hence the same
-`vllm-bw:<stack>-<12 hex>` tag) from harness/data/docker/Dockerfile.wheels.in. The wheels come from a local
+`vllm-bw:<stack>-<12 hex>` tag) from docker/Dockerfile.wheels.in. The wheels come from a local
 wheelhouse (`harness bundle install --dest`), each checked against its wheels.lock, or the vLLM
 wheel from PyPI with its sha256. Python-file patches apply to the installed package. A base image
 given as a local tag (`base_image.local = true`) is pinned by its image ID: the ID is the FROM,

@@ -1,4 +1,4 @@
-"""Inside a wheel-stack image build (harness/data/docker/Dockerfile.wheels.in): install, patch, check.
+"""Inside a wheel-stack image build (docker/Dockerfile.wheels.in): install, patch, check.
 
   wheels.py install --python PY --vllm V --vllm-sha256 H --torch T [--wheelhouse DIR] ...
   wheels.py patch   --python PY PATCH...      Python-file patches, applied to site-packages

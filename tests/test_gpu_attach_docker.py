@@ -249,7 +249,7 @@ def test_pipeline_spec_for_host_network_and_devices(tmp_path):
 def test_wheel_patch_applier(tmp_path):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("wheels_helper", Path(__file__).parent.parent / "harness" / "data" / "docker" / "wheels.py")
+    spec = importlib.util.spec_from_file_location("wheels_helper", Path(__file__).parent.parent / "docker" / "wheels.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     (tmp_path / "pkg").mkdir()

@@ -38,7 +38,8 @@ from engines import MAIN, copy_image, fake_vllm_context, free_port, second_docke
 
 from harness.engine import connect  # noqa: E402
 from harness.matrix.load import load_matrix  # noqa: E402
-from harness.run.cell import RunOptions, run_matrix  # noqa: E402
+from harness.run.options import RunOptions  # noqa: E402
+from harness.run.session import run_matrix  # noqa: E402
 
 
 def matrix_text(image: str, url_two: str, cell_s: float, cells: int, port: int) -> str:

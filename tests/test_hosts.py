@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from pathlib import Path
@@ -11,7 +12,6 @@ import pytest
 from harness.errors import MatrixError
 from harness.matrix.load import load_matrix
 from harness.matrix.plan import expand
-from harness.run.executor import _SlotRunner
 from harness.run.schedule import (
     Board,
     Host,
@@ -209,30 +209,16 @@ def test_board_hands_gpus_to_one_slot_at_a_time_and_drops_a_gone_host():
     assert got == [None]  # host a is gone: its waiting slot ends
 
 
-class _Recorder:
-    name = "docker"
-
-    def __init__(self) -> None:
-        self.specs: list = []
-
-    def serve(self, spec):
-        self.specs.append(spec)
-        return spec
-
-
 def test_a_slot_gives_its_gpus_to_its_container_only():
     from harness.serve.base import ServeSpec
+    from harness.serve.stage import with_gpus
 
     spec = ServeSpec(cell_id="c", argv=("python3",), env={}, port=8000, log_path=Path("/dev/null"), gpus="all")
-    inner = _Recorder()
-    _SlotRunner(inner, ("2", "3")).serve(spec)
-    assert inner.specs[-1].gpus == "2,3"
-    _SlotRunner(inner, None).serve(spec)  # a host lending 'all'
-    assert inner.specs[-1].gpus == "all"
-    local = _Recorder()
-    local.name = "local"
-    _SlotRunner(local, ("1",)).serve(spec)
-    assert local.specs[-1].env == {"CUDA_VISIBLE_DEVICES": "1"}
+    assert with_gpus(spec, ("2", "3"), local=False).gpus == "2,3"
+    assert with_gpus(spec, None, local=False).gpus == "all"  # a host lending 'all'
+    assert with_gpus(dataclasses.replace(spec, gpus=None), ("2",), local=False).gpus is None  # asks none
+    local = with_gpus(spec, ("1",), local=True)
+    assert local.env == {"CUDA_VISIBLE_DEVICES": "1"} and local.gpus == "all"
 
 
 def test_plan_shows_the_assignment(tmp_path, capsys):

@@ -18,7 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-import docker
 import pytest
 from conftest import skip_or_fail_under_ci
 from engines import (
@@ -32,9 +31,11 @@ from engines import (
     ssh_problem,
 )
 
+import docker
 from harness.engine import connect
 from harness.matrix.load import load_matrix
-from harness.run.cell import RunOptions, run_matrix
+from harness.run.options import RunOptions
+from harness.run.session import run_matrix
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

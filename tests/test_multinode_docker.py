@@ -7,11 +7,11 @@ stand-in base image); skips with that reason when it is absent.
 
 from __future__ import annotations
 
-import docker
 import pytest
 from conftest import skip_or_fail_under_ci
 from engines import MAIN, copy_image, dockerd_problem, free_port, second_dockerd
 
+import docker
 from harness.engine import connect
 from harness.errors import EngineError
 from harness.serve.multinode import PORTS_PER_NODE, Node, ray_cluster
@@ -77,7 +77,8 @@ def test_a_two_node_cell_serves_on_a_ray_cluster_over_two_engines(engines, tmp_p
     from engines import fake_vllm_context
 
     from harness.matrix.load import load_matrix
-    from harness.run.cell import RunOptions, run_matrix
+    from harness.run.options import RunOptions
+    from harness.run.session import run_matrix
 
     main, two = engines
     tag = f"harness-test/fakevllm-ray:{free_port()}"

@@ -22,7 +22,8 @@ import pytest
 
 from harness.engine import connect
 from harness.matrix.load import load_matrix
-from harness.run.cell import RunOptions, run_matrix
+from harness.run.options import RunOptions
+from harness.run.session import run_matrix
 
 pytestmark = pytest.mark.docker
 

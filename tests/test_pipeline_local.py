@@ -24,7 +24,8 @@ from harness.cli import main
 from harness.matrix.load import load_matrix
 from harness.results.model import Status
 from harness.results.store import RunStore
-from harness.run.cell import RunOptions, run_matrix
+from harness.run.options import RunOptions
+from harness.run.session import run_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKEVLLM = ROOT / "tests" / "fixtures" / "fakevllm"

@@ -48,7 +48,7 @@ def host_rows(matrix, cells) -> list[dict]:
     """Per cell: the hosts it may run on, the GPUs it needs, and the slot it would take first if
     every cell took equally long (the live order depends on real durations)."""
     from harness.run import schedule as hostmod
-    from harness.run.cell import execution_order
+    from harness.run.schedule import execution_order
 
     hosts = hostmod.hosts_of(matrix)
     where = hostmod.placement(cells, hosts, matrix)

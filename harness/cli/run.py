@@ -212,7 +212,8 @@ def run(args) -> int:
     from harness.matrix.load import load_matrix
     from harness.matrix.plan import expand
     from harness.results.store import RunStore
-    from harness.run.cell import RunOptions, exit_code, run_matrix
+    from harness.run.options import RunOptions
+    from harness.run.session import exit_code, run_matrix
 
     resume = Path(args.resume) if args.resume else None
     k = args.k
@@ -270,7 +271,7 @@ def rejudge(args) -> int:
     fingerprint and rules of this version; the cross-cell rule applied last."""
     from harness.matrix.model import Expect
     from harness.results.store import RunStore
-    from harness.run.cell import apply_format_rule
+    from harness.run.outcome import apply_format_rule
     from harness.stages.judge import rejudge as rejudge_cell
 
     store = RunStore.open(Path(args.run_dir))
@@ -310,18 +311,15 @@ def rejudge(args) -> int:
 def reap(args) -> int:
     from harness.engine import connect
     from harness.errors import EnvironmentProblem
-    from harness.run.cell import reap_dead
+    from harness.run.executor import LazyEngine
+    from harness.run.session import reap_dead
 
     done = {"containers": [], "runs": []}
     if args.run:
         done["containers"] = connect().reap(run_id=args.run)
     else:
-        class _Lazy:
-            def __call__(self):
-                return connect()
-
         try:
-            done = reap_dead(Path(args.results), engine_if_needed=_Lazy())
+            done = reap_dead(Path(args.results), engine_if_needed=LazyEngine())
         except EnvironmentProblem:
             done = reap_dead(Path(args.results))
     for name in done["containers"]:

@@ -288,8 +288,6 @@ def _cross_check(spec: MatrixFile, path: Path) -> list[str]:
                                             f"'{pat}' names no {key} (defined: {', '.join(names)})",
                                             f"use a name or glob of a defined {key}"))
     if spec.hosts:
-        from harness.run.schedule import host_problems
-
         problems += host_problems(spec)
     for i, rule in enumerate(spec.expect.select):
         try:
@@ -297,4 +295,26 @@ def _cross_check(spec: MatrixFile, path: Path) -> list[str]:
         except SelectionError as exc:
             problems.append(problem(f"expect.select[{i}].cells", str(exc),
                                     "use words joined by and/or/not, e.g. 'nvfp4 and not marlin'"))
+    return problems
+
+
+def host_problems(spec: MatrixFile) -> list[str]:
+    """Cross-checks of [hosts] that need the rest of the file."""
+    problems = []
+    if spec.hosts and "host" in spec.model_fields_set:
+        problems.append(problem("host", "[host] and [hosts] are both given: one unnamed [host] is the "
+                                "same as a one-entry [hosts]", "keep one of them"))
+    for name, h in spec.hosts.items():
+        if h.gpu_attach != "runtime":
+            # the serve stage takes its attach mode, devices and driver folders from [host] today
+            problems.append(problem(f"hosts.{name}.gpu_attach", f"'{h.gpu_attach}' per [hosts] entry is not "
+                                    "supported yet (only 'runtime')", "for one host, use [host] with "
+                                    "gpu_attach, devices and driver_dirs"))
+        if h.hardware is not None and h.hardware not in spec.hardware:
+            problems.append(problem(f"hosts.{name}.hardware", f"'{h.hardware}' is not a hardware profile "
+                                    f"(defined: {', '.join(spec.hardware)})", "name a [hardware.NAME] table"))
+        for i, pat in enumerate(h.stacks):
+            if not fnmatch.filter(spec.stacks, pat):
+                problems.append(problem(f"hosts.{name}.stacks[{i}]", f"'{pat}' names no stack "
+                                        f"(defined: {', '.join(spec.stacks)})", "use a name or glob of a defined stack"))
     return problems

@@ -97,6 +97,7 @@ class RunStore:
         self._dir = Path(run_dir)
         self._run = run
         self._lock = threading.Lock()
+        self._sealed = False
 
     # -- opening -------------------------------------------------------------------------
 
@@ -197,9 +198,16 @@ class RunStore:
         _write_text(path, redact_text(text))
         return path
 
+    def seal(self) -> None:
+        """The run is stopping: from now on no cell and no partial record is written (a cell cut
+        short is an interrupted one, redone by `--resume`, not an error). run.json still is."""
+        self._sealed = True
+
     def write_cell(self, cell: CellResult) -> Path:
         """Write a finished cell (masked), and drop what was saved of it along the way."""
         path = self.cell_path(cell.id)
+        if self._sealed:
+            return path
         _write(path, mask(cell.to_json()))
         with contextlib.suppress(OSError):
             self.partial_path(cell.id).unlink(missing_ok=True)
@@ -208,6 +216,8 @@ class RunStore:
     def write_partial(self, cell_id: str, data: dict[str, Any]) -> None:
         """What a cell has measured so far, so a controller killed mid-cell loses nothing:
         `--resume` redoes the cell, and report/bug can still show what it had."""
+        if self._sealed:
+            return
         _write(self.partial_path(cell_id), mask({"id": cell_id, **data}))
 
     def read_partial(self, cell_id: str) -> dict[str, Any] | None:
@@ -245,12 +255,18 @@ class RunStore:
 
     # -- builds ---------------------------------------------------------------------------
 
-    def write_build(self, outcome: BuildOutcome) -> Path:
+    def write_build(self, outcome: BuildOutcome, host: str | None = None) -> Path:
+        """A build outcome; with `host` (a run over several hosts builds on each), kept as
+        builds/<stack>@<host>.json."""
+        if host is not None:
+            outcome = outcome.model_copy(update={"stack": f"{outcome.stack}@{host}"})
         path = self._dir / "builds" / f"{cell_key(outcome.stack)}.json"
         _write(path, mask(outcome.model_dump(mode="json")))
         return path
 
-    def builds(self) -> dict[str, BuildOutcome]:
+    def builds(self, host: str | None = None) -> dict[str, BuildOutcome]:
+        """Build outcomes by stack: every one stored, or with `host` those built there (by their
+        plain stack name)."""
         folder = self._dir / "builds"
         out: dict[str, BuildOutcome] = {}
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
@@ -260,7 +276,10 @@ class RunStore:
             except ValueError as exc:
                 raise _bad_file(path, exc) from None
             out[b.stack] = b
-        return out
+        if host is None:
+            return out
+        suffix = f"@{host}"
+        return {k.removesuffix(suffix): v for k, v in out.items() if k.endswith(suffix)}
 
     def _load_cell(self, path: Path) -> CellResult:
         try:

@@ -22,7 +22,7 @@ import fnmatch
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from harness.matrix.archs import split_arch_list
@@ -49,13 +49,16 @@ class Host:
     cc: str
     gpus: tuple[str, ...] | None  # None: 'all' (not pooled, one cell at a time); (): none
     slots: int
-    network: str = "bridge"
+    network: str | None = "bridge"  # None: the matrix's own ([host].network or serve.network)
     address: str = "127.0.0.1"
     ports: tuple[int, int] = (8100, 8199)
     stacks: tuple[str, ...] = ("*",)
     gpu_attach: str = "runtime"
     tls: Tls | None = None
-    default: bool = False  # the implicit host of a matrix without [hosts]
+    # The implicit host of a matrix without [hosts]: today's engine, connected on first use (a run
+    # of local stacks needs none), reaped by the session, not fingerprinted; its cells and
+    # builds carry no host name.
+    default: bool = False
 
     @property
     def is_local(self) -> bool:
@@ -91,9 +94,11 @@ def hosts_of(matrix: Matrix | MatrixFile) -> tuple[Host, ...]:
     spec = matrix.spec if isinstance(matrix, Matrix) else matrix
     hw_name = spec.matrix.hardware
     if not spec.hosts:
-        hw = spec.hardware.get(hw_name)
-        return (Host(name=LOCAL, url=None, hardware=hw_name, cc=hw.cc if hw else "", gpus=None, slots=1,
-                     default=True),)
+        # the matrix's own port and network; no cc, so every cell may run here (the build audit
+        # and the judge say whether its kernels fit this GPU)
+        port = spec.serve.host_port or spec.serve.port
+        return (Host(name=LOCAL, url=None, hardware=hw_name, cc="", gpus=None, slots=1, network=None,
+                     ports=(port, port), default=True),)
     out = []
     for name, h in spec.hosts.items():
         hw_key = h.hardware or hw_name
@@ -105,30 +110,6 @@ def hosts_of(matrix: Matrix | MatrixFile) -> tuple[Host, ...]:
                         slots=slots, network=h.network, address=h.address or _address(h.engine),
                         ports=tuple(h.ports), stacks=tuple(h.stacks), gpu_attach=h.gpu_attach, tls=tls))
     return tuple(out)
-
-
-def host_problems(spec: MatrixFile) -> list[str]:
-    """Cross-checks of [hosts] that need the rest of the file (load.py collects them)."""
-    from harness.matrix.load import problem
-
-    problems = []
-    if spec.hosts and "host" in spec.model_fields_set:
-        problems.append(problem("host", "[host] and [hosts] are both given: one unnamed [host] is the "
-                                "same as a one-entry [hosts]", "keep one of them"))
-    for name, h in spec.hosts.items():
-        if h.gpu_attach != "runtime":
-            # the serve stage takes its attach mode, devices and driver folders from [host] today
-            problems.append(problem(f"hosts.{name}.gpu_attach", f"'{h.gpu_attach}' per [hosts] entry is not "
-                                    "supported yet (only 'runtime')", "for one host, use [host] with "
-                                    "gpu_attach, devices and driver_dirs"))
-        if h.hardware is not None and h.hardware not in spec.hardware:
-            problems.append(problem(f"hosts.{name}.hardware", f"'{h.hardware}' is not a hardware profile "
-                                    f"(defined: {', '.join(spec.hardware)})", "name a [hardware.NAME] table"))
-        for i, pat in enumerate(h.stacks):
-            if not fnmatch.filter(spec.stacks, pat):
-                problems.append(problem(f"hosts.{name}.stacks[{i}]", f"'{pat}' names no stack "
-                                        f"(defined: {', '.join(spec.stacks)})", "use a name or glob of a defined stack"))
-    return problems
 
 
 # --- what a cell needs, and where it may run --------------------------------------------------
@@ -196,6 +177,23 @@ def why_not(cell: Cell, host: Host, matrix: Matrix) -> str | None:
 def placement(cells: Sequence[Cell], hosts: Sequence[Host], matrix: Matrix) -> dict[str, tuple[str, ...]]:
     """Cell id -> the hosts (names, in file order) it may run on; () when none."""
     return {c.id: tuple(h.name for h in hosts if why_not(c, h, matrix) is None) for c in cells}
+
+
+def execution_order(cells: list[Cell]) -> list[Cell]:
+    """Plan order, except that within a stack the NVFP4 cells run after the others: the
+    NVFP4-vs-FP8 rule can then judge an NVFP4 cell the moment it ends, so the status shown live
+    is its final one."""
+    stacks = list(dict.fromkeys(c.stack_name for c in cells))
+    return sorted(cells, key=lambda c: (stacks.index(c.stack_name), c.quantization == "nvfp4"))
+
+
+def listen_port(cell: Cell, slot: Slot) -> int | None:
+    """The port a cell's server binds on the host itself, when it does (a local server, host
+    networking, the head of a cell over several nodes): its slot's own, so two cells on one host
+    never meet. None: it listens inside its container, published where the engine likes."""
+    if cell.stack.runner == "local" or slot.host.network == "host" or cell.config.nodes > 1:
+        return slot.port
+    return None
 
 
 # --- the scheduler ------------------------------------------------------------------------------
@@ -333,19 +331,3 @@ class Board:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-
-
-@dataclass
-class Timeline:
-    """Finer timestamps than a cell's started_at/finished_at: when each slot held each cell."""
-
-    entries: list[dict] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, **entry) -> None:
-        with self._lock:
-            self.entries.append(entry)
-
-    def snapshot(self) -> list[dict]:
-        with self._lock:
-            return [dict(e) for e in self.entries]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +114,26 @@ class Runner(Protocol):
 
     def serve(self, spec: ServeSpec) -> AbstractContextManager[Server]:
         """Start the server of `spec`; leaving the context stops and removes it."""
+
+
+def _gpu_present() -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one cell's server runs, fixed by the scheduler before the cell starts: the serve
+    stage reads its port and GPUs, the store records its host. Nothing else is rewritten per cell."""
+
+    runner: Runner
+    host: str | None = None  # recorded in the cell; None: the one host of a matrix without [hosts]
+    slot: int = 0
+    # the port the server binds on the host itself (a local server, host networking, a Ray
+    # head); None: the matrix's serve.port, published by the engine where it likes
+    port: int | None = None
+    gpus: tuple[str, ...] | None = None  # the slot's GPU ids; None: serve.gpus as the matrix says
+    # why this host cannot give the cell a GPU (None: it can); probed once per host, on first need
+    no_gpu: Callable[[], str | None] = _gpu_present
 
 
 def lines_of(stream) -> Iterator[str]:

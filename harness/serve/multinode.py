@@ -204,7 +204,7 @@ class RayServer:
 class RayRunner:
     """A Runner for cells with `nodes > 1`: form the cluster on `nodes`, then serve on its head."""
 
-    name = "docker"  # GPUs go to its containers as device requests, as with the DockerRunner
+    name = "ray"
 
     def __init__(self, nodes: Sequence[Node], *, base_port: int, ready_timeout_s: float = 300) -> None:
         self.nodes = tuple(nodes)

@@ -20,7 +20,7 @@ from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell
 from harness.serve import command as serve_cmd
 from harness.serve import gpu_attach
-from harness.serve.base import ServeSpec
+from harness.serve.base import Placement, ServeSpec
 from harness.serve.gpu_attach import port_free
 
 CONTAINER_MODEL_DIR = "/models"
@@ -37,14 +37,19 @@ def identity_name() -> str:
 
 
 def plan(cell: Cell, matrix: Matrix, *, run_id: str, log_path: Path, image: str | None,
-         keep_failed: bool = False) -> Planned:
-    """The serve spec of a cell: command, env, mounts, labels, identity."""
+         placement: Placement | None = None, keep_failed: bool = False) -> Planned:
+    """The serve spec of a cell: command, env, mounts, labels, identity, on its placement's port
+    and GPUs (without one: the matrix's port and serve.gpus)."""
     serve = matrix.spec.serve
     stack = cell.stack
     labels = {"harness.run-id": run_id, "harness.role": "serve", "harness.cell": cell.id}
     ident = identity_name()
+    # a placement's port is where the server listens on the host itself: the slot's own port,
+    # never another's (it is then the port inside a container too)
+    fixed = placement.port if placement is not None else None
+    port, host_port = (fixed, None) if fixed is not None else (serve.port, serve.host_port)
     if stack.runner == "local":
-        port = serve.host_port or serve.port
+        port = host_port or port
         if not port_free(port):
             raise ConfigError(
                 f"port {port} on this host is already in use, before cell {cell.id} started",
@@ -68,7 +73,7 @@ def plan(cell: Cell, matrix: Matrix, *, run_id: str, log_path: Path, image: str 
         attach = gpu_attach.serve_fields(matrix)  # [host]: GPU attach mode, network, security options
         host_net = attach["spec"]["network"] == "host"  # vLLM binds the host's own port
         cmd = serve_cmd.build(cell, serve, matrix_dir=matrix.path.parent,
-                              port=(serve.host_port or serve.port) if host_net else serve.port,
+                              port=(host_port or port) if host_net else port,
                               host="127.0.0.1" if host_net else "0.0.0.0", model_override=override,
                               identity=ident)
         cmd = dataclasses.replace(cmd, env={**attach["env"], **cmd.env})
@@ -82,4 +87,16 @@ def plan(cell: Cell, matrix: Matrix, *, run_id: str, log_path: Path, image: str 
                      labels=labels, image=image, gpus=None if serve.gpus == "none" else serve.gpus,
                      mounts=mounts, shm_size=serve.shm_size, keep_failed=keep_failed, header=header,
                      **({k: v for k, v in attach["spec"].items() if k != "gpus"} if attach else {}))
-    return Planned(spec, cmd)
+    gpus = placement.gpus if placement is not None else None
+    return Planned(with_gpus(spec, gpus, local=stack.runner == "local"), cmd)
+
+
+def with_gpus(spec: ServeSpec, gpus: tuple[str, ...] | None, *, local: bool) -> ServeSpec:
+    """A server that gets a slot's GPUs only: device ids for a container (one that asks for
+    GPUs at all), CUDA_VISIBLE_DEVICES for a local server. None or (): the spec as it is."""
+    if not gpus:
+        return spec
+    ids = ",".join(gpus)
+    if local:
+        return dataclasses.replace(spec, env={**spec.env, "CUDA_VISIBLE_DEVICES": ids})
+    return spec if spec.gpus is None else dataclasses.replace(spec, gpus=ids)

@@ -51,12 +51,13 @@ def _prebuilt(engine, stack: str, image: str) -> BuildOutcome:
 
 
 def build_stage(matrix: Matrix, cells: list[Cell], store: RunStore, *, engine: Callable[[], object],
-                force: bool = False, allow_unpinned: bool = False, audit_local: bool = True,
+                force: bool = False, allow_unpinned: bool = False,
                 template: Path | None = None, template_values: dict | None = None,
-                on_event: Callable | None = None) -> dict[str, BuildOutcome]:
-    """Build (or reuse, or audit) what the cells need; outcomes by stack, each stored."""
+                on_event: Callable | None = None, host: str | None = None) -> dict[str, BuildOutcome]:
+    """Build (or reuse, or audit) what the cells need; outcomes by stack, each stored (as built on
+    `host`, when a run has several)."""
     needed = list(group_by_stack(cells))
-    known = store.builds()
+    known = store.builds(host=host)
 
     def record(outcome: BuildOutcome) -> None:
         if outcome.log_path and Path(outcome.log_path).is_absolute():
@@ -65,7 +66,7 @@ def build_stage(matrix: Matrix, cells: list[Cell], store: RunStore, *, engine: C
                     update={"log_path": str(Path(outcome.log_path).relative_to(store.dir))})
             except ValueError:
                 pass
-        store.write_build(outcome)
+        store.write_build(outcome, host=host)
         known[outcome.stack] = outcome
 
     for s in needed:
@@ -73,8 +74,7 @@ def build_stage(matrix: Matrix, cells: list[Cell], store: RunStore, *, engine: C
         if s in known:
             continue
         if stack.runner == "local":
-            if audit_local:
-                record(audit_local_stack(matrix, s))
+            record(audit_local_stack(matrix, s))
         elif stack.image:
             record(_prebuilt(engine(), s, stack.image))
     todo = [s for s in needed if s not in known and matrix.spec.stacks[s].runner == "docker"]

@@ -32,6 +32,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from harness import controller
 from harness.errors import BuildFailed, EngineError, EnvironmentProblem
 
 log = logging.getLogger("harness.engine")
@@ -294,7 +295,6 @@ class Engine:
         """Remove what dead controllers left: every container carrying our controller labels
         whose controller (host + pid + start time) is no longer alive on this host, or every
         container of `run_id`. Returns the names removed."""
-        from harness import controller
 
         filters = {"label": [f"{LABEL_RUN}={run_id}"] if run_id else [controller.LABEL_HOST]}
         removed = []
@@ -382,7 +382,6 @@ def create_kwargs(spec: ContainerSpec) -> dict:
       read-only mounts and LD_LIBRARY_PATH, which the caller puts in `volumes`/`env`.
     With network_mode 'host' nothing is published: the server's port is the host's.
     """
-    from harness import controller
 
     device_requests = None
     devices = None

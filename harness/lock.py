@@ -28,6 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness import __version__
 from harness.errors import ConfigError, EnvironmentProblem
 from harness.matrix.load import Matrix, load_matrix
 from harness.matrix.model import DIGEST
@@ -274,7 +275,6 @@ def resolve(matrix: Matrix, *, engine_factory: Callable[[], object] | None = Non
         rel = _shown(matrix.path)
         raise Moved(moved, hint=f"if the new content is what you want: `harness lock -m {rel} --update`; "
                     "to keep building what you had, write the old digest into the matrix")
-    from harness import __version__
 
     return LockFile(lock=LockMeta(matrix=matrix.path.name, written=now, tool=f"harness {__version__}"),
                     stacks=stacks)

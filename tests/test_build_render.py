@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.build.dockerfile import render
 from harness.build.identity import image_ref
-from harness.build.render import ARG_LINE, DEFAULT_TEMPLATE, PLACEHOLDER, context_tar, fill, render
+from harness.build.render import ARG_LINE, DEFAULT_TEMPLATE, PLACEHOLDER, context_tar, fill
 from harness.errors import ConfigError
 from harness.matrix.load import load_matrix
 

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import docker
 import pytest
 from conftest import skip_or_fail_under_ci
 from engines import (
@@ -31,7 +32,6 @@ from engines import (
     ssh_problem,
 )
 
-import docker
 from harness.engine import connect
 from harness.matrix.load import load_matrix
 from harness.run.options import RunOptions

@@ -11,7 +11,7 @@ import pytest
 from pypi_fake import FI_SDIST, RELEASES, VLLM_SDIST, FakePyPI, pypi  # noqa: F401 - pypi is a fixture
 
 from harness import lock
-from harness.build.render import render
+from harness.build.dockerfile import render
 from harness.cli import main
 from harness.errors import ConfigError
 from harness.matrix.load import load_matrix

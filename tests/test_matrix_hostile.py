@@ -166,7 +166,7 @@ def test_allow_outside_lets_a_trusted_patch_in(repo, tmp_path):
                                     f'"vllm/ok.patch", {{ path = "{trusted}", allow_outside = true }}] }}'))
     m = load_matrix(path)
     assert [m.patch_path(p) for p in m.spec.stacks["s"].vllm.patches] == [repo / "patches" / "vllm" / "ok.patch", trusted]
-    from harness.build.render import render
+    from harness.build.dockerfile import render
 
     r = render(m, "s")
     assert [p.data for p in r.patches] == [b"diff --git a/x b/x\n", b"diff --git a/y b/y\n"]

@@ -7,11 +7,11 @@ stand-in base image); skips with that reason when it is absent.
 
 from __future__ import annotations
 
+import docker
 import pytest
 from conftest import skip_or_fail_under_ci
 from engines import MAIN, copy_image, dockerd_problem, free_port, second_dockerd
 
-import docker
 from harness.engine import connect
 from harness.errors import EngineError
 from harness.serve.multinode import PORTS_PER_NODE, Node, ray_cluster

@@ -12,8 +12,8 @@ import pytest
 
 from harness import bundle
 from harness.build.builder import unpinned
+from harness.build.dockerfile import render
 from harness.build.preflight import preflight_stack
-from harness.build.render import render
 from harness.errors import ConfigError, HarnessError
 from harness.matrix.load import load_matrix
 

@@ -15,9 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from harness.audit import Target, audit_path
 from harness.build.buildlog import check_build_log
-from harness.build.render import Rendered, context_tar, render
+from harness.build.dockerfile import render
+from harness.build.render import Rendered, context_tar
 from harness.errors import BuildFailed, ConfigError, EngineError
+from harness.lock import locked_matrix
 from harness.matrix.load import Matrix
 from harness.results.model import BuildOutcome
 
@@ -71,7 +74,6 @@ def audit_image(engine, ref: str, labels: dict[str, str], path: str = SITE_PACKA
                 ccs: tuple[str, ...] = ()) -> dict | None:
     """The compiled archs of the image's Python packages (copied out, never started), judged
     for the compute capabilities `ccs` (the matrix hardware's)."""
-    from harness.audit import Target, audit_path
 
     with tempfile.TemporaryDirectory(prefix="harness-audit-") as tmp:
         try:
@@ -148,7 +150,6 @@ def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Pat
                  template: Path | None = None, template_values: dict[str, str] | None = None,
                  audit: bool = True) -> dict[str, BuildOutcome]:
     """Each named docker stack once; 'local' stacks are skipped (they have no image)."""
-    from harness.lock import locked_matrix
 
     names = [n for n in dict.fromkeys(stack_names) if matrix.spec.stacks[n].runner == "docker"]
     matrix = locked_matrix(matrix, names)  # the lock's digest where the matrix wrote none

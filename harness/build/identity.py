@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.build.render import DEFAULT_TEMPLATE, DOCKER_DIR, IMAGE_REPO, render
+from harness.build.dockerfile import render
+from harness.build.render import DEFAULT_TEMPLATE, DOCKER_DIR, IMAGE_REPO
 from harness.matrix.load import Matrix
 
 __all__ = ["DOCKER_DIR", "IMAGE_REPO", "image_ref"]

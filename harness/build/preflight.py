@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import proc
+from harness.build import sources
+from harness.build.wheels import read_lock
 
 # git apply's messages for a hunk/file that does not fit, e.g.
 #   error: patch failed: CMakeLists.txt:228
@@ -126,7 +128,6 @@ def apply_series(tree: Path, patches: list[tuple[str, Path]], *, project: str = 
 
 def preflight_stack(matrix, stack_name: str) -> list[SeriesResult]:
     """Both series of a docker stack against their real pinned sources (fetched once, cached)."""
-    from harness.build import sources
 
     stack = matrix.spec.stacks[stack_name]
     if stack.wheels is not None:
@@ -151,7 +152,6 @@ def preflight_wheels(matrix, stack_name: str) -> SeriesResult:
     """
     import zipfile
 
-    from harness.build.wheels import read_lock
 
     stack = matrix.spec.stacks[stack_name]
     patches = [(Path(p).name, matrix.patch_path(p)) for p in stack.wheels.patches]

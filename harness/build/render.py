@@ -185,28 +185,12 @@ def fill(template_text: str, values: dict[str, str], where: str) -> str:
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], template_text)
 
 
-def render(matrix: Matrix, stack_name: str, *, template: Path | None = None,
-           template_text: str | None = None, buildkit: bool = False,
-           extra: dict[str, str] | None = None, base_image_id: str | None = None) -> Rendered:
-    """The Dockerfile, build args, labels and context of one docker stack; touches no engine.
-
-    `base_image_id`: a local base image's ID as the engine reports it (wheel stacks pin a local
-    base by it: it becomes the FROM, a label and part of the content hash).
-    """
+def render_source(matrix: Matrix, stack_name: str, *, template: Path | None = None,
+                  template_text: str | None = None, buildkit: bool = False,
+                  extra: dict[str, str] | None = None) -> Rendered:
+    """The Dockerfile, build args, labels and context of a docker stack built from source
+    (harness.build.dockerfile.render chooses between this and a wheel stack); touches no engine."""
     stack = matrix.spec.stacks[stack_name]
-    if stack.runner != "docker":
-        raise ConfigError(f"stacks.{stack_name}: a '{stack.runner}' stack has no image to build",
-                          hint="leave it out of `harness build` (-k), it runs an existing install")
-    if stack.image is not None:
-        raise ConfigError(f"stacks.{stack_name}: serves the prebuilt image {stack.image}: nothing to build",
-                          hint="leave it out of `harness build` (-k); `harness run` records its labels")
-    if stack.wheels is not None:
-        from harness.build.wheels import render_wheels
-
-        same = template is None or Path(template) == DEFAULT_TEMPLATE  # the family's default: its sibling
-        return render_wheels(matrix, stack_name, template=None if same else template,
-                             template_text=None if same else template_text,
-                             buildkit=buildkit, extra=extra, base_image_id=base_image_id)
     template = template or DEFAULT_TEMPLATE
     text = template_text if template_text is not None else template.read_text()
     patches = patch_files(matrix, stack)

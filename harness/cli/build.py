@@ -14,8 +14,8 @@ from rich.live import Live
 from rich.table import Table
 
 from harness.build.builder import BuildEvent, build_stacks, unpinned
+from harness.build.dockerfile import render
 from harness.build.preflight import preflight_stack
-from harness.build.render import render
 from harness.cli.plan import add_matrix_args
 from harness.console import err, out
 from harness.errors import CellsFailed, ConfigError, HarnessError, PatchError

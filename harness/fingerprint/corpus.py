@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness.console import out
 from harness.errors import ConfigError
 from harness.fingerprint.parse import Fingerprint, fingerprint
 from harness.fingerprint.tables import load_signatures
@@ -149,7 +150,6 @@ def _render(facts: list[Fact], directory: Path) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from harness.console import out
 
     per_log: dict[str, list[Fact]] = {}
     per_key: dict[str, list[Fact]] = {}

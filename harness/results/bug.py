@@ -28,7 +28,7 @@ from harness.results.model import (
     Status,
     VerdictStatus,
 )
-from harness.results.store import RunStore
+from harness.results.store import RunStore, atomic_write_text
 
 LOG_TAIL_LINES = 40
 
@@ -463,7 +463,6 @@ def bug_report(store: RunStore, cell_id: str, *, force: bool = False) -> str:
 
 
 def write_report(store: RunStore, cell_id: str, out: Path | None, *, force: bool = False) -> str:
-    from harness.results.store import atomic_write_text
 
     text = bug_report(store, cell_id, force=force)
     if out is not None:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from harness import proc
+from harness.controller import start_ticks
 from harness.serve.base import LogBuffer, ProcessState, ServeSpec, lines_of
 
 
@@ -30,7 +31,6 @@ class LocalServer:
         pass
 
     def record(self) -> dict:
-        from harness.controller import start_ticks
 
         # the server leads its own process group (start_new_session): its pid is the group's id
         return {"kind": "local", "pgid": self.popen.pid, "started": start_ticks(self.popen.pid)}
@@ -72,7 +72,6 @@ class LocalRunner:
 def kill_group(pgid: int, started: float | None) -> bool:
     """SIGKILL a server's process group left by a dead controller, if it is still the same
     process (its start time matches); returns whether it was killed."""
-    from harness.controller import start_ticks
 
     if started is None or start_ticks(pgid) != started:
         return False

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from harness.engine import ContainerSpec, Engine, RunningContainer
 from harness.errors import EngineError
+from harness.serve.base import LogBuffer, ProcessState
 
 RAY = ("python3", "-m", "ray.scripts.scripts")  # the `ray` CLI, whatever the image's PATH holds
 PORTS_PER_NODE = 110  # 10 service ports + 100 worker ports
@@ -180,7 +181,6 @@ class RayServer:
         self.process = cluster.head.exec_stream(list(ray_argv(spec.argv)), env=spec.env, sink=log.add)
 
     def state(self):
-        from harness.serve.base import ProcessState
 
         running, code = self.process.state()
         if running:
@@ -215,7 +215,6 @@ class RayRunner:
     def serve(self, spec) -> Iterator[RayServer]:
         import threading
 
-        from harness.serve.base import LogBuffer
 
         if spec.image is None:
             raise ValueError("RayRunner needs spec.image")

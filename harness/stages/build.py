@@ -12,6 +12,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from harness import proc
+from harness.audit import Target, audit_path
+from harness.build.builder import build_stacks
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell, group_by_stack
 from harness.results.model import BuildOutcome
@@ -20,8 +23,6 @@ from harness.results.store import RunStore
 
 def audit_local_stack(matrix: Matrix, stack_name: str) -> BuildOutcome:
     """What a local install really holds: run the arch audit on its vllm package directory."""
-    from harness import proc
-    from harness.audit import Target, audit_path
 
     stack = matrix.spec.stacks[stack_name]
     env = {**os.environ, **stack.local.env}
@@ -79,7 +80,6 @@ def build_stage(matrix: Matrix, cells: list[Cell], store: RunStore, *, engine: C
             record(_prebuilt(engine(), s, stack.image))
     todo = [s for s in needed if s not in known and matrix.spec.stacks[s].runner == "docker"]
     if todo:
-        from harness.build.builder import build_stacks
 
         extra = {"template": template, "template_values": template_values} if template else {}
         outcomes = build_stacks(matrix, todo, engine=engine(), log_dir=store.dir / "logs",

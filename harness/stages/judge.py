@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from harness.bench.noise import classify
 from harness.fingerprint import Fingerprint, fingerprint, verdicts
 from harness.matrix.model import Expect, SelectRule
 from harness.matrix.plan import Cell
@@ -213,7 +214,6 @@ def compare_formats(cells: Iterable[CellResult], ratio_min: float | None,
     loss: NVFP4 fails only when it is below ratio_min x FP8 by more than that band.
     Returns (nvfp4 cell id, verdict) pairs.
     """
-    from harness.bench.noise import classify
 
     if ratio_min is None:
         return []

@@ -17,6 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from harness import proc
+from harness.bench import bench as run_bench_sync
 from harness.matrix.model import Bench
 from harness.results.model import BenchRecord, CrossCheck
 from harness.serve.base import Server
@@ -50,7 +52,6 @@ def image_fingerprint(server: Server) -> dict[str, Any] | None:
 
 def cross_check(command: str, url: str, model: str, out_json: Path) -> CrossCheck:
     """Another client against the same server (HARNESS_URL, HARNESS_MODEL, HARNESS_OUT)."""
-    from harness import proc
 
     t0 = time.monotonic()
     r = proc.run(["bash", "-c", command], timeout=1800,
@@ -70,7 +71,6 @@ def cross_check(command: str, url: str, model: str, out_json: Path) -> CrossChec
 
 def soak(url: str, model: str, seconds: float) -> None:
     """Steady load for the memory watch: rounds of concurrency-8 decode until time is up."""
-    from harness.bench import bench as run_bench_sync
 
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -87,7 +87,6 @@ def measure(server: Server, model: str, cfg: Bench, *, bench: bool = True,
     m.image_fingerprint = image_fingerprint(server)
     on_partial("image_fingerprint", m.image_fingerprint)
     if bench:
-        from harness.bench import bench as run_bench_sync
 
         on_phase("bench")
         t0 = time.monotonic()

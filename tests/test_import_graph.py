@@ -1,0 +1,42 @@
+"""harness/ imports point one way: no circles, no arrow up a floor (tools/import_graph.py
+FLOORS), and no function-level import of the project's own modules but those listed, each
+for start-up time."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import import_graph  # noqa: E402
+
+
+def test_no_circles_and_nothing_imports_upward():
+    s = import_graph.summary(ROOT)
+    assert s["circles"] == []
+    assert [f"{a.src}:{a.line} -> {a.dst}" for a in s["upward"]] == []
+    assert s["modules"] > 50  # it read the package, not an empty folder
+
+
+def test_function_level_imports_are_the_listed_ones():
+    s = import_graph.summary(ROOT)
+    assert [f"{a.src}:{a.line} -> {a.dst}" for a in s["late_unexplained"]] == []
+    assert all(import_graph.allowed_late(a) for a in s["late"])
+
+
+def test_the_checker_sees_a_circle_an_upward_arrow_and_a_hidden_import(tmp_path):
+    pkg = tmp_path / "harness"
+    (pkg / "run").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "errors.py").write_text("from harness.run import session\n")  # up, and a circle
+    (pkg / "run" / "__init__.py").write_text("")
+    (pkg / "run" / "session.py").write_text("from harness import errors\n")
+    (pkg / "run" / "executor.py").write_text("def f():\n    from harness.run import cell\n")
+    (pkg / "run" / "cell.py").write_text("")
+    s = import_graph.summary(tmp_path)
+    assert s["circles"] == [["harness.errors", "harness.run.session"]]
+    assert {(a.src, a.dst) for a in s["upward"]} == {("harness.errors", "harness.run.session"),
+                                                     ("harness.run.executor", "harness.run.cell")}
+    assert [(a.src, a.dst) for a in s["late_unexplained"]] == [("harness.run.executor", "harness.run.cell")]

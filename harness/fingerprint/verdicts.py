@@ -7,8 +7,10 @@ seeds/000). Each verdict quotes the log lines it rests on.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from harness.fingerprint.parse import Fingerprint
 from harness.fingerprint.tables import kernel_names, signatures
@@ -16,20 +18,45 @@ from harness.fingerprint.tables import kernel_names, signatures
 Status = Literal["pass", "fail", "warn"]
 
 
-@dataclass(frozen=True)
-class Verdict:
-    check: str
-    status: Status
+class VerdictStatus(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    WARN = "warn"
+
+
+class Verdict(BaseModel):
+    """One check on one cell, from its log here or from the judge (harness/stages/judge.py);
+    stored in the cell as it is. `asked`/`got` are set for requested-vs-selected checks, so a
+    report can show both columns without judging again."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    check: str = Field(description="what was checked: moe_backend, signature:<id>, expect.<key>, ...")
+    status: VerdictStatus
     message: str
-    lines: tuple[str, ...] = ()
+    lines: tuple[str, ...] = Field(default=(), description="the log lines the verdict rests on")
+    asked: str | None = None
+    got: str | None = None
+
+    def __init__(self, *args: Any, **fields: Any) -> None:
+        # Verdict(check, status, message, lines) reads best in the rules below
+        super().__init__(**dict(zip(("check", "status", "message", "lines"), args, strict=False)), **fields)
+
+    @property
+    def failed(self) -> bool:
+        return self.status is VerdictStatus.FAIL
 
     def to_json(self) -> dict[str, Any]:
         return {
             "check": self.check,
-            "status": self.status,
+            "status": self.status.value,
             "message": self.message,
             "lines": list(self.lines),
         }
+
+
+# The checks that compare a requested kernel with the one the log shows.
+SELECTION_CHECKS = ("moe_backend", "linear_backend", "attention_backend")
 
 
 def _requested(value: str | None) -> str | None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from harness.errors import ConfigError
 from harness.matrix.load import Matrix
-from harness.matrix.model import Config, Model, SelectRule, Stack
+from harness.matrix.model import Config, Model, Stack
 from harness.matrix.select import SelectionError, compile_expression
 
 
@@ -33,9 +33,6 @@ class Cell:
     @property
     def served_name(self) -> str:
         return self.model.served_name or self.model_name
-
-    def select_rules(self, rules: tuple[SelectRule, ...]) -> list[SelectRule]:
-        return [r for r in rules if compile_expression(r.cells)(self.id)]
 
 
 def _matches(name: str, patterns: tuple[str, ...]) -> bool:

@@ -21,6 +21,7 @@ from harness.errors import ConfigError
 from harness.fingerprint.tables import signatures
 from harness.redact import redact_args, redact_env, redact_text
 from harness.results.model import (
+    SELECTION_CHECKS,
     BuildOutcome,
     CellResult,
     FingerprintRecord,
@@ -47,7 +48,6 @@ TRACKERS = {
     ),
     "harness": ("this harness", "this repository's issue tracker (not upstream)"),
 }
-_SELECTION_CHECKS = ("moe_backend", "linear_backend", "attention_backend")
 _CRASH_VERB = {
     Status.CRASHED: "server crashes at start-up",
     Status.HUNG: "server hangs at start-up",
@@ -101,7 +101,7 @@ def symptom(cell: CellResult) -> str:
         return f"harness raised inside the cell: {cell.error.type}: {cell.error.message}"
     failed = [v for v in cell.verdicts if v.failed]
     for v in failed:
-        if v.check in _SELECTION_CHECKS:
+        if v.check in SELECTION_CHECKS:
             return f"{_flag(v.check)} not honoured: {v.message}"
     for v in failed:
         if v.check.startswith("log:"):
@@ -122,7 +122,7 @@ def trackers(cell: CellResult) -> list[Tracker]:
             sig = by_id[sid]
             found.append(Tracker(sig.tracker, f"signature `{sid}` ({sig.severity}): see {sig.link}"))
     for v in cell.verdicts:
-        if v.failed and v.check.removeprefix("log:") in _SELECTION_CHECKS:
+        if v.failed and v.check.removeprefix("log:") in SELECTION_CHECKS:
             # A FlashInfer kernel picked instead of the one asked is still vLLM's oracle choosing.
             found.append(Tracker("vllm", f"{v.check}: {v.message}: vLLM's kernel selection "
                                  "(oracle / --moe-backend / --linear-backend)"))

@@ -18,6 +18,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
+# a cell's verdicts are the log's (fingerprint) and the judge's: one type, defined there
+from harness.fingerprint.verdicts import SELECTION_CHECKS as SELECTION_CHECKS
+from harness.fingerprint.verdicts import Verdict as Verdict
+from harness.fingerprint.verdicts import VerdictStatus as VerdictStatus
+
 FORMAT = 2
 READABLE_FORMATS = (1, 2)
 
@@ -50,12 +55,6 @@ STATUS_RANK = {Status.PASS: 0, Status.FAIL: 1, Status.HUNG: 2, Status.TIMEOUT: 2
 NOT_READY = {"exited": Status.CRASHED, "hung": Status.HUNG, "timeout": Status.TIMEOUT}
 
 
-class VerdictStatus(StrEnum):
-    PASS = "pass"
-    FAIL = "fail"
-    WARN = "warn"
-
-
 class Record(BaseModel):
     """Frozen, and strict about its own keys."""
 
@@ -66,22 +65,6 @@ class Open(BaseModel):
     """Frozen, keeps keys it does not know (written by another module, maybe newer)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
-
-
-class Verdict(Record):
-    """One check on one cell. `asked`/`got` are set for requested-vs-selected checks, so a
-    report can show both columns without judging again."""
-
-    check: str = Field(description="what was checked: moe_backend, signature:<id>, expect.<key>, ...")
-    status: VerdictStatus
-    message: str
-    lines: tuple[str, ...] = Field(default=(), description="the log lines the verdict rests on")
-    asked: str | None = None
-    got: str | None = None
-
-    @property
-    def failed(self) -> bool:
-        return self.status is VerdictStatus.FAIL
 
 
 # --- views of what other modules write -------------------------------------------------------

@@ -20,6 +20,7 @@ from harness.matrix.plan import Cell
 from harness.matrix.select import compile_expression
 from harness.results.model import (
     NOT_READY,
+    SELECTION_CHECKS,
     BenchRecord,
     CellResult,
     FingerprintRecord,
@@ -30,7 +31,6 @@ from harness.results.model import (
     VerdictStatus,
 )
 
-SELECTION_CHECKS = ("moe_backend", "linear_backend", "attention_backend")
 FORMAT_CHECK = "expect.nvfp4_over_fp8"
 
 
@@ -46,14 +46,13 @@ def _got(fp: Fingerprint, check: str) -> str | None:
     return getattr(fp, check, None)
 
 
-def _typed(v, asked: dict[str, str | None], fp: Fingerprint) -> Verdict:
-    """The fingerprint module's verdict as a result record, with asked/got for selections."""
+def _typed(v: Verdict, asked: dict[str, str | None], fp: Fingerprint) -> Verdict:
+    """The log's verdict with asked/got for selections."""
     check = v.check.removeprefix("log:")
     extra = {}
     if check in SELECTION_CHECKS:
         extra = {"asked": asked.get(check), "got": _got(fp, check)}
-    return Verdict(check=v.check, status=VerdictStatus(v.status), message=v.message,
-                   lines=tuple(x for x in v.lines if x), **extra)
+    return v.model_copy(update={"lines": tuple(x for x in v.lines if x), **extra})
 
 
 def _fail(check: str, message: str, lines: Iterable[str] = ()) -> Verdict:

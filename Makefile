@@ -55,8 +55,11 @@ test: install docker-up test-deps
 test-fast: install
 	$(PY) -m pytest -m "not docker and not slow" $(PYTEST_ARGS)
 
+# ruff; mypy on harness/ against tools/mypy-baseline.txt (no new error); the import graph
 lint: install
-	$(VENV)/bin/ruff check harness tests benchmarks
+	$(VENV)/bin/ruff check harness tests benchmarks tools
+	$(PY) tools/mypy_baseline.py
+	$(PY) tools/import_graph.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

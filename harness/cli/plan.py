@@ -90,7 +90,7 @@ def run(args) -> int:
         table.add_column(col, overflow="fold")
     for image, members in groups.items():
         for i, r in enumerate(members):
-            extra = ()
+            extra: tuple[str, ...] = ()
             if hosts:
                 extra = (", ".join(r["hosts"]) or f"none: {r['unplaceable']}",
                          f"{r['slot']} (wave {r['wave']})" if r["slot"] else "-")

@@ -314,7 +314,7 @@ def reap(args) -> int:
     from harness.run.executor import LazyEngine
     from harness.run.session import reap_dead
 
-    done = {"containers": [], "runs": []}
+    done: dict[str, list[str]] = {"containers": [], "runs": []}
     if args.run:
         done["containers"] = connect().reap(run_id=args.run)
     else:

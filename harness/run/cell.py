@@ -18,7 +18,13 @@ from harness.fingerprint import fingerprint
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell
 from harness.results.memwatch import MemWatch
-from harness.results.model import BuildOutcome, CellResult, MemoryRecord, ServeInfo
+from harness.results.model import (
+    BuildOutcome,
+    CellResult,
+    FingerprintRecord,
+    MemoryRecord,
+    ServeInfo,
+)
 from harness.results.store import RunStore, cell_key, utc_now
 from harness.run.options import RunOptions
 from harness.run.outcome import (
@@ -86,7 +92,7 @@ def serve_cell(cell: Cell, placement: Placement, build: BuildOutcome | None, *, 
                                     memory=memory, extra=build_verdicts(build))
         result = CellResult(
             **cell_base(cell, host), status=verdict.status, verdicts=verdict.verdicts,
-            fingerprint=fp.to_json(), bench=m.bench, image=image_info(cell, build),
+            fingerprint=FingerprintRecord.model_validate(fp.to_json()), bench=m.bench, image=image_info(cell, build),
             image_fingerprint=m.image_fingerprint, memory=memory, serve=serve_info,
             audit=(build.audit_summary or build.audit) if build else None,
             cross_check=m.cross_check,

@@ -12,6 +12,7 @@ A matrix without [hosts] has one host with one slot, run in the caller's thread.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -232,7 +233,7 @@ class Executor:
             where = "+".join(names)
             placed = Placement(runner=runner, host=where, slot=0,
                                port=listen_port(cell, Slot(head.host, 0)),
-                               no_gpu=lambda h=head: h.no_gpu(self._gpu_probe(h)))
+                               no_gpu=functools.partial(self._no_gpu, head))
             index = self._count()
             self.opts.progress.cell_started(cell, index, self.total)
             t0 = time.time()
@@ -281,7 +282,7 @@ class Executor:
         try:
             placed = Placement(runner=self._runner(cell, h), host=h.label, slot=slot.index,
                                port=listen_port(cell, slot), gpus=gpus,
-                               no_gpu=lambda: h.no_gpu(self._gpu_probe(h)))
+                               no_gpu=functools.partial(self._no_gpu, h))
         except EnvironmentProblem as exc:  # its engine is gone before it started: its result
             return self._write_error(cell, exc, host=h.label)
         return self.run_cell(cell, placed, h.builds.get(cell.stack_name))
@@ -290,6 +291,9 @@ class Executor:
         if cell.stack.runner == "local":
             return LocalRunner()
         return DockerRunner(h.engine(), network=h.host.network, address=h.host.address)
+
+    def _no_gpu(self, h: _HostRun) -> str | None:
+        return h.no_gpu(self._gpu_probe(h))
 
     def _gpu_probe(self, h: _HostRun) -> Callable[[], str | None]:
         if self.opts.gpu_present is not None:

@@ -108,7 +108,7 @@ def hosts_of(matrix: Matrix | MatrixFile) -> tuple[Host, ...]:
         tls = Tls(h.tls.ca_cert, h.tls.client_cert, h.tls.client_key, h.tls.verify) if h.tls else None
         out.append(Host(name=name, url=h.engine, hardware=hw_key, cc=hw.cc if hw else "", gpus=gpus,
                         slots=slots, network=h.network, address=h.address or _address(h.engine),
-                        ports=tuple(h.ports), stacks=tuple(h.stacks), gpu_attach=h.gpu_attach, tls=tls))
+                        ports=(h.ports[0], h.ports[1]), stacks=tuple(h.stacks), gpu_attach=h.gpu_attach, tls=tls))
     return tuple(out)
 
 

@@ -49,6 +49,8 @@ class DockerServer:
 
 def container_spec(spec: ServeSpec, *, publish_ip: str = "127.0.0.1") -> ContainerSpec:
     """The container a ServeSpec asks for: image, command, GPU attach mode, network, security options."""
+    if spec.image is None:
+        raise ValueError("a container needs spec.image")
     return ContainerSpec(
         image=spec.image,
         entrypoint=(spec.argv[0],),

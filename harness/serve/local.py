@@ -58,8 +58,12 @@ class LocalRunner:
         env = {**os.environ, **spec.env}
         log = LogBuffer(spec.log_path, spec.header)
         popen = proc.spawn(spec.argv, env=env, stdout=subprocess.PIPE)
-        pump = threading.Thread(target=lambda: [log.add(x) for x in lines_of(popen.stdout)],
-                                daemon=True, name=f"log-{spec.cell_id}")
+
+        def pump_lines() -> None:
+            for line in lines_of(popen.stdout):
+                log.add(line)
+
+        pump = threading.Thread(target=pump_lines, daemon=True, name=f"log-{spec.cell_id}")
         pump.start()
         try:
             yield LocalServer(popen, spec, log)

@@ -14,6 +14,7 @@ of ports from `base_port` instead of Ray's fixed defaults (52365 for the dashboa
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Iterator, Sequence
@@ -229,7 +230,7 @@ class RayRunner:
                         f"{cluster.resources.get('GPU', 0):g} GPU on {cluster.resources.get('alive_nodes')} nodes")
                 for node, c in zip(cluster.nodes, cluster.containers, strict=True):
                     role = "ray-head" if c is cluster.head else "ray-worker"
-                    pumps.append(c.follow_logs(lambda line, p=f"({role} {node.host}) ": log.add(p + line), stop))
+                    pumps.append(c.follow_logs(functools.partial(_add_prefixed, log, f"({role} {node.host}) "), stop))
                 server = RayServer(cluster, spec, log)
                 try:
                     yield server
@@ -240,3 +241,7 @@ class RayRunner:
                 p.join(timeout=5)
         finally:
             log.close()
+
+
+def _add_prefixed(log: LogBuffer, prefix: str, line: str) -> None:
+    log.add(prefix + line)

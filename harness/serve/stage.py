@@ -55,6 +55,7 @@ def plan(cell: Cell, matrix: Matrix, *, run_id: str, log_path: Path, image: str 
                 f"port {port} on this host is already in use, before cell {cell.id} started",
                 hint="stop what listens there (a server left by a killed run: `harness reap`), or "
                 "set serve.host_port to a free port")
+        assert stack.local is not None, "the loader gives every local stack its [local] table"
         cmd = serve_cmd.build(cell, serve, matrix_dir=matrix.path.parent, port=port, identity=ident)
         argv = (stack.local.python, *serve_cmd.VLLM_MODULE, *cmd.args)
         mounts: tuple = ()

@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from harness import proc
 from harness.audit import Target, audit_path
@@ -23,12 +24,12 @@ from harness.results.store import RunStore
 
 def audit_local_stack(matrix: Matrix, stack_name: str) -> BuildOutcome:
     """What a local install really holds: run the arch audit on its vllm package directory."""
-
-    stack = matrix.spec.stacks[stack_name]
-    env = {**os.environ, **stack.local.env}
-    r = proc.run([stack.local.python, "-c", "import os, vllm; print(os.path.dirname(vllm.__file__))"],
+    local = matrix.spec.stacks[stack_name].local
+    assert local is not None, "the loader gives every local stack its [local] table"
+    env = {**os.environ, **local.env}
+    r = proc.run([local.python, "-c", "import os, vllm; print(os.path.dirname(vllm.__file__))"],
                  timeout=300, env=env)
-    base = {"stack": stack_name, "image_ref": f"local:{stack.local.python}", "status": "local"}
+    base: dict[str, Any] = {"stack": stack_name, "image_ref": f"local:{local.python}", "status": "local"}
     if not r.ok:
         return BuildOutcome(**base, log_tail=tuple((r.stderr or r.stdout).strip().splitlines()[-5:]),
                             reason="the local python cannot import vllm")
@@ -80,11 +81,9 @@ def build_stage(matrix: Matrix, cells: list[Cell], store: RunStore, *, engine: C
             record(_prebuilt(engine(), s, stack.image))
     todo = [s for s in needed if s not in known and matrix.spec.stacks[s].runner == "docker"]
     if todo:
-
-        extra = {"template": template, "template_values": template_values} if template else {}
         outcomes = build_stacks(matrix, todo, engine=engine(), log_dir=store.dir / "logs",
                                 force=force, allow_unpinned=allow_unpinned, on_event=on_event,
-                                **extra)
+                                template=template, template_values=template_values if template else None)
         for outcome in outcomes.values():
             record(outcome)
     return {s: known[s] for s in needed if s in known}

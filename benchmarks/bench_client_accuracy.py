@@ -21,7 +21,7 @@ RUSAGE_CHILDREN around their process, net of their start-up cost measured once o
 1-request run), per million output tokens received.
 
 The anchors run from their own venv (never this project's), offline, with a local WordLevel
-tokenizer (../shared/FACTS.md, "Benchmark anchors"):
+tokenizer (the published anchors):
     python3 -m venv /work/.venv-anchors
     /work/.venv-anchors/bin/pip install guidellm==0.8.1 aiperf==0.13.0
 A missing anchor is skipped and the script says so.

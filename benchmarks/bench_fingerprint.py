@@ -1,4 +1,4 @@
-"""Time `fingerprint()` on a 1 MB log, in process (issue 13: under 0.2 s).
+"""Time `fingerprint()` on a 1 MB log, in process (the aim: under 0.2 s).
 
     python benchmarks/bench_fingerprint.py [--size-mb 1] [--repeats 7] [LOG ...]
 

@@ -36,7 +36,7 @@ def test_classify_reports_delta_and_band():
 
 
 def test_spark_article_nvfp4_slower_than_fp8_fails_the_rule():
-    # seeds/004: 35B-A3B on GB10 (273 GB/s); NVFP4 40.9 vs FP8 51.2 tok/s single stream.
+    # a published DGX Spark measurement: 35B-A3B on GB10 (273 GB/s); NVFP4 40.9 vs FP8 51.2 tok/s single stream.
     rows = fp8_vs_nvfp4(
         fp8_per_stream=51.2,
         nvfp4_per_stream=40.9,

@@ -1,4 +1,4 @@
-"""Issue 13, table-style against real captured lines: generic failure reading, kernels per
+"""Table-style against real captured lines: generic failure reading, kernels per
 model and per layer type, nested/foreign prefixes, signatures in context and their look-alikes,
 speculative decoding. Sources are named per row (vLLM sdists or the upstream thread)."""
 
@@ -15,7 +15,7 @@ MOE = "Using 'MARLIN' NvFp4 MoE backend out of potential backends: ['MARLIN', 'E
 
 # --- prefixes -----------------------------------------------------------------------------------
 PREFIXED = [
-    # 0.10-era multiprocess wrapper nested in EngineCore (issue 13)
+    # 0.10-era multiprocess wrapper nested in EngineCore
     f"(EngineCore_0)(VllmWorker TP1 pid=1) INFO 05-12 10:00:00 [nvfp4.py:1] {MOE}",
     # compose + nested worker prefixes (a public compose log, vLLM 0.16)
     f"qwen3.5-122    | (Worker pid=312) (Worker_TP0 pid=312) INFO 03-01 11:11:32 [nvfp4.py:1] {MOE}",
@@ -48,7 +48,7 @@ def test_a_message_starting_with_a_parenthesis_keeps_it():
 
 # --- kernels per model and per layer type ----------------------------------------------------------
 def test_drafter_moe_does_not_overwrite_the_main_model():
-    # issue 13: MARLIN main, TRITON drafter after `Loading drafter model...` (vLLM 0.2x).
+    # MARLIN main, TRITON drafter after `Loading drafter model...` (vLLM 0.2x).
     text = "\n".join(
         [
             "(EngineCore pid=1) INFO 07-02 21:58:00 [api_server.py:1] non-default args: {'moe_backend': 'marlin'}",
@@ -82,7 +82,7 @@ def test_drafter_state_is_per_process():
 
 
 KERNEL_LINES = [
-    # FACTS.md "Verified 2026-12-01" (users' logs, vLLM 0.19-0.27)
+    # users' logs, vLLM 0.19-0.27 (read 2026-12-01)
     (
         "Using FlashInferCutlassMxfp8LinearKernel for MXFP8 GEMM",
         {"MXFP8": ["FlashInferCutlassMxfp8LinearKernel"]},
@@ -201,7 +201,7 @@ def test_last_metrics_line_wins_and_overall_is_summed():
 # --- failures ------------------------------------------------------------------------------------
 FAILURES = [
     # (log, fatal, class, root-cause substring, asked)
-    (  # issue 13: --linear-backend flashinfer_cutlass on Hopper
+    (  # --linear-backend flashinfer_cutlass on Hopper
         "(APIServer pid=1) INFO 11-30 08:44:59 [api_utils.py:273] non-default args: {'linear_backend': 'flashinfer_cutlass'}\n"
         "(EngineCore pid=2) ERROR 11-30 08:45:18 [core.py:1] EngineCore failed to start.\n"
         "(EngineCore pid=2) ERROR 11-30 08:45:18 [core.py:1] Traceback (most recent call last):\n"
@@ -212,14 +212,14 @@ FAILURES = [
         "Failed to find a kernel that can implement the NVFP4 linear layer",
         "flashinfer_cutlass",
     ),
-    (  # issue 13: HUMMING refused (no request in the excerpt: the name in the message is used)
+    (  # HUMMING refused (no request in the excerpt: the name in the message is used)
         "ERROR 11-30 08:45:18 [core.py:1] ValueError: NvFp4 MoE backend 'HUMMING' does not support the deployment configuration since kernel does not support current device.",
         True,
         "backend-refused",
         "NvFp4 MoE backend 'HUMMING'",
         "humming",
     ),
-    (  # issue 13: OOM spelled by the CUDA runtime, behind wrappers
+    (  # OOM spelled by the CUDA runtime, behind wrappers
         "(Worker pid=3) ERROR 07-15 21:01:01 [multiproc_executor.py:1] WorkerProc failed to start.\n"
         "(Worker pid=3) ERROR 07-15 21:01:01 [multiproc_executor.py:1] torch.AcceleratorError: CUDA error: out of memory\n"
         "(EngineCore pid=2) ERROR 07-15 21:01:01 [core.py:1] Exception: WorkerProc initialization failed due to an exception in a background process. See stack trace for root cause.",

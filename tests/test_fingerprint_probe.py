@@ -82,7 +82,7 @@ def test_cli_json(capsys):
         ]
     )
     data = json.loads(capsys.readouterr().out)
-    assert rc == 1  # a failed verdict is exit 1 (issue 13)
+    assert rc == 1  # a failed verdict is exit 1
     assert data["fingerprint"]["moe_backend"] == "MARLIN"
     assert {
         "check": "linear_backend",

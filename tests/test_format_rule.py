@@ -19,7 +19,7 @@ def cell(quant: str, samples: list[float], config: str = "auto", stack: str = "s
 @pytest.mark.parametrize(
     ("fp8", "nvfp4", "ratio", "status", "words"),
     [
-        # the article's Spark case (seeds/004): NVFP4 40.9 vs FP8 51.2 single stream
+        # the published DGX Spark case: NVFP4 40.9 vs FP8 51.2 single stream
         ([51.2], [40.9], 1.0, "fail", "below the required 1"),
         # the H200 worked example: 247.5 vs 247.5, a tie inside the ±2 % band
         ([247.51, 247.38, 247.56], [247.45, 247.35, 247.76], 1.0, "pass", "within noise of"),

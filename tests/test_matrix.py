@@ -224,7 +224,7 @@ def test_shipped_matrices_load(root, name):
 def test_rtx_matrix_encodes_the_seed_sweeps(root):
     m = load_matrix(root / "matrix" / "rtx-pro-6000.toml")
     configs = m.spec.configs
-    # seeds/000: nine kernel couples; seeds/001: eleven levers
+    # nine kernel couples; eleven serving levers
     assert sum(1 for n in configs if n.startswith(("moe=", "lin="))) == 9
     assert sum(1 for n in configs if n.startswith("lever=")) == 11
     assert configs["moe=flashinfer_b12x,lin=flashinfer_b12x"].linear_backend == "flashinfer_b12x"

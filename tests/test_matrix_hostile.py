@@ -1,4 +1,4 @@
-"""Hostile matrices (issue 11): nothing a matrix says runs a command, reads a host file or mounts
+"""Hostile matrices: nothing a matrix says runs a command, reads a host file or mounts
 a system folder, and every bad value is exit 2 with the key and a `fix:` line."""
 
 from __future__ import annotations
@@ -299,7 +299,7 @@ def test_bad_values_name_key_and_fix(repo, table, expected):
 def test_pydantic_messages_get_a_fix_from_the_field(repo):
     (found,) = problems_of(write(repo, BASE + "\n[bench]\nconcurrency = 8\n"))
     assert found == ("bench.concurrency: Input should be a valid tuple\n      fix: write a list, e.g. [1, 8]: "
-                     "Concurrency levels, each 1..4096, at least one (the seeds use 1 and 8).")
+                     "Concurrency levels, each 1..4096, at least one (the matrices here use 1 and 8).")
 
 
 @pytest.mark.parametrize("size", ["16g", "512m", "1.5g", "16gb", "1048576", "2G"])

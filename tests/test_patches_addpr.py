@@ -136,7 +136,7 @@ def test_unknown_pr_is_an_error(github, tmp_path):
     assert not (tmp_path / "vllm").exists()
 
 
-# --- the attacks of issue 11 -------------------------------------------------------------------
+# --- the attacks -------------------------------------------------------------------------------
 
 
 def test_a_file_patch_url_in_the_answer_is_never_followed(github, tmp_path):

@@ -66,7 +66,7 @@ def test_text(text, expected):
     assert redact_text(text) == expected
 
 
-# --- every form a secret reaches us in (issue 11): plant one, none may survive -------------------
+# --- every form a secret reaches us in: plant one, none may survive -------------------
 
 SECRETS = {  # each value is unique, so a leak names its form
     "list": "sk-listvalued0000000000000000",

@@ -34,7 +34,7 @@ def test_flags_form_for_the_h200_matrix():
 
 
 def test_config_args_come_after_model_args_so_the_lever_wins():
-    # seeds/001: a lever such as `--kv-cache-dtype auto` must override the model's `fp8`
+    # a serving lever such as `--kv-cache-dtype auto` must override the model's `fp8`
     cells, m = cells_of(ROOT / "matrix" / "rtx-pro-6000.toml")
     args = list(build(cells["rtx-120a/nemotron-nvfp4/lever=kv-auto"], m.spec.serve,
                       matrix_dir=m.path.parent, port=1).args)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# How to make the worked example in this folder on the lent H200 test machine (local runner).
+# How to make the worked example in this folder on an air-gapped H200 machine (local runner).
 #
 # The machine has Python 3.12 + torch 2.11.0+cu130 at /opt/torch/.venv and no package index, and
 # each command carries at most 64 MiB, so vLLM 0.25.1 travels as the parts of a bundle this
@@ -11,7 +11,7 @@
 #   bash examples/h200/device.sh stage            # carries part_00
 #   bash examples/h200/device.sh run [K] [BUDGET]  # carries part_01, part_02, bundle.json: installs, runs
 #   bash examples/h200/device.sh more K [BUDGET] [SOAK_S]  # widens the same run with more cells
-# The harness itself needs docker, tenacity and pydantic there: carry their wheels in .whl/ (see
+# The harness itself needs docker, tenacity and pydantic there: bring their wheels in .whl/ (see
 # examples/h200-docker/device.sh for the Docker path of the same machine).
 # The run committed in run/ (2026-11-30) was made with an earlier form of this script that used
 # files kept outside this repository; run/run.json records that command line as it was.

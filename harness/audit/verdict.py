@@ -1,6 +1,7 @@
 """Per target chip: can its kernels load, and do the NVFP4 GEMMs use native FP4 MMA?
 
-A verdict never comes from an arch suffix alone (FACTS.md "Arch targets"): it combines
+A verdict never comes from an arch suffix alone (an `a` or `f` suffix says where a cubin may
+load, not what it holds): it combines
 where each cubin can load (archs.CudaArch.load_on, from NVIDIA's rules) with what the
 NVFP4 GEMM SASS really contains (sass.py).
 """

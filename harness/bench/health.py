@@ -1,6 +1,6 @@
 """Output health: is the model still writing text, or looping on one phrase?
 
-Method from the serving-levers sweep (seeds/001): 4-grams over whitespace-split words; a text
+Method from the serving-levers sweep (matrix/rtx-pro-6000.toml): 4-grams over whitespace-split words; a text
 of under 40 words is too short to judge and scores 1.0; under 0.6 it is degenerate.
 """
 

@@ -34,7 +34,7 @@ class LevelResult:
     output_tokens: int
     client_cpu_s: float
     wall_s: float
-    # Added for issue 15 (defaults keep older stored results loadable):
+    # Added later (defaults keep older stored results loadable):
     ttft_ms_mean: float | None = None  # over every request of the level
     chunk_gap_ms_p50: float | None = None  # gaps between SSE message arrivals, not ITL
     chunk_gap_ms_p99: float | None = None

@@ -7,7 +7,7 @@ streams, so the aggregate ceiling is c times higher.
 
 NVFP4 stores 4-bit values plus one FP8 scale per 16 values: 4.5 bits, 0.5625 bytes per
 parameter, against 1 byte for FP8. A working NVFP4 path should therefore decode faster than
-FP8; the Spark article (seeds/004) measured it slower (40.9 vs 51.2 tok/s), which is the
+FP8; a published DGX Spark measurement (Qwen3.5 35B-A3B on GB10) found it slower (40.9 vs 51.2 tok/s), which is the
 failure this check exists to catch.
 """
 

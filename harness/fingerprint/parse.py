@@ -179,7 +179,7 @@ class Fingerprint:
     graph_capture_gib: float | None = None
     capture_started: bool = False
     evidence: dict[str, str] = field(default_factory=dict)
-    # issue 13: per layer type, drafter, speculative decoding, failure
+    # per layer type, drafter, speculative decoding, failure
     linear_by_layer: dict[str, tuple[str, ...]] = field(default_factory=dict)
     drafter_moe_backend: str | None = None
     drafter_moe_quant: str | None = None
@@ -226,7 +226,7 @@ class Fingerprint:
             "graph_capture_gib": self.graph_capture_gib,
             "capture_started": self.capture_started,
             "evidence": dict(self.evidence),
-            # added in issue 13 (existing keys above keep their names and shapes)
+            # added later (existing keys above keep their names and shapes)
             "linear_by_layer": {k: list(v) for k, v in self.linear_by_layer.items()},
             "drafter_moe_backend": self.drafter_moe_backend,
             "drafter_moe_quant": self.drafter_moe_quant,

@@ -1,7 +1,7 @@
 """Verdicts: does what the log proves match what the cell asked for?
 
-A request the log does not confirm is a failure, never a silent pass ("asking is not getting",
-seeds/000). Each verdict quotes the log lines it rests on.
+A request the log does not confirm is a failure, never a silent pass ("asking is not getting":
+the kernel-couple study in matrix/rtx-pro-6000.toml). Each verdict quotes the log lines it rests on.
 """
 
 from __future__ import annotations

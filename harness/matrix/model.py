@@ -550,7 +550,7 @@ class EngineHost(Strict):
         "A cell goes only to hosts whose compute capability its stack's arch list covers.",
     )
     gpus: Literal["all", "none"] | tuple[int | str, ...] = Field(
-        "all", description="GPUs lent to cells: 'all' (every GPU, one cell at a time), 'none', or a list of "
+        "all", description="GPUs this host gives its cells: 'all' (every GPU, one cell at a time), 'none', or a list of "
         "GPU indices/UUIDs that form a pool: a cell takes tensor_parallel_size x pipeline_parallel_size "
         "of them, for its container only.",
     )
@@ -608,7 +608,7 @@ class EngineHost(Strict):
 class Bench(Strict):
     concurrency: tuple[Annotated[int, Field(ge=1, le=4096)], ...] = Field(
         (1, 8), min_length=1, max_length=64,
-        description="Concurrency levels, each 1..4096, at least one (the seeds use 1 and 8).")
+        description="Concurrency levels, each 1..4096, at least one (the matrices here use 1 and 8).")
     max_tokens: int = Field(256, ge=2, le=MAX_TOKENS,
                             description="Output tokens per request, 2..1000000 (ignore_eos makes it exact).")
     repeats: int = Field(3, ge=1, le=1000, description="Timed repeats per level, 1..1000; spread comes from these.")

@@ -1,7 +1,7 @@
 """Memory trend of a soak: is the host (or the GPU) losing memory while a cell serves?
 
 Driver 590.48.01 on a DGX Spark (GB10, 128 GiB unified LPDDR5x) lost 80 of 128 GB with nothing
-visible in AnonPages or Slab (seeds/004). On a unified-memory machine the driver's allocations
+visible in AnonPages or Slab (a published DGX Spark report). On a unified-memory machine the driver's allocations
 come out of system RAM, so /proc/meminfo MemAvailable is THE signal; NVML's per-GPU "used"
 is often not supported there and is kept only as a second opinion on discrete GPUs.
 

@@ -6,7 +6,7 @@ Three ways to attach a GPU (the matrix chooses one per host; `harness doctor` sa
   capability. The default on a DGX Spark or an RTX workstation with the toolkit installed.
 - cdi: Container Device Interface names (`docker run --device nvidia.com/gpu=all`), Docker >= 25
   with a CDI spec (`nvidia-ctk cdi generate`) in one of the engine's CDISpecDirs.
-- devices: for an engine with neither (the lent H200 VM: Debian's dockerd, no toolkit): the
+- devices: for an engine with neither (an H200 VM with Debian's dockerd and no NVIDIA container toolkit): the
   /dev/nvidia* nodes themselves, the driver's user-space folders bind-mounted read-only at the
   same path, and LD_LIBRARY_PATH pointing into them so libcuda is found.
 

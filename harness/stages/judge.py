@@ -208,7 +208,7 @@ def compare_formats(cells: Iterable[CellResult], ratio_min: float | None,
                     noise_floor: float) -> list[tuple[str, Verdict]]:
     """The FP8-vs-NVFP4 rule: for each stack+config with both formats, a verdict on the NVFP4 cell.
 
-    NVFP4 per-stream decode at c=1 must reach `ratio_min` x FP8. Per the seeds, a difference
+    NVFP4 per-stream decode at c=1 must reach `ratio_min` x FP8. As the serving-levers sweep showed, a difference
     inside the noise band (the floor, or the spread of either side's repeats if larger) is not a
     loss: NVFP4 fails only when it is below ratio_min x FP8 by more than that band.
     Returns (nvfp4 cell id, verdict) pairs.

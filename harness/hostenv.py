@@ -7,14 +7,10 @@ hold a secret.
 
 from __future__ import annotations
 
-import json
 import platform
 from pathlib import Path
 
-from rich.table import Table
-
 from harness import gpus, proc
-from harness.console import out
 
 
 def _os_release() -> str:
@@ -67,26 +63,3 @@ def host_fingerprint() -> dict:
         "nvidia_container_toolkit": _first_line(["nvidia-ctk", "--version"])
         or _first_line(["nvidia-container-cli", "--version"]),
     }
-
-
-def register(sub) -> None:
-    p = sub.add_parser("env", help="print the host fingerprint (GPU, driver, kernel, OS, Docker)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=run)
-
-
-def run(args) -> int:
-    fp = host_fingerprint()
-    if args.json:
-        out.print_json(json.dumps(fp))
-        return 0
-    table = Table(title="host fingerprint", show_header=False)
-    table.add_column("key", style="bold")
-    table.add_column("value", overflow="fold")
-    for key, value in fp.items():
-        if key == "gpus":
-            value = "; ".join(f"{g['index']}: {g['name']} (cc {g['cc']}, {g['memory_gib']} GiB)"
-                              for g in value) or "none"
-        table.add_row(key, "-" if value is None else str(value))
-    out.print(table)
-    return 0

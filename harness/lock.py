@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness import __version__
 from harness.errors import ConfigError, EnvironmentProblem
-from harness.matrix.load import Matrix, load_matrix
+from harness.matrix.load import Matrix
 from harness.matrix.model import DIGEST
 
 # The production index. PyPI's per-version JSON first; the per-project JSON (its `releases`)
@@ -391,41 +391,3 @@ def locked_matrix(matrix: Matrix, stacks: list[str] | None = None, *, lock_if_mi
         for line in pinned_lines(lock):
             say(f"  pinned {line}")
     return apply_lock(matrix, lock, stacks)
-
-
-# --- the command ---------------------------------------------------------------------------------
-
-
-def register(sub) -> None:
-    p = sub.add_parser("lock", help="pin base-image digests and PyPI sha256s into <matrix>.lock")
-    p.add_argument("-m", "--matrix", required=True, help="the matrix file; the lock goes next to it")
-    p.add_argument("--update", action="store_true",
-                   help="accept pins that resolve differently than the existing lock says")
-    p.add_argument("--check", action="store_true",
-                   help="resolve and compare with the existing lock, write nothing (exit 2 when it moved)")
-    p.set_defaults(func=run)
-
-
-def run(args) -> int:
-    from harness.console import err, out
-
-    matrix = load_matrix(args.matrix)
-    path = lock_path(matrix)
-    previous = read_lock(path)
-    if not wants(matrix):
-        out.print(f"{matrix.path.name}: no docker stack builds anything, nothing to lock", markup=False)
-        return 0
-    lock = resolve(matrix, previous=previous, update=args.update,
-                   say=lambda s: err.print(s, markup=False))
-    for line in pinned_lines(lock):
-        out.print(line, markup=False)
-    if args.check:
-        if previous is None:
-            raise ConfigError(f"{path}: there is no lock to check", hint=f"`harness lock -m {args.matrix}`")
-        if problems := mismatches(matrix, previous):
-            raise Moved(problems, hint=f"`harness lock -m {args.matrix}`")
-        out.print(f"{_shown(path)}: up to date", markup=False)
-        return 0
-    write_lock(lock, path)
-    out.print(f"wrote {_shown(path)}", markup=False)
-    return 0

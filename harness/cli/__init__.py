@@ -20,8 +20,8 @@ from harness import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("harness.cli.plan", "expand a matrix into cells"),
     "doctor": ("harness.cli.doctor", "check this host against a matrix"),
-    "env": ("harness.hostenv", "this host's fingerprint"),
-    "lock": ("harness.lock", "pin base-image digests and PyPI sha256s next to the matrix"),
+    "env": ("harness.cli.env", "this host's fingerprint"),
+    "lock": ("harness.cli.lock", "pin base-image digests and PyPI sha256s next to the matrix"),
     "build": ("harness.cli.build", "build the stack images"),
     "audit": ("harness.cli.audit", "the GPU archs really compiled in a binary, wheel or image"),
     "run": ("harness.cli.run", "build, serve, fingerprint, benchmark and judge every cell"),
@@ -29,11 +29,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reap": ("harness.cli.run", "remove what dead runs left"),
     "fingerprint": ("harness.cli.fingerprint", "what a vLLM log proves"),
     "bench": ("harness.cli.bench", "benchmark a running server"),
-    "patches": ("harness.build.addpr", "take an upstream PR as a pinned patch"),
+    "patches": ("harness.cli.patches", "take an upstream PR as a pinned patch"),
     "compare": ("harness.cli.compare", "gate a rollout: two runs compared beyond noise"),
     "bug": ("harness.cli.bug", "an upstream bug report for one cell"),
     "report": ("harness.cli.report", "Markdown + HTML report of a run"),
-    "bundle": ("harness.bundle", "make / install a wheelhouse bundle for a host with no package index"),
+    "bundle": ("harness.cli.bundle", "make / install a wheelhouse bundle for a host with no package index"),
 }
 
 EPILOG = """exit codes (every command):

@@ -32,7 +32,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from harness import controller
+from harness import owner as owners
 from harness.errors import BuildFailed, EngineError, EnvironmentProblem
 
 log = logging.getLogger("harness.engine")
@@ -296,12 +296,12 @@ class Engine:
         whose controller (host + pid + start time) is no longer alive on this host, or every
         container of `run_id`. Returns the names removed."""
 
-        filters = {"label": [f"{LABEL_RUN}={run_id}"] if run_id else [controller.LABEL_HOST]}
+        filters = {"label": [f"{LABEL_RUN}={run_id}"] if run_id else [owners.LABEL_HOST]}
         removed = []
         for c in self._listed(filters):
             labels = c.get("Labels") or {}
-            owner = controller.from_labels(labels)
-            if run_id is None and (owner is None or controller.alive(owner) is not False):
+            owner = owners.from_labels(labels)
+            if run_id is None and (owner is None or owners.alive(owner) is not False):
                 continue  # alive, or another host's: not ours to remove
             name = _name_of(c)
             log.info("reaping container %s (run %s)", name, labels.get(LABEL_RUN))
@@ -400,7 +400,7 @@ def create_kwargs(spec: ContainerSpec) -> dict:
         entrypoint=list(spec.entrypoint) if spec.entrypoint is not None else None,
         environment=dict(spec.env),
         # who started it: a dead controller's containers are reaped by the next run
-        labels={**dict(spec.labels), **controller.labels()},
+        labels={**dict(spec.labels), **owners.labels()},
         ports=None if host_net else {f"{p}/tcp": (spec.publish_ip, hp) for p, hp in spec.ports.items()},
         volumes={h: {"bind": c, "mode": m} for h, c, m in spec.volumes},
         device_requests=device_requests,

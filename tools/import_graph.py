@@ -23,7 +23,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("console", "redact", "proc", "http", "probe_image"),
     ("gpus", "fingerprint", "bundle", "matrix", "bench"),
     ("results", "hostenv", "audit"),
-    ("controller",),
+    ("owner",),
     ("engine",),
     ("lock", "serve", "report"),
     ("build",),

@@ -12,7 +12,7 @@ import functools
 import hashlib
 from pathlib import Path
 
-from harness import __version__, controller
+from harness import __version__, owner
 from harness.errors import ConfigError, EnvironmentProblem, StorageError
 from harness.hostenv import host_fingerprint
 from harness.matrix.load import Matrix
@@ -36,7 +36,7 @@ def _new_store(matrix: Matrix, k: str | None, cells: list[Cell], opts: RunOption
                           hardware=hw.model_dump(mode="json"),
                           expect=spec.expect.model_dump(mode="json"),
                           bench=spec.bench.model_dump(mode="json")),
-        host=host_fingerprint(), cells=[c.id for c in cells], controller=controller.me(),
+        host=host_fingerprint(), cells=[c.id for c in cells], controller=owner.me(),
     )
     return RunStore.create(opts.results_root, run)
 
@@ -59,7 +59,7 @@ def run_matrix(matrix: Matrix, *, k: str | None, opts: RunOptions,
         added = [c.id for c in cells if c.id not in planned]
         # `--resume DIR -k EXPR` widens a run with more cells of the same matrix
         store.update_run(cells=planned + added, status="running", finished_at=None,
-                         controller=controller.me())
+                         controller=owner.me())
     else:
         store = _new_store(matrix, k, cells, opts)
     # a cell whose host was unreachable never ran: a resume runs it again
@@ -102,8 +102,8 @@ def reap_dead(results_root: Path, engine_if_needed: LazyEngine | None = None) ->
             store = RunStore.open(run_json.parent)
         except ConfigError:
             continue
-        owner = store.run.controller
-        if store.run.status != "running" or owner is None or controller.alive(owner) is not False:
+        who = store.run.controller
+        if store.run.status != "running" or who is None or owner.alive(who) is not False:
             continue
         for cell_id in store.run.cells:
             server = (store.read_partial(cell_id) or {}).get("server") or {}
@@ -111,7 +111,7 @@ def reap_dead(results_root: Path, engine_if_needed: LazyEngine | None = None) ->
                     kill_group(server["pgid"], server.get("started")):
                 done["servers"].append(f"{cell_id} (process group {server['pgid']})")
         try:
-            store.finish("interrupted", note=f"controller pid {owner.pid} on {owner.host} died; "
+            store.finish("interrupted", note=f"controller pid {who.pid} on {who.host} died; "
                          "reaped by a later run")
         except StorageError:
             continue

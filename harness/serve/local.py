@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from harness import proc
-from harness.controller import start_ticks
+from harness.owner import start_ticks
 from harness.serve.base import LogBuffer, ProcessState, ServeSpec, lines_of
 
 

@@ -1,4 +1,4 @@
-"""Who is running: this controller's identity, and whether another one is still alive.
+"""Who owns a run: this controller's identity (host, pid, start time), and whether another one is still alive.
 
 Everything the tool starts (containers, local servers) and every run directory records the
 controller's host, pid and process start time. A run whose controller is gone (SIGKILL, a

@@ -2,39 +2,44 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from dataclasses import dataclass, field
 from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, Field
 
-@dataclass(frozen=True)
-class LevelResult:
+
+class _Figures(BaseModel):
+    """Frozen; keeps keys it does not know (a newer writer's), and every field has a default, so
+    a stored result of an older version still loads."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+class LevelResult(_Figures):
     """One concurrency level. Latency figures (TTFT, ITL = TPOT, E2E) and per-stream decode
     are over every timed request of the level; the aggregate is the median over rounds.
     `samples` holds each figure per round and `spread` its (max - min) / median."""
 
     concurrency: int
-    per_stream_tok_s: float | None  # median over requests of (tokens - 1) / (last - first)
-    aggregate_tok_s: float | None  # round's output tokens / (first sent -> last received)
-    ttft_ms_p50: float | None
-    ttft_ms_p99: float | None
-    itl_ms_p50: float | None  # per request: (last - first token) / (tokens - 1)
-    itl_ms_p99: float | None
-    tpot_ms_p50: float | None
-    e2e_ms_p50: float | None
-    requests: int  # timed requests sent
-    failed: int
-    errors: tuple[str, ...]  # the first distinct errors, verbatim
-    spread: dict[str, float | None]
-    samples: dict[str, tuple[float | None, ...]]
-    diversity_min: float | None
-    degenerate: bool
-    degenerate_count: int
-    output_tokens: int
-    client_cpu_s: float
-    wall_s: float
-    # Added later (defaults keep older stored results loadable):
+    per_stream_tok_s: float | None = None  # median over requests of (tokens - 1) / (last - first)
+    aggregate_tok_s: float | None = None  # round's output tokens / (first sent -> last received)
+    ttft_ms_p50: float | None = None
+    ttft_ms_p99: float | None = None
+    itl_ms_p50: float | None = None  # per request: (last - first token) / (tokens - 1)
+    itl_ms_p99: float | None = None
+    tpot_ms_p50: float | None = None
+    e2e_ms_p50: float | None = None
+    requests: int = 0  # timed requests sent
+    failed: int = 0
+    errors: tuple[str, ...] = ()  # the first distinct errors, verbatim
+    spread: dict[str, float | None] = Field(default_factory=dict)
+    samples: dict[str, tuple[float | None, ...]] = Field(default_factory=dict)
+    diversity_min: float | None = None
+    degenerate: bool = False
+    degenerate_count: int = 0
+    output_tokens: int = 0
+    client_cpu_s: float = 0.0
+    wall_s: float = 0.0
     ttft_ms_mean: float | None = None  # over every request of the level
     chunk_gap_ms_p50: float | None = None  # gaps between SSE message arrivals, not ITL
     chunk_gap_ms_p99: float | None = None
@@ -44,36 +49,55 @@ class LevelResult:
     # _observations, generation_tokens, prompt_tokens, spec_* and client_ttft_inflation_ms
     server: dict[str, object] | None = None
 
+    def values(self, key: str) -> list[float]:
+        """Every repeat of a figure (the median alone when no samples were kept)."""
+        got = [float(v) for v in self.samples.get(key) or () if v is not None]
+        if got:
+            return got
+        one = getattr(self, key, None)
+        if one is None and self.model_extra:
+            one = self.model_extra.get(key)
+        return [float(one)] if one is not None else []
 
-@dataclass(frozen=True)
-class BenchResult:
-    url: str
-    model: str
-    endpoint: str
-    max_tokens: int
-    prompt_tokens: int
-    repeats: int
-    levels: tuple[LevelResult, ...]
-    prefill_tok_s: float | None  # usage.prompt_tokens / TTFT of a cold long prompt
-    prefill_prompt_tokens: int | None  # as the server counted them, never estimated
-    cold_ttft_ms: float | None
-    prefix_cache_hit_rate: float | None  # /metrics deltas around a replay of that prompt
-    warm_ttft_ms: float | None
-    token_count_source: Literal["usage", "tokenize", "tokenizer", "chunks"]
-    warnings: tuple[str, ...]
-    client_cpu_s: float  # this process's CPU time for the whole run
-    tokens_streamed: int  # every output token received, warm-ups included
-    wall_s: float
-    extra: dict[str, object] = field(default_factory=dict)
+
+class BenchResult(_Figures):
+    """What `harness bench` measured; a cell stores it as it is (results.model `bench`)."""
+
+    url: str = ""
+    model: str = ""
+    endpoint: str = ""
+    max_tokens: int = 0
+    prompt_tokens: int = 0
+    repeats: int = 0
+    levels: tuple[LevelResult, ...] = ()
+    prefill_tok_s: float | None = None  # usage.prompt_tokens / TTFT of a cold long prompt
+    prefill_prompt_tokens: int | None = None  # as the server counted them, never estimated
+    cold_ttft_ms: float | None = None
+    prefix_cache_hit_rate: float | None = None  # /metrics deltas around a replay of that prompt
+    warm_ttft_ms: float | None = None
+    token_count_source: Literal["usage", "tokenize", "tokenizer", "chunks"] = "usage"
+    warnings: tuple[str, ...] = ()
+    client_cpu_s: float = 0.0  # this process's CPU time for the whole run
+    tokens_streamed: int = 0  # every output token received, warm-ups included
+    wall_s: float = 0.0
+    extra: dict[str, object] = Field(default_factory=dict)
     token_counts_reliable: bool = True  # False only when SSE messages were counted
     event_loop: str = "asyncio"  # uvloop where installed
     round_clock: str = ""  # what a timed round's span runs from and to
 
-    def level(self, concurrency: int) -> LevelResult:
-        return next(lv for lv in self.levels if lv.concurrency == concurrency)
+    def level(self, concurrency: int) -> LevelResult | None:
+        return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
+
+    def per_stream(self, concurrency: int) -> float | None:
+        lv = self.level(concurrency)
+        return lv.per_stream_tok_s if lv else None
+
+    @property
+    def top(self) -> LevelResult | None:
+        return max(self.levels, key=lambda lv: lv.concurrency) if self.levels else None
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return self.model_dump(mode="json")
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)

@@ -18,10 +18,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
+# a cell's bench figures are what `harness bench` measured: one type, defined there
+from harness.bench.result import BenchResult, LevelResult
+
 # a cell's verdicts are the log's (fingerprint) and the judge's: one type, defined there
 from harness.fingerprint.verdicts import SELECTION_CHECKS as SELECTION_CHECKS
 from harness.fingerprint.verdicts import Verdict as Verdict
 from harness.fingerprint.verdicts import VerdictStatus as VerdictStatus
+
+# The names readers of stored cells use for them: the same classes.
+BenchRecord = BenchResult
+BenchLevel = LevelResult
 
 FORMAT = 2
 READABLE_FORMATS = (1, 2)
@@ -100,54 +107,6 @@ class FingerprintRecord(Open):
     num_speculative_tokens: int | None = None
     spec_acceptance_rate: float | None = None
     spec_acceptance_per_position: tuple[float, ...] = ()
-
-
-class BenchLevel(Open):
-    """One concurrency level of `harness.bench` (medians over repeats, with their samples)."""
-
-    concurrency: int
-    per_stream_tok_s: float | None = None
-    aggregate_tok_s: float | None = None
-    ttft_ms_p50: float | None = None
-    ttft_ms_p99: float | None = None
-    requests: int = 0
-    failed: int = 0
-    degenerate: bool = False
-    diversity_min: float | None = None
-    samples: dict[str, list[float | None]] = Field(default_factory=dict)
-
-    def values(self, key: str) -> list[float]:
-        """Every repeat of a figure (the median alone when no samples were kept)."""
-        got = [float(v) for v in self.samples.get(key) or () if v is not None]
-        if got:
-            return got
-        one = getattr(self, key, None)
-        if one is None and self.model_extra:
-            one = self.model_extra.get(key)
-        return [float(one)] if one is not None else []
-
-
-class BenchRecord(Open):
-    """`harness.bench` BenchResult.to_dict()."""
-
-    levels: tuple[BenchLevel, ...] = ()
-    prefill_tok_s: float | None = None
-    prefill_prompt_tokens: int | None = None
-    cold_ttft_ms: float | None = None
-    prefix_cache_hit_rate: float | None = None
-    warm_ttft_ms: float | None = None
-    warnings: tuple[str, ...] = ()
-
-    def level(self, concurrency: int) -> BenchLevel | None:
-        return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
-
-    def per_stream(self, concurrency: int) -> float | None:
-        lv = self.level(concurrency)
-        return lv.per_stream_tok_s if lv else None
-
-    @property
-    def top(self) -> BenchLevel | None:
-        return max(self.levels, key=lambda lv: lv.concurrency) if self.levels else None
 
 
 class MemoryRecord(Open):

@@ -100,7 +100,7 @@ def measure(server: Server, model: str, cfg: Bench, *, bench: bool = True,
                                 max_tokens=cfg.max_tokens, repeats=cfg.repeats,
                                 prompt_tokens=cfg.prompt_tokens, prefill=cfg.prefill,
                                 long_prompt_tokens=cfg.long_prompt_tokens, progress=progress)
-        m.bench = BenchRecord.model_validate(result.to_dict())
+        m.bench = result
         m.durations["bench_s"] = round(time.monotonic() - t0, 1)
         on_partial("bench", m.bench.model_dump(mode="json"))
     if cross_check_cmd and cross_check_out is not None:

@@ -377,7 +377,7 @@ class Stack(Strict):
 
 
 def is_local_checkpoint(checkpoint: str) -> bool:
-    """A checkpoint that names a folder on the host, not a hub id (serve_cmd.model_path agrees)."""
+    """A checkpoint that names a folder on the host, not a hub id (harness.serve.command.model_path agrees)."""
     return checkpoint.startswith(("/", "./", "../"))
 
 
@@ -535,7 +535,7 @@ class EngineHost(Strict):
     """[hosts.NAME]: one Docker engine, the hardware behind it, and the GPUs it lends to cells.
 
     The GPU-attach fields (`gpu_attach`, `network`) carry the names and values of the single-host
-    `[host]` table, so one unnamed `[host]` reads as a one-entry `[hosts]` (see harness/hosts.py).
+    `[host]` table, so one unnamed `[host]` reads as a one-entry `[hosts]` (see harness/run/schedule.py).
     """
 
     description: str = Field("", description="The machine, and why these settings.")

@@ -177,10 +177,10 @@ def server_figures(before: Snapshot | None, after: Snapshot | None) -> dict | No
         out[f"{key}_observations"] = int(d.count)
     if after.itl_name:
         out["itl_metric"] = after.itl_name
-    for key, v in after.counters.items():
-        out[key] = v - before.counters.get(key, 0.0)
-    drafts, draft_tokens = out.get("spec_drafts"), out.get("spec_draft_tokens")
-    accepted = out.get("spec_accepted_tokens")
+    deltas = {key: v - before.counters.get(key, 0.0) for key, v in after.counters.items()}
+    out.update(deltas)
+    drafts, draft_tokens = deltas.get("spec_drafts"), deltas.get("spec_draft_tokens")
+    accepted = deltas.get("spec_accepted_tokens")
     if accepted is not None and draft_tokens:
         out["spec_acceptance_rate"] = accepted / draft_tokens
     if accepted is not None and drafts:

@@ -20,12 +20,12 @@ def percentile(values: Sequence[float], p: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def median(values: Sequence[float]) -> float | None:
+def median(values: Sequence[float | None]) -> float | None:
     xs = [v for v in values if v is not None]
     return statistics.median(xs) if xs else None
 
 
-def spread(values: Sequence[float]) -> float | None:
+def spread(values: Sequence[float | None]) -> float | None:
     """(max - min) / median of repeated measurements: the band a change must clear."""
     xs = [v for v in values if v is not None]
     if len(xs) < 2:

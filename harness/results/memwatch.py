@@ -71,7 +71,8 @@ def analyse(samples: Sequence[Sequence[float | None]], interval_s: float | None 
             f"too short to judge a trend: {len(host)} host samples over {window:.0f} s "
             f"(needs >= {MIN_SAMPLES} over >= {MIN_WINDOW_S:.0f} s; soak longer)"
         )
-    elif host_slope is not None and host_slope < -LEAK_GIB_PER_H and host_fit[1] >= MIN_R2:
+    elif host_fit is not None and host_slope is not None and host_slope < -LEAK_GIB_PER_H \
+            and host_fit[1] >= MIN_R2:
         leak = True
         lost = host[0][1] - host[-1][1]
         reason = (

@@ -165,7 +165,6 @@ def circles(edges: set[tuple[str, str]]) -> list[list[str]]:
             if len(group) > 1:
                 out.append(sorted(group))
 
-    sys.setrecursionlimit(10_000)
     for v in list(graph):
         if v not in index:
             visit(v)

@@ -194,14 +194,14 @@ def _round_aggregate(recs: list[RequestRecord]) -> float | None:
         return None
     # From the first request written to the last token received: a stalled request
     # waiting out its timeout does not dilute the aggregate of the streams that finished.
-    span = max(r.end for r in ok) - min(r.start for r in recs if r.start)
+    span = max(e for r in ok if (e := r.end) is not None) - min(r.start for r in recs if r.start)
     return sum(r.tokens for r in ok) / span if span > 0 else None
 
 
 def _figures(recs: list[RequestRecord]) -> dict[str, float | None]:
     ok = [r for r in recs if r.ok]
     itls = [v for r in ok if (v := r.itl)]
-    ttfts = [r.ttft for r in ok]
+    ttfts = [t for r in ok if (t := r.ttft) is not None]  # every ok request has its first token
     return {
         "per_stream_tok_s": median([1.0 / v for v in itls]),
         "aggregate_tok_s": _round_aggregate(recs),
@@ -211,7 +211,7 @@ def _figures(recs: list[RequestRecord]) -> dict[str, float | None]:
         "itl_ms_p99": _ms(percentile(itls, 99)),
         # TPOT as vLLM defines it, (latency - ttft) / (tokens - 1), is the per-request ITL.
         "tpot_ms_p50": _ms(percentile(itls, 50)),
-        "e2e_ms_p50": _ms(median([r.end - r.start for r in ok])),
+        "e2e_ms_p50": _ms(median([e - r.start for r in ok if (e := r.end) is not None])),
     }
 
 
@@ -232,7 +232,7 @@ def _level_result(
     pooled = _figures(all_recs)
     pooled["aggregate_tok_s"] = median(samples["aggregate_tok_s"])
     gaps = [g for r in ok for g in r.chunk_gaps()]
-    ttfts = [r.ttft for r in ok]
+    ttfts = [t for r in ok if (t := r.ttft) is not None]  # every ok request has its first token
     ttft_mean = _ms(sum(ttfts) / len(ttfts)) if ttfts else None
     if server is not None and ttft_mean is not None and server.get("ttft_ms_mean") is not None:
         server = {**server, "client_ttft_inflation_ms": ttft_mean - server["ttft_ms_mean"]}
@@ -292,9 +292,9 @@ async def _prefill(run: _Run, words: int, seed: int) -> tuple[dict, list[Request
         run.warn(
             "no usage.prompt_tokens and no /tokenize: prefill rate not reported (never estimated)"
         )
-    else:
+    elif (cold_ttft := cold.ttft) is not None:  # an ok request has its first token
         out["prefill_prompt_tokens"] = prompt_tokens
-        out["prefill_tok_s"] = prompt_tokens / cold.ttft
+        out["prefill_tok_s"] = prompt_tokens / cold_ttft
         out["prefill_prompt_tokens_source"] = source
     out["cold_ttft_ms"] = _ms(cold.ttft) if cold.ok else None
     out["warm_ttft_ms"] = _ms(warm.ttft) if warm.ok else None

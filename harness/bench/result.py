@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -47,7 +47,7 @@ class LevelResult(_Figures):
     token_count_source: str = "usage"  # usage | tokenize | tokenizer | chunks
     # /metrics deltas over the timed rounds: ttft/itl/e2e _ms_mean/_ms_p50/_ms_p99,
     # _observations, generation_tokens, prompt_tokens, spec_* and client_ttft_inflation_ms
-    server: dict[str, object] | None = None
+    server: dict[str, Any] | None = None
 
     def values(self, key: str) -> list[float]:
         """Every repeat of a figure (the median alone when no samples were kept)."""

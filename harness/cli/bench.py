@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from harness.bench.client import base_url, run_bench, run_sync
@@ -129,7 +137,7 @@ def _preflight(url: str, timeout: float) -> None:
         )
 
 
-def _progress_bar() -> tuple[Progress, object]:
+def _progress_bar() -> tuple[Progress, Callable[[int, int, int], None]]:
     """Requests done / total per level, on stderr."""
     bar = Progress(
         TextColumn("c={task.fields[c]:>4}"),
@@ -140,7 +148,7 @@ def _progress_bar() -> tuple[Progress, object]:
         console=err,
         transient=False,
     )
-    tasks: dict[int, object] = {}
+    tasks: dict[int, TaskID] = {}
 
     def update(c: int, done: int, total: int) -> None:
         if c not in tasks:
@@ -245,23 +253,22 @@ def render(r: BenchResult) -> None:
             markup=False,
         )
     for lv in r.levels:
-        srv = lv.server
-        if not srv:
+        if not (figures := lv.server):
             continue
         parts = [f"c={lv.concurrency} server /metrics:"]
-        if srv.get("generation_tokens") is not None:
-            parts.append(f"{srv['generation_tokens']:.0f} tokens generated")
-        if srv.get("itl_ms_mean") is not None:
-            parts.append(f"ITL mean {srv['itl_ms_mean']:.2f} ms")
-        if srv.get("client_ttft_inflation_ms") is not None:
-            parts.append(f"client TTFT inflation {srv['client_ttft_inflation_ms']:+.1f} ms (mean)")
-        if srv.get("spec_acceptance_rate") is not None:
+        if figures.get("generation_tokens") is not None:
+            parts.append(f"{figures['generation_tokens']:.0f} tokens generated")
+        if figures.get("itl_ms_mean") is not None:
+            parts.append(f"ITL mean {figures['itl_ms_mean']:.2f} ms")
+        if figures.get("client_ttft_inflation_ms") is not None:
+            parts.append(f"client TTFT inflation {figures['client_ttft_inflation_ms']:+.1f} ms (mean)")
+        if figures.get("spec_acceptance_rate") is not None:
             parts.append(
-                f"spec acceptance {srv['spec_acceptance_rate'] * 100:.1f} %, "
-                f"mean length {srv.get('spec_mean_acceptance_length') or 0:.2f}"
+                f"spec acceptance {figures['spec_acceptance_rate'] * 100:.1f} %, "
+                f"mean length {figures.get('spec_mean_acceptance_length') or 0:.2f}"
             )
         out.print(" ".join(parts), markup=False)
-    counted = r.token_count_source
+    counted: str = r.token_count_source
     if not r.token_counts_reliable:
         counted = "chunks ([bold red]UNRELIABLE[/bold red]: SSE messages counted as tokens)"
     out.print(

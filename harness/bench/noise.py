@@ -33,10 +33,13 @@ def classify(
     if not baseline or not candidate:
         raise ValueError("classify needs at least one value on each side")
     base, cand = median(baseline), median(candidate)
+    if base is None or cand is None:
+        raise ValueError("classify needs at least one value on each side")
     if not base:
         raise ValueError("baseline median is zero: a relative change is undefined")
     band = max(floor, spread(baseline) or 0.0, spread(candidate) or 0.0)
     delta = (cand - base) / abs(base)
+    kind: Literal["gain", "loss", "noise"]
     if abs(delta) <= band:
         kind = "noise"
     elif (delta > 0) == higher_is_better:

@@ -7,8 +7,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.table import Table
-
 from harness import gpus
 from harness.console import out
 from harness.errors import EnvironmentProblem, HarnessError
@@ -312,14 +310,14 @@ def needs_for(matrix) -> dict:
 def render(checks: list[Check]) -> None:
     from rich.markup import escape
 
-    table = Table(title="harness doctor")
-    for col in ("check", "status", "detail", "fix"):
-        table.add_column(col, overflow="fold")
+    from harness.tables import Col, show
+
+    rows = []
     for c in checks:
         status = "[green]ok[/green]" if c.ok else ("[red]FAIL[/red]" if c.required else "[yellow]warn[/yellow]")
         # details and fixes are text, not markup: "[host].gpu_attach" must print as written
-        table.add_row(escape(c.name), status, escape(c.detail), "" if c.ok else escape(c.fix))
-    out.print(table)
+        rows.append([escape(c.name), status, escape(c.detail), "" if c.ok else escape(c.fix)])
+    show(out, "harness doctor", [Col("check", whole=True), Col("status"), Col("detail"), Col("fix")], rows)
 
 
 def register(sub) -> None:

@@ -1,7 +1,7 @@
 """Is a change real? A difference counts only when it clears the noise band.
 
 The band is the larger of a floor (about 2 %: the spread of two identical runs on the
-serving-levers bench, seeds/001) and the spread each side actually showed over its repeats.
+serving-levers bench) and the spread each side actually showed over its repeats.
 """
 
 from __future__ import annotations

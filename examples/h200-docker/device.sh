@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# How examples/h200-docker was made on the lent H200 test machine (no Docker, no package index,
+# How examples/h200-docker was made on an H200 test machine (no Docker, no package index,
 # 64 MiB carried per command, released 30 s after a command ends: run these back to back).
 # Everything it uses is in this repository; the carried folder DEV (default ../..: the folder
 # that holds this checkout's copy) has kit/ (tools/make-docker-kit.sh), p0/ p1/ p2/ (the parts of

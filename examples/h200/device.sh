@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# How to make the worked example in this folder on the lent H200 test machine (local runner).
+# How to make the worked example in this folder on an H200 test machine (local runner).
 #
 # The machine has Python 3.12 + torch 2.11.0+cu130 at /opt/torch/.venv and no package index, and
 # each command carries at most 64 MiB, so vLLM 0.25.1 travels as the parts of a bundle this

@@ -105,11 +105,35 @@ def fixtures() -> Path:
     return FIXTURES
 
 
+_BEFORE: dict[str, set[str]] = {}
+_LEAKED: dict[str, list[str]] = {}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    from support.leftovers import snapshot
+
+    _BEFORE.update(snapshot())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The suite leaves nothing behind: a new image, container or fake-vLLM log fails the run."""
+    from support.leftovers import new_since, snapshot
+
+    _LEAKED.update(new_since(_BEFORE, snapshot()))
+    if _LEAKED and session.exitstatus == 0:
+        session.exitstatus = 1
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """After pytest's own summary: every skipped test, grouped by reason, so the last lines of
     `make test` say what did not run and what would make it run."""
     result = yield
+    if _LEAKED:
+        terminalreporter.section("left behind by this session (a test must remove what it makes)", sep="-")
+        for kind, items in _LEAKED.items():
+            for item in items:
+                terminalreporter.write_line(f"  {kind}: {item}")
     skipped = terminalreporter.stats.get("skipped", [])
     by_reason: dict[str, list[str]] = {}
     for rep in skipped:

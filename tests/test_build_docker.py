@@ -43,6 +43,10 @@ def built(engine, tmp_path_factory):
     yield matrix, outcomes, events, run_id, logs
     for o in outcomes.values():
         engine.remove_image(o.image_ref)
+    # the failed build's successful steps stay as untagged layers (a cache for a retry): this
+    # run's, found by its label, go too; removing the top one takes its untagged parents with it
+    for image in engine.client.api.images(filters={"label": f"harness.test-run={run_id}", "dangling": True}):
+        engine.remove_image(image["Id"])
 
 
 def test_unpinned_base_is_refused(engine, tmp_path):

@@ -20,7 +20,7 @@ KEEP_RC = rc=$$?; echo $$rc > $(RC_FILE); exit $$rc
 PICK = rm -f $(RC_FILE); m='$(MATRIX)'; if [ -z "$$m" ]; then m=$$($(HARNESS) doctor --pick-matrix) \
        || { rc=$$?; echo $$rc > $(RC_FILE); exit $$rc; }; else echo "matrix: $$m (MATRIX= given)"; fi
 
-.PHONY: install matrix plan doctor lock test test-fast lint docker-up test-deps clean
+.PHONY: install matrix plan doctor lock test test-say test-fast lint docker-up test-deps clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -57,8 +57,12 @@ test-deps: install
 
 # The first run also downloads the pinned vLLM and FlashInfer sdists (98 MB, unpacked to
 # ~580 MB in ~/.cache/vllm-bw-harness) for the patch tests; the last lines list every skip and why.
-test: install docker-up test-deps
+test: test-say install docker-up test-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Said first, before anything is installed.
+test-say:
+	@bash tools/test-deps.sh --say
 
 test-fast: install
 	$(PY) -m pytest -m "not docker and not slow" $(PYTEST_ARGS)

@@ -107,19 +107,23 @@ def fixtures() -> Path:
 
 _BEFORE: dict[str, set[str]] = {}
 _LEAKED: dict[str, list[str]] = {}
+_TMP: list[str] = []
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    from support.leftovers import snapshot
+    from support.leftovers import private_tmp, snapshot
 
+    _TMP.append(private_tmp())
     _BEFORE.update(snapshot())
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The suite leaves nothing behind: a new image, container or fake-vLLM log fails the run."""
+    """The suite leaves nothing behind: a new image, container or temporary file fails the run."""
     from support.leftovers import new_since, snapshot
 
-    _LEAKED.update(new_since(_BEFORE, snapshot()))
+    _LEAKED.update(new_since(_BEFORE, snapshot(_TMP[0] if _TMP else None)))
+    if _TMP:
+        shutil.rmtree(_TMP[0], ignore_errors=True)
     if _LEAKED and session.exitstatus == 0:
         session.exitstatus = 1
 

@@ -1,20 +1,32 @@
 """What a test session must not leave behind: images and containers the tests made (they carry
-`harness.*` labels), and the fake vLLM's temporary logs. Read before and after the session; what
-is new at the end is a leak. Things that existed before (the base images tools/base-images.sh
-makes, a run's image a user kept) are never counted."""
+`harness.*` labels), and temporary files. Read before and after the session; what is new at the
+end is a leak. Things that existed before (the base images tools/base-images.sh makes, a run's
+image a user kept) are never counted.
+
+Temporary files: the session gives every process it starts (the harness, the fake vLLM, its
+server) a temporary folder of its own through TMPDIR, so what they leave is theirs alone, even
+on a machine where other test sessions write to /tmp at the same time."""
 
 from __future__ import annotations
 
-import glob
+import os
 import tempfile
 from pathlib import Path
 
 TEST_LABELS = ("harness.test", "harness.role", "harness.run-id")
-TMP_PATTERNS = ("fakevllm-*.log",)
 
 
-def snapshot() -> dict[str, set[str]]:
-    tmp = {p for pat in TMP_PATTERNS for p in glob.glob(str(Path(tempfile.gettempdir()) / pat))}
+def private_tmp() -> str:
+    """A temporary folder for the processes this session starts (this process keeps the system
+    one: pytest's tmp_path lives there and is pytest's to clean)."""
+    tempfile.gettempdir()  # resolved and cached now, before TMPDIR changes
+    path = tempfile.mkdtemp(prefix="harness-tests-tmp-")
+    os.environ["TMPDIR"] = path
+    return path
+
+
+def snapshot(tmp_dir: str | None = None) -> dict[str, set[str]]:
+    tmp = {str(p) for p in Path(tmp_dir).rglob("*")} if tmp_dir else set()
     images: set[str] = set()
     containers: set[str] = set()
     try:

@@ -118,13 +118,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The suite leaves nothing behind: a new image, container or temporary file fails the run."""
+    """The suite leaves nothing behind: a new image, container or temporary file fails the run.
+    Images and containers are counted on the whole engine: set HARNESS_SHARED_ENGINE=1 where
+    other test sessions use the same engine at the same time (they are then listed, not failed)."""
     from support.leftovers import new_since, snapshot
 
     _LEAKED.update(new_since(_BEFORE, snapshot(_TMP[0] if _TMP else None)))
     if _TMP:
         shutil.rmtree(_TMP[0], ignore_errors=True)
-    if _LEAKED and session.exitstatus == 0:
+    if os.environ.get("HARNESS_SHARED_ENGINE") == "1":
+        # another test session on the same engine makes images meanwhile: only warn about those
+        for kind in ("images", "containers"):
+            if kind in _LEAKED:
+                _LEAKED[f"{kind} (HARNESS_SHARED_ENGINE=1: not counted, maybe another session's)"] = _LEAKED.pop(kind)
+    if any(not k.endswith("not counted, maybe another session's)") for k in _LEAKED) and session.exitstatus == 0:
         session.exitstatus = 1
 
 

@@ -5,7 +5,7 @@ runs on, which may not be the one that ran the cell): the host and image fingerp
 labels, the exact serve command, the verdicts the run recorded and the log lines that prove
 them. It judges nothing: a cell with nothing wrong gets no report unless asked (`--force`).
 vLLM's collect_env misses compute capability, archs actually compiled, FlashInfer builds,
-patches and image identity (FACTS.md, "Bug-report fingerprint anchors"): those are what a
+patches and image identity: those are what a
 maintainer asks for first. Paths are shown relative to the run directory or the current one.
 Secrets are masked in every piece, and once more over the whole text.
 """

@@ -9,11 +9,18 @@ MATRIX  ?=
 K       ?=
 ARGS    ?=
 PYTEST_ARGS ?=
+# Exit codes: GNU make itself exits 2 whenever a recipe fails, whatever the recipe's code, so
+# `make doctor` cannot exit 3 the way `harness doctor` does. Each recipe that runs harness ends
+# with $(KEEP_RC): it writes harness's own code (0 done, 1 a verdict failed, 2 bad input, 3 this
+# host cannot, 130 interrupted) to $(RC_FILE) and exits with it, so make's "Error N" line shows it
+# too. `tools/make-rc TARGET...` runs make and exits with that code, for scripts and CI.
+RC_FILE ?= .make-rc
+KEEP_RC = rc=$$?; echo $$rc > $(RC_FILE); exit $$rc
 # The matrix to use, as a shell expression (a recipe line reads it into $$m).
-PICK = m='$(MATRIX)'; if [ -z "$$m" ]; then m=$$($(HARNESS) doctor --pick-matrix) || exit $$?; \
-       else echo "matrix: $$m (MATRIX= given)"; fi
+PICK = rm -f $(RC_FILE); m='$(MATRIX)'; if [ -z "$$m" ]; then m=$$($(HARNESS) doctor --pick-matrix) \
+       || { rc=$$?; echo $$rc > $(RC_FILE); exit $$rc; }; else echo "matrix: $$m (MATRIX= given)"; fi
 
-.PHONY: install matrix plan doctor lock test test-fast lint docker-up test-deps clean
+.PHONY: install matrix plan doctor lock test test-say test-fast lint docker-up test-deps clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -26,17 +33,18 @@ install: $(VENV)/.installed
 # The main job: rebuild and verify the stacks of the matrix for this host, then report.
 # `harness run` locks the pins first when the matrix has no .lock yet (and prints them).
 matrix: install docker-up
-	@$(PICK); set -x; $(HARNESS) doctor -m "$$m" && $(HARNESS) run -m "$$m" $(if $(K),-k '$(K)') $(ARGS)
+	@$(PICK); set -x; $(HARNESS) doctor -m "$$m" && $(HARNESS) run -m "$$m" $(if $(K),-k '$(K)') $(ARGS); \
+	$(KEEP_RC)
 
 plan: install
-	@$(PICK); $(HARNESS) plan -m "$$m" $(if $(K),-k '$(K)')
+	@$(PICK); $(HARNESS) plan -m "$$m" $(if $(K),-k '$(K)'); $(KEEP_RC)
 
 doctor: install
-	@$(PICK); $(HARNESS) doctor -m "$$m"
+	@$(PICK); $(HARNESS) doctor -m "$$m"; $(KEEP_RC)
 
 # Pin base-image digests and PyPI sha256s into <matrix>.lock (needs the registry and pypi.org).
 lock: install
-	@$(PICK); $(HARNESS) lock -m "$$m" $(ARGS)
+	@$(PICK); $(HARNESS) lock -m "$$m" $(ARGS); $(KEEP_RC)
 
 # Brings up a Docker engine (installing Debian's docker.io if root and none is there) and the
 # local base images the Docker tests build on; without an engine those tests skip, with reason.
@@ -49,8 +57,12 @@ test-deps: install
 
 # The first run also downloads the pinned vLLM and FlashInfer sdists (98 MB, unpacked to
 # ~580 MB in ~/.cache/vllm-bw-harness) for the patch tests; the last lines list every skip and why.
-test: install docker-up test-deps
+test: test-say install docker-up test-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Said first, before anything is installed.
+test-say:
+	@bash tools/test-deps.sh --say
 
 test-fast: install
 	$(PY) -m pytest -m "not docker and not slow" $(PYTEST_ARGS)

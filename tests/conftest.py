@@ -105,11 +105,46 @@ def fixtures() -> Path:
     return FIXTURES
 
 
+_BEFORE: dict[str, set[str]] = {}
+_LEAKED: dict[str, list[str]] = {}
+_TMP: list[str] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    from support.leftovers import private_tmp, snapshot
+
+    _TMP.append(private_tmp())
+    _BEFORE.update(snapshot())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The suite leaves nothing behind: a new image, container or temporary file fails the run.
+    Images and containers are counted on the whole engine: set HARNESS_SHARED_ENGINE=1 where
+    other test sessions use the same engine at the same time (they are then listed, not failed)."""
+    from support.leftovers import new_since, snapshot
+
+    _LEAKED.update(new_since(_BEFORE, snapshot(_TMP[0] if _TMP else None)))
+    if _TMP:
+        shutil.rmtree(_TMP[0], ignore_errors=True)
+    if os.environ.get("HARNESS_SHARED_ENGINE") == "1":
+        # another test session on the same engine makes images meanwhile: only warn about those
+        for kind in ("images", "containers"):
+            if kind in _LEAKED:
+                _LEAKED[f"{kind} (HARNESS_SHARED_ENGINE=1: not counted, maybe another session's)"] = _LEAKED.pop(kind)
+    if any(not k.endswith("not counted, maybe another session's)") for k in _LEAKED) and session.exitstatus == 0:
+        session.exitstatus = 1
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """After pytest's own summary: every skipped test, grouped by reason, so the last lines of
     `make test` say what did not run and what would make it run."""
     result = yield
+    if _LEAKED:
+        terminalreporter.section("left behind by this session (a test must remove what it makes)", sep="-")
+        for kind, items in _LEAKED.items():
+            for item in items:
+                terminalreporter.write_line(f"  {kind}: {item}")
     skipped = terminalreporter.stats.get("skipped", [])
     by_reason: dict[str, list[str]] = {}
     for rep in skipped:

@@ -126,8 +126,11 @@ def second_dockerd(timeout_s: float = 60, *, tls: bool = False) -> Iterator[Dock
            *listen, "--pidfile", str(root / "dockerd.pid"), "--bridge", bridge,
            "--iptables=false", "--ip-masq=false", "--shutdown-timeout", "2", "--containerd-namespace", f"harness-{tag}",
            "--containerd-plugins-namespace", f"harness-{tag}-plugins"]
+    # its containerd dumps its stacks to TMPDIR when stopped: inside root, removed with it
+    (root / "tmp").mkdir()
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "TMPDIR": str(root / "tmp")})
     handle = Dockerd(url, proc, client_tls)
     try:
         def up() -> bool:

@@ -209,3 +209,15 @@ def test_cli_out_that_is_a_folder_is_exit_2(cand, mr, tmp_path, capsys):
     err = " ".join(capsys.readouterr().err.split())  # the console wraps long lines
     assert "is a folder" in err and "Traceback" not in err
     assert cli_main(["bug", str(cand.dir), mr.CRASH, "--out", str(tmp_path / "no" / "b.md")]) == 2
+
+
+def test_versions_the_probe_did_not_record_come_from_the_image_labels():
+    """The Docker example's cells carry no in-image probe: torch, vLLM, CUDA and Python come from
+    the labels the build wrote, each said to be a label (not what the probe confirmed)."""
+    store = RunStore.open(ROOT / "examples" / "h200-docker" / "run")
+    cell = store.read_cell("docker-0251/qwen3moe-fp8/auto")
+    assert not (cell.image_fingerprint or {}).get("torch")
+    text = bug_report(store, cell.id, force=True)
+    assert "| torch | 2.11.0 (from the base image) (image label) |" in text
+    assert "| vLLM | 0.25.1 (image label) |" in text
+    assert "| Python | /opt/torch/.venv/bin/python3 (image label) |" in text

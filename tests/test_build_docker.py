@@ -43,6 +43,10 @@ def built(engine, tmp_path_factory):
     yield matrix, outcomes, events, run_id, logs
     for o in outcomes.values():
         engine.remove_image(o.image_ref)
+    # the failed build's successful steps stay as untagged layers (a cache for a retry): this
+    # run's, found by its label, go too; removing the top one takes its untagged parents with it
+    for image in engine.client.api.images(filters={"label": f"harness.test-run={run_id}", "dangling": True}):
+        engine.remove_image(image["Id"])
 
 
 def test_unpinned_base_is_refused(engine, tmp_path):
@@ -76,7 +80,9 @@ def test_build_log_arch_check_runs_on_the_image(built):
     _m, outcomes, _e, _r, _l = built
     # the tiny image's log says 12.0f while the stack asked 12.1a: the collapse is reported
     assert any(p.startswith("arch-collapsed: asked 12.1a") for p in outcomes["tiny-ok"].arch_problems)
-    assert outcomes["tiny-ok"].audit_summary is not None  # the audit hook ran (no site-packages here)
+    summary = outcomes["tiny-ok"].audit_summary
+    assert summary["status"] != "not-audited", summary
+    assert summary["cubins"] == {"sm_121a": 1}  # the cubin the template copies into /opt/venv/lib
 
 
 def test_failing_step_is_a_result(built):
@@ -102,6 +108,8 @@ def test_second_build_is_reused_without_engine_build(built, engine, tmp_path):
                          template=TEMPLATE, template_values={"RUN_ID": run_id})
     assert again["tiny-ok"].status == "reused"
     assert again["tiny-ok"].image_ref == outcomes["tiny-ok"].image_ref
+    # a reused image is audited again: the run records what it serves, built this time or not
+    assert again["tiny-ok"].audit_summary == outcomes["tiny-ok"].audit_summary
 
 
 def test_force_rebuilds(built, engine, tmp_path):

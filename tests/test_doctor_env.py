@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.cli.doctor import needs_for, run_checks
+from harness.cli.doctor import HOST_ONLY, needs_for, run_checks
 from harness.gpus import probe
 from harness.matrix.load import load_matrix
 
@@ -41,19 +41,27 @@ def test_needs_follow_the_matrix():
 
 
 @pytest.mark.docker
-def test_doctor_sees_the_engine_and_fails_without_a_gpu(capsys):
-    checks = {c.name: c for c in run_checks()}
-    assert checks["docker engine"].ok, checks["docker engine"].detail
-    if probe().ok:
-        pytest.skip("this host has a GPU: the failing path cannot be shown here")
-    assert main(["doctor"]) == 3  # alone, doctor asks for Docker and a GPU
-    captured = capsys.readouterr()
-    assert "cannot run the matrix" in captured.err and "gpus" in captured.err
-    # for a docker matrix, a host without a GPU still builds and audits: warnings, exit 0
-    assert main(["doctor", "-m", str(ROOT / "matrix" / "spark.toml")]) == 0
-    rows = {line.split("│")[1].strip(): line.split("│")[2].strip()
-            for line in capsys.readouterr().out.splitlines() if line.count("│") >= 4 and line.split("│")[2].strip()}
-    assert rows["gpus"] == "warn" and "FAIL" not in rows.values()
+def test_doctor_alone_checks_the_host_as_make_doctor_does(capsys):
+    """Without -m, doctor judges the host by what every shipped (docker) matrix needs of it:
+    the same verdict per host check as `make doctor` (doctor -m <the picked matrix>)."""
+    alone = {c.name: (c.ok, c.required) for c in run_checks(**HOST_ONLY)}
+    assert alone["docker engine"] == (True, True), alone
+    spark = {c.name: (c.ok, c.required) for c in run_checks(**needs_for(load_matrix(ROOT / "matrix" / "spark.toml")))}
+    assert {k: v for k, v in spark.items() if k in alone} == alone
+    assert set(spark) - set(alone) <= {"pins", "matrix fits this host"}
+    code_alone = main(["doctor"])
+    assert code_alone == main(["doctor", "-m", str(ROOT / "matrix" / "spark.toml")])
+    # exit 3 exactly when a required host check fails (disk space, say), else 0
+    assert code_alone == (3 if any(req and not ok for ok, req in alone.values()) else 0)
+    if not probe().ok:  # no GPU: images are still built and audited here, so only a warning
+        assert alone["gpus"] == (False, False)
+    assert "host checks only" in capsys.readouterr().err
+
+
+def test_doctor_alone_fails_without_an_engine(monkeypatch, capsys):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    assert main(["doctor"]) == 3
+    assert "docker engine" in capsys.readouterr().err
 
 
 def test_a_local_python_fix_names_its_stack(tmp_path):

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import doctor, lock
+from harness import lock
+from harness.cli import doctor
 from harness.cli import main
 from harness.gpus import Gpu, GpuProbe
 from harness.matrix.load import load_matrix

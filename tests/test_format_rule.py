@@ -8,24 +8,28 @@ from harness.results.model import CellResult
 from harness.stages.judge import compare_formats
 
 
-def cell(quant: str, samples: list[float], config: str = "auto", stack: str = "s") -> CellResult:
+def cell(quant: str, samples: list[float], config: str = "auto", stack: str = "s",
+         aggregate_c8: list[float] | None = None) -> CellResult:
+    levels = [{"concurrency": 1, "per_stream_tok_s": sorted(samples)[len(samples) // 2],
+               "samples": {"per_stream_tok_s": samples}}]
+    if aggregate_c8:
+        levels.append({"concurrency": 8, "aggregate_tok_s": sorted(aggregate_c8)[len(aggregate_c8) // 2],
+                       "samples": {"aggregate_tok_s": aggregate_c8}})
     return CellResult.model_validate({
         "id": f"{stack}/{quant}/{config}", "stack": stack, "model": quant, "config": config,
-        "quantization": quant, "status": "pass",
-        "bench": {"levels": [{"concurrency": 1, "per_stream_tok_s": sorted(samples)[len(samples) // 2],
-                              "samples": {"per_stream_tok_s": samples}}]}})
+        "quantization": quant, "status": "pass", "bench": {"levels": levels}})
 
 
 @pytest.mark.parametrize(
     ("fp8", "nvfp4", "ratio", "status", "words"),
     [
-        # the published DGX Spark case: NVFP4 40.9 vs FP8 51.2 single stream
-        ([51.2], [40.9], 1.0, "fail", "below the required 1"),
+        # a DGX Spark case: NVFP4 40.9 vs FP8 51.2 tok/s single stream
+        ([51.2], [40.9], 1.0, "fail", "below the required 1x"),
         # the H200 worked example: 247.5 vs 247.5, a tie inside the ±2 % band
-        ([247.51, 247.38, 247.56], [247.45, 247.35, 247.76], 1.0, "pass", "within noise of"),
+        ([247.51, 247.38, 247.56], [247.45, 247.35, 247.76], 1.0, "pass", "(within the ±2.0% noise band)"),
         ([100.0, 100.5, 99.8], [96.0, 96.2, 95.9], 1.0, "fail", "below"),
-        ([100.0], [150.0], 1.3, "pass", "above"),
-        ([100.0], [125.0], 1.3, "pass", "within noise of"),
+        ([100.0], [150.0], 1.3, "pass", "above the required 1.3x"),
+        ([100.0], [125.0], 1.3, "pass", "(within the"),
     ],
 )
 def test_ratio_rule(fp8, nvfp4, ratio, status, words):
@@ -48,3 +52,28 @@ def test_only_same_stack_and_config_pair_up():
              cell("nvfp4", [50.0], stack="other")]
     assert compare_formats(cells, 1.0, 0.02) == []
     assert compare_formats([cell("fp8", [100.0]), cell("nvfp4", [50.0])], None, 0.02) == []
+
+
+def test_every_level_is_judged_aggregate_included():
+    """The H200 Docker example: a tie per stream at c=1, 0.74x of FP8's aggregate at c=8."""
+    fp8 = cell("fp8", [243.5, 243.7, 243.8], aggregate_c8=[1527.2, 1546.0, 1547.1])
+    nv = cell("nvfp4", [247.5, 247.6, 247.7], aggregate_c8=[1145.9, 1148.7, 1213.6])
+    ((cell_id, verdict),) = compare_formats([fp8, nv], 1.0, 0.02)
+    assert verdict.status == "fail" and verdict.got == "0.743"
+    assert "c=1 per stream 247.6 vs 243.7 tok/s = 1.016x (within the ±2.0% noise band)" in verdict.message
+    assert "c=8 aggregate 1148.7 vs 1546.0 tok/s = 0.743x (below the required 1x" in verdict.message
+    assert verdict.message.endswith("Fails at c=8")
+
+
+def test_an_aggregate_inside_its_spread_is_not_a_loss():
+    fp8 = cell("fp8", [100.0], aggregate_c8=[700.0, 800.0, 760.0])
+    nv = cell("nvfp4", [100.5], aggregate_c8=[720.0, 740.0, 760.0])
+    ((_, verdict),) = compare_formats([fp8, nv], 1.0, 0.02)
+    assert verdict.status == "pass", verdict.message
+    assert "c=8 aggregate" in verdict.message and "(within the" in verdict.message
+
+
+def test_a_level_only_one_side_measured_is_left_out():
+    fp8 = cell("fp8", [100.0], aggregate_c8=[800.0])
+    ((_, verdict),) = compare_formats([fp8, cell("nvfp4", [101.0])], 1.0, 0.02)
+    assert "c=8" not in verdict.message and verdict.status == "pass"

@@ -51,13 +51,18 @@ def fake_image():
     engine.remove_image(tag)
 
 
-@pytest.fixture
-def engine_two(fake_image):
+def _engine_two(fake_image):
     if (why := dockerd_problem()) is not None:
         skip_or_fail_under_ci(why)
     with second_dockerd() as d:
         copy_image(fake_image, MAIN, d.url)
         yield d
+
+
+# A second dockerd costs 10 to 30 s to start, load and stop: the tests that leave it running
+# share one; the test that stops it mid-run gets its own.
+shared_engine_two = pytest.fixture(scope="module", name="shared_engine_two")(_engine_two)
+engine_two = pytest.fixture(_engine_two)
 
 
 def _matrix(tmp_path: Path, image: str, hosts: str, *, configs: str = "", stacks=("img",),
@@ -124,8 +129,9 @@ def _overlaps(entries: list[dict], a: str, b: str) -> list[tuple[str, str]]:
             if y["host"] == b and x["start"] < y["end"] and y["start"] < x["end"]]
 
 
-def test_cells_run_at_once_on_an_ssh_engine_and_a_second_engine(fake_image, engine_two, tmp_path,
+def test_cells_run_at_once_on_an_ssh_engine_and_a_second_engine(fake_image, shared_engine_two, tmp_path,
                                                                   monkeypatch):
+    engine_two = shared_engine_two
     if (why := ssh_problem()) is not None:
         skip_or_fail_under_ci(why)
     port = free_port()
@@ -224,7 +230,8 @@ env = { FAKE_VLLM_STARTUP_S = "2" }
             assert after[cid] == cells[cid]  # not run again
 
 
-def test_ctrl_c_removes_the_runs_containers_on_every_host(fake_image, engine_two, tmp_path):
+def test_ctrl_c_removes_the_runs_containers_on_every_host(fake_image, shared_engine_two, tmp_path):
+    engine_two = shared_engine_two
     path = _matrix(tmp_path, fake_image, f"""
 [hosts.main]
 engine = "{MAIN}"

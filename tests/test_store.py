@@ -204,7 +204,8 @@ def test_v1_cells_are_read_as_v2(tmp_path):
     store = RunStore.open(Path(__file__).parent.parent / "examples" / "h200" / "run")
     assert store.run.format == 2 and store.run.matrix.min_ratio == 1.0
     cells = store.cells()
-    assert [c.status for c in cells] == [Status.PASS] * 3
+    # the NVFP4 auto cell fails as rejudged: 0.71x of FP8's aggregate at c=8
+    assert [c.status for c in cells] == [Status.PASS, Status.FAIL, Status.PASS]
     assert cells[0].decode_c1 and cells[0].fingerprint.moe_backend == "TRITON"
     old = {"format": 1, "id": "s/m/c", "stack": "s", "model": "m", "config": "c",
            "status": "crashed", "reasons": ["server exited with code 1 before it was ready"],

@@ -20,7 +20,7 @@ from pathlib import Path
 # points, on the top floor with the command line.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("harness", "errors"),
-    ("console", "redact", "proc", "http", "probe_image"),
+    ("console", "tables", "redact", "proc", "http", "probe_image"),
     ("gpus", "fingerprint", "bundle", "matrix", "bench"),
     ("results", "hostenv", "audit"),
     ("owner",),

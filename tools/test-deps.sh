@@ -8,6 +8,20 @@
 # Elsewhere nothing is installed: those tests skip, and the last lines of `make test` say which
 # and why. Idempotent: what is there is kept.
 set -euo pipefail
+# `--say`: print the list only (`make test` says it first, before installing anything).
+[ "${1:-}" = "--say" ] && cat <<'SAY'
+make test: what it may install or fetch, when missing (nothing is removed afterwards):
+  .venv: the package with its test and audit extras from PyPI (~75 MB, a 317 MB venv)
+  a Docker engine: Debian's docker.io when none answers (root + apt only), and two local
+    base images from busybox-static and debootstrap (2 MB and 161 MB; tools/base-images.sh)
+  from Debian (root + apt only): chromium (~113 MB of .debs), docker-registry (~5 MB),
+    openssh-server (~2 MB)
+  Docker image harness-test/ray (ray 2.60.0 wheels from PyPI, ~415 MB) for the multi-node tests
+  during the tests: the vLLM 0.33.0 and FlashInfer 0.7.2.post1 sdists from PyPI (98 MB, unpacked
+    to ~580 MB in ~/.cache/vllm-bw-harness) for the patch tests
+  without root + apt, or without PyPI, the tests that need them skip (listed at the end)
+SAY
+[ "${1:-}" = "--say" ] && exit 0
 want=()
 command -v chromium >/dev/null || command -v chromium-browser >/dev/null || want+=(chromium)
 command -v docker-registry >/dev/null || want+=(docker-registry)

@@ -24,6 +24,8 @@ from harness.audit.verdict import FAIL, WARN, Check, Target, Verdict, judge, wor
 # The chips the project's matrices name. Not a default any more: a verdict is given only for
 # the targets a user asks for (`--cc`, or the matrix hardware), so a Blackwell-only build
 # is not failed for lacking Hopper code nobody asked for.
+# Where images keep their Python packages: our own Dockerfile's venv first, then the usual prefixes.
+IMAGE_PATHS = ("/opt/venv/lib", "/usr/local/lib", "/usr/lib/python3/dist-packages")
 DEFAULT_TARGETS: tuple[Target, ...] = (
     Target.from_cc("12.0"),
     Target.from_cc("12.1"),

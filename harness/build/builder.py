@@ -85,6 +85,16 @@ def audit_image(engine, ref: str, labels: dict[str, str], path: str = SITE_PACKA
                 "cubins": dict(report.totals())}
 
 
+def audit_stack_image(engine, ref: str, labels: dict[str, str], ccs: tuple[str, ...]) -> dict | None:
+    """audit_image on where a stack image keeps vLLM: a wheel stack's vllm package only (not the
+    base's torch), a source stack's whole venv."""
+    path = SITE_PACKAGES
+    if labels.get("harness.stack-kind") == "wheels":
+        site = image_site_packages(engine, ref, {"harness.role": "audit"})
+        path = f"{site}/vllm" if site else SITE_PACKAGES
+    return audit_image(engine, ref, {"harness.role": "audit"}, path, ccs)
+
+
 def build_log_problems(engine, ref: str, torch_cuda_arch_list: str, labels: dict[str, str]) -> tuple[str, ...]:
     with tempfile.TemporaryDirectory(prefix="harness-buildlog-") as tmp:
         try:
@@ -103,9 +113,12 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
     start = time.monotonic()
     existing = engine.image_labels(ref)
     if existing is not None and not force:
-        emit(BuildEvent(name, "done", "reused", 0.0))
+        # A reused image is audited again (seconds: its packages are copied out, never run): the
+        # run records what every image it serves holds, not only the ones it built this time.
+        summary = audit_stack_image(engine, ref, existing, audit_ccs) if audit else None
+        emit(BuildEvent(name, "done", "reused", time.monotonic() - start))
         return BuildOutcome(stack=name, image_ref=ref, image_id=engine.image_id(ref), status="reused",
-                            labels=existing)
+                            labels=existing, audit_summary=summary)
     if existing is not None:
         engine.remove_image(ref)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -132,11 +145,7 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
                                 labels=rendered.labels, reason=exc.message)
     took = time.monotonic() - start
     labels = engine.image_labels(ref) or rendered.labels
-    audit_path = SITE_PACKAGES
-    if rendered.labels.get("harness.stack-kind") == "wheels":  # the vllm package only, not the base's torch
-        site = image_site_packages(engine, ref, {"harness.role": "audit"})
-        audit_path = f"{site}/vllm" if site else SITE_PACKAGES
-    summary = audit_image(engine, ref, {"harness.role": "audit"}, audit_path, audit_ccs) if audit else None
+    summary = audit_stack_image(engine, ref, rendered.labels, audit_ccs) if audit else None
     problems = (build_log_problems(engine, ref, torch_cuda_arch_list, {"harness.role": "audit"})
                 if torch_cuda_arch_list else ())
     emit(BuildEvent(name, "done", "built", took))

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter
 from pathlib import Path
 
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
 from harness.audit.archs import CC
-from harness.audit.families import FAMILIES, TITLES
-from harness.audit.report import AuditReport, audit_path
+from harness.audit.families import FAMILIES
+from harness.audit.report import IMAGE_PATHS, AuditReport, audit_path
 from harness.audit.scan import arch_sort_key
 from harness.audit.verdict import FAIL, WARN, Target
 from harness.console import err, out
 from harness.errors import ConfigError
+from harness.tables import Col, show
 
 _STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 
@@ -115,9 +115,6 @@ def _targets(ccs: list[str] | None, matrix: str | None) -> list[Target]:
     return [t for t in out if not (t.cc in seen or seen.add(t.cc))]
 
 
-# Where images keep their Python packages: our own Dockerfile's venv first, then the usual prefixes.
-IMAGE_PATHS = ("/opt/venv/lib", "/usr/local/lib", "/usr/lib/python3/dist-packages")
-
 
 def audit_image(ref: str, targets: list[Target], *, sass_check: bool, paths=IMAGE_PATHS, **kw) -> AuditReport:
     """Copy an image's Python packages out (the container is never started) and audit them."""
@@ -184,88 +181,61 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render(report: AuditReport, top: int = 10) -> None:
-    """Tables on stdout. Paths and messages come from the binaries: printed escaped, never
-    as rich markup."""
-    root = escape(report.root)
+    """Tables on stdout, one row per arch (an image holds a dozen archs: as columns they were cut
+    at 80 columns). Paths and messages come from the binaries: printed as text, never markup."""
+    root = report.root
     loadable = [f for f in report.files if f.objects]
     if not loadable:
-        out.print(f"{root}: no loadable CUDA code found ({report.stats.files_seen} files scanned)")
+        out.print(f"{escape(root)}: no loadable CUDA code found ({report.stats.files_seen} files scanned)")
     else:
         totals = report.totals()
         archs = sorted(totals, key=arch_sort_key)
-        files = sorted(loadable, key=lambda f: -sum(f.cubins.values()))[:top]
-        t = Table(title=f"cubins per arch — {root}", title_justify="left")
-        t.add_column("file")
+        fams = report.families()
+        rows = []
         for a in archs:
-            t.add_column(a, justify="right")
-        t.add_column("PTX")
-        for f in files:
-            t.add_row(
-                escape(f.path.rsplit("!", 1)[-1]), *[_n(f.cubins.get(a, 0)) for a in archs], ",".join(f.ptx)
-            )
+            in_files = sum(1 for f in loadable if f.cubins.get(a))
+            kinds = ", ".join(f"{fam}={fams[fam][a]}" for fam in FAMILIES
+                              if fam in fams and fams[fam].get(a))
+            rows.append([Text(a), str(totals[a]), str(in_files), Text(kinds or "-")])
+        show(out, f"cubins per arch — {root}",
+             [Col("arch", whole=True), Col("cubins", justify="right"), Col("files", justify="right"),
+              Col("kernels per family")], rows)
+        ptx = report.ptx()
+        if ptx:
+            out.print(f"PTX (JIT-compiled at load): {', '.join(ptx)}", markup=False, soft_wrap=True)
+        files = sorted(loadable, key=lambda f: -sum(f.cubins.values()))[:top]
+        frows = [[Text(f.path.rsplit("!", 1)[-1]),
+                  Text(", ".join(f"{a}={n}" for a, n in sorted(f.cubins.items(), key=lambda x: arch_sort_key(x[0])))),
+                  Text(", ".join(f.ptx) or "-")] for f in files]
         if len(loadable) > len(files):
-            t.add_row(f"… {len(loadable) - len(files)} more", *[""] * len(archs), "")
-        t.add_row(
-            "[bold]total[/bold]", *[f"[bold]{totals[a]}[/bold]" for a in archs], ",".join(report.ptx())
-        )
-        out.print(t)
-        _render_families(report)
+            frows.append([Text(f"({len(loadable) - len(files)} more: --top N)"), Text(""), Text("")])
+        show(out, "files, most cubins first", [Col("file", whole=True), Col("cubins per arch"), Col("PTX")],
+             frows)
     reloc = [f for f in report.files if f.relocatable]
     if reloc:
-        rt = Table(title="relocatable device code (__nv_relfatbin, -rdc): linked, never loaded as is",
-                   title_justify="left")
-        rt.add_column("file")
-        rt.add_column("cubins")
-        rt.add_column("PTX")
-        for f in reloc[:top]:
-            rt.add_row(escape(f.path.rsplit("!", 1)[-1]),
-                       ", ".join(f"{a}={n}" for a, n in sorted(f.relocatable_cubins.items(), key=lambda x: arch_sort_key(x[0]))),
-                       ",".join(f.relocatable_ptx))
-        out.print(rt)
+        show(out, "relocatable device code (__nv_relfatbin, -rdc): linked, never loaded as is",
+             [Col("file", whole=True), Col("cubins"), Col("PTX")],
+             [[Text(f.path.rsplit("!", 1)[-1]),
+               Text(", ".join(f"{a}={n}" for a, n in sorted(f.relocatable_cubins.items(),
+                                                             key=lambda x: arch_sort_key(x[0])))),
+               Text(",".join(f.relocatable_ptx))] for f in reloc[:top]])
     if report.unreadable:
-        ut = Table(title="unreadable: the audit is incomplete", title_justify="left")
-        ut.add_column("file")
-        ut.add_column("why")
-        for u in report.unreadable:
-            ut.add_row(escape(u.path), escape(u.reason))
-        out.print(ut)
+        show(out, "unreadable: the audit is incomplete", [Col("file", whole=True), Col("why")],
+             [[Text(u.path), Text(u.reason)] for u in report.unreadable])
     if report.verdicts or report.problems:
-        vt = Table(title="verdicts", title_justify="left")
-        vt.add_column("target")
-        vt.add_column("status")
-        vt.add_column("why")
-        for p in report.problems:
-            vt.add_row("files", _status(p.status), escape(p.message))
+        vrows = [[Text("files"), _status(p.status), Text(p.message)] for p in report.problems]
         for v in report.verdicts:
-            vt.add_row(escape(f"{v.target.name} ({v.target.cc})"), _status(v.status), escape(v.message))
+            vrows.append([Text(f"{v.target.name} ({v.target.cc})"), _status(v.status), Text(v.message)])
             for c in v.checks:
                 if (c.status != "pass" or c.family == "nvfp4_gemm") and not v.message.startswith(c.message):
-                    vt.add_row("", _status(c.status), f"[dim]{c.family}:[/dim] {escape(c.message)}")
-        out.print(vt)
+                    vrows.append([Text(""), _status(c.status), Text(f"{c.family}: {c.message}")])
+        show(out, "verdicts", [Col("target", whole=True), Col("status"), Col("why")], vrows)
     sass = "SASS checked" if report.sass_checked else "SASS not checked"
     out.print(
         f"{len(report.files)} CUDA files of {report.stats.files_seen} scanned, "
         f"{report.stats.bytes_read / 2**20:.0f} MiB read, {report.stats.sass_cubins} cubins disassembled "
         f"({sass}), {report.elapsed_s:.1f} s"
     )
-
-
-def _render_families(report: AuditReport) -> None:
-    fams = report.families()
-    cols = sorted({a for c in fams.values() for a in c}, key=arch_sort_key)
-    ft = Table(title="kernels per family and arch", title_justify="left")
-    ft.add_column("family")
-    for a in cols:
-        ft.add_column(a, justify="right")
-    for fam in FAMILIES:
-        if fam in fams:
-            c: Counter[str] = fams[fam]
-            ft.add_row(TITLES[fam], *[_n(c.get(a, 0)) for a in cols])
-    out.print(ft)
-
-
-def _n(v: int) -> str:
-    return str(v) if v else "[dim]·[/dim]"
 
 
 def _status(s: str) -> str:

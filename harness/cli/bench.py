@@ -16,7 +16,6 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
 
 from harness.bench.client import base_url, run_bench, run_sync
 from harness.bench.result import BenchResult
@@ -213,10 +212,10 @@ def _pct(v: float | None) -> str:
 
 
 def render(r: BenchResult) -> None:
-    t = Table(
-        title=f"{r.model} @ {r.url} ({r.endpoint}, {r.max_tokens} tokens, median of {r.repeats})"
-    )
-    for col in (
+    from harness.tables import Col, show
+
+    rows = []
+    names = (
         "conc",
         "per-stream tok/s",
         "aggregate tok/s",
@@ -227,11 +226,10 @@ def render(r: BenchResult) -> None:
         "E2E p50 ms",
         "failed",
         "4-gram min",
-    ):
-        t.add_column(col, justify="right")
+    )
     for lv in r.levels:
         srv = lv.server or {}
-        t.add_row(
+        rows.append([
             str(lv.concurrency),
             f"{_f(lv.per_stream_tok_s)} {_pct(lv.spread.get('per_stream_tok_s'))}",
             f"{_f(lv.aggregate_tok_s)} {_pct(lv.spread.get('aggregate_tok_s'))}",
@@ -242,8 +240,9 @@ def render(r: BenchResult) -> None:
             _f(lv.e2e_ms_p50, "{:.0f}"),
             f"{lv.failed}/{lv.requests}",
             _f(lv.diversity_min, "{:.2f}") + (" DEGENERATE" if lv.degenerate else ""),
-        )
-    out.print(t)
+        ])
+    show(out, f"{r.model} @ {r.url} ({r.endpoint}, {r.max_tokens} tokens, median of {r.repeats})",
+         [Col(n, whole=n == "conc", justify="right") for n in names], rows)
     if r.prefill_tok_s is not None or r.prefix_cache_hit_rate is not None:
         out.print(
             f"prefill: {_f(r.prefill_tok_s, '{:.0f}')} tok/s "

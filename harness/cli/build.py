@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from harness.build.builder import BuildEvent, build_stacks, unpinned
 from harness.build.dockerfile import render
@@ -52,9 +53,9 @@ def _engine_or_none():
 
 def dry_run(matrix, stacks: list[str]) -> int:
     engine = _engine_or_none()
-    table = Table(title=f"{matrix.spec.matrix.name}: {len(stacks)} image(s)")
-    for col in ("stack", "image", "content hash", "exists", "base pinned", "patch preflight"):
-        table.add_column(col, overflow="fold")
+    from harness.tables import Col, show
+
+    rows = []
     bad = 0
     for name in stacks:
         base = matrix.spec.stacks[name].base_image
@@ -74,8 +75,11 @@ def dry_run(matrix, stacks: list[str]) -> int:
             for p in series.patches:
                 lines.append(f"{series.project} ({series.source}): {p.describe()}")
             bad += not series.ok
-        table.add_row(name, r.image_ref, r.content_hash[:16], exists, pinned, "\n".join(lines))
-    out.print(table)
+        rows.append([Text(name), Text(r.image_ref), Text(r.content_hash[:16]), Text(exists), Text(pinned),
+                     Text("\n".join(lines))])
+    show(out, f"{matrix.spec.matrix.name}: {len(stacks)} image(s)",
+         [Col("stack", whole=True), Col("image", whole=True), Col("content hash", whole=True), Col("exists"),
+          Col("base pinned"), Col("patch preflight")], rows)
     if bad:
         raise PatchError(f"{bad} patch series do not apply to their pinned sources",
                          hint="refresh the stale patch (`harness patches add-pr`, or rebase it) and run again")

@@ -7,8 +7,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.table import Table
-
 from harness import gpus
 from harness.console import out
 from harness.errors import EnvironmentProblem, HarnessError
@@ -312,20 +310,27 @@ def needs_for(matrix) -> dict:
 def render(checks: list[Check]) -> None:
     from rich.markup import escape
 
-    table = Table(title="harness doctor")
-    for col in ("check", "status", "detail", "fix"):
-        table.add_column(col, overflow="fold")
+    from harness.tables import Col, show
+
+    rows = []
     for c in checks:
         status = "[green]ok[/green]" if c.ok else ("[red]FAIL[/red]" if c.required else "[yellow]warn[/yellow]")
         # details and fixes are text, not markup: "[host].gpu_attach" must print as written
-        table.add_row(escape(c.name), status, escape(c.detail), "" if c.ok else escape(c.fix))
-    out.print(table)
+        rows.append([escape(c.name), status, escape(c.detail), "" if c.ok else escape(c.fix)])
+    show(out, "harness doctor", [Col("check", whole=True), Col("status"), Col("detail"), Col("fix")], rows)
+
+
+# No matrix: what every shipped matrix needs of a host. Docker builds and audits the images; a GPU
+# and its runtime are needed to serve, so they are required only where a GPU is present (as for a
+# matrix: run_checks drops the runtime requirement on a host without one). The same verdicts as
+# `make doctor` on the same host, minus that matrix's own pins and fit.
+HOST_ONLY = {"need_docker": True, "need_gpu": False, "need_gpu_runtime": True}
 
 
 def register(sub) -> None:
     p = sub.add_parser("doctor", help="check Docker, the GPU runtime, GPUs, disk and cuobjdump")
     p.add_argument("-m", "--matrix", default=None,
-                   help="judge against what this matrix needs (default: Docker + GPU)")
+                   help="also judge what this matrix needs: its pins, its GPU (default: the host only)")
     p.add_argument("--pick-matrix", action="store_true",
                    help="print the matrix for the GPU found here (stdout: the path; stderr: why)")
     p.set_defaults(func=run)
@@ -348,13 +353,20 @@ def run(args) -> int:
         out.print(chosen.path, markup=False, soft_wrap=True)
         err.print(f"matrix: {chosen.path}: {chosen.why}", markup=False)
         return 0
-    kwargs = {}
     if args.matrix:
         from harness.matrix.load import load_matrix
 
         kwargs = needs_for(load_matrix(args.matrix))
+    else:
+        kwargs = HOST_ONLY
     checks = run_checks(**kwargs)
     render(checks)
+    if not args.matrix:
+        from harness.console import err
+
+        err.print("host checks only: `harness doctor -m MATRIX` (or `make doctor`, which picks the "
+                  "matrix for this GPU) also checks the matrix's pins and whether it fits this GPU",
+                  markup=False)
     failed = [c for c in checks if c.required and not c.ok]
     if failed:
         raise EnvironmentProblem(

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
-from rich.table import Table
+from rich.text import Text
 
 from harness.console import out
 from harness.hostenv import host_fingerprint
+from harness.tables import Col, show
 
 
 def register(sub) -> None:
@@ -21,13 +22,11 @@ def run(args) -> int:
     if args.json:
         out.print_json(json.dumps(fp))
         return 0
-    table = Table(title="host fingerprint", show_header=False)
-    table.add_column("key", style="bold")
-    table.add_column("value", overflow="fold")
+    rows = []
     for key, value in fp.items():
         if key == "gpus":
             value = "; ".join(f"{g['index']}: {g['name']} (cc {g['cc']}, {g['memory_gib']} GiB)"
                               for g in value) or "none"
-        table.add_row(key, "-" if value is None else str(value))
-    out.print(table)
+        rows.append([Text(key), Text("-" if value is None else str(value))])
+    show(out, "host fingerprint", [Col("key", whole=True), Col("value")], rows)
     return 0

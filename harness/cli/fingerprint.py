@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rich.table import Table
 from rich.text import Text
 
 from harness.console import out
@@ -111,9 +110,9 @@ def run(args) -> int:
         return _exit_code(vs)
 
     data = fp.to_json()
-    table = Table(title=f"fingerprint of {path}")
-    table.add_column("fact")
-    table.add_column("value", overflow="fold")
+    from harness.tables import Col, show
+
+    rows = []
     for key in (
         "vllm_version",
         "moe_backend",
@@ -155,19 +154,17 @@ def run(args) -> int:
             if isinstance(value, dict)
             else value
         )
-        table.add_row(key, Text("-" if shown in (None, "") else str(shown)))
-    out.print(table)
+        rows.append([Text(key), Text("-" if shown in (None, "") else str(shown))])
+    show(out, f"fingerprint of {path}", [Col("fact", whole=True), Col("value")], rows)
 
     colour = {"pass": "green", "warn": "yellow", "fail": "red"}
-    checks = Table(title="verdicts")
-    for col in ("check", "status", "message"):
-        checks.add_column(col, overflow="fold")
+    vrows = []
     for v in vs:
         # Text, not markup: log lines and messages are full of [brackets].
-        checks.add_row(Text(v.check), Text(v.status, style=colour[v.status]), Text(v.message))
+        vrows.append([Text(v.check), Text(v.status, style=colour[v.status]), Text(v.message)])
         for line in v.lines:
-            checks.add_row("", "", Text(f"| {line}", style="dim"))
-    out.print(checks)
+            vrows.append([Text(""), Text(""), Text(f"| {line}", style="dim")])
+    show(out, "verdicts", [Col("check", whole=True), Col("status"), Col("message")], vrows)
     return _exit_code(vs)
 
 

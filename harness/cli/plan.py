@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from rich.table import Table
-
 from harness.build.identity import image_ref
 from harness.console import out
 from harness.matrix.load import load_matrix
@@ -83,20 +81,26 @@ def run(args) -> int:
     groups: dict[str, list[dict]] = {}
     for r in rows:
         groups.setdefault(r["image"], []).append(r)
-    table = Table(title=f"{matrix.spec.matrix.name}: {len(rows)} cells, {len(groups)} images "
-                        f"(hardware {matrix.spec.matrix.hardware})")
+    from rich.text import Text
+
+    from harness.tables import Col, show
+
     hosts = bool(matrix.spec.hosts)
-    for col in ("cell", "quant", "runner", "image", *(("hosts", "slot") if hosts else ())):
-        table.add_column(col, overflow="fold")
+    cols = [Col("cell", whole=True), Col("quant"), Col("runner"), Col("image", whole=True),
+            *((Col("hosts"), Col("slot")) if hosts else ())]
+    table_rows, ends = [], set()
     for image, members in groups.items():
-        for i, r in enumerate(members):
+        for r in members:
             extra: tuple[str, ...] = ()
             if hosts:
                 extra = (", ".join(r["hosts"]) or f"none: {r['unplaceable']}",
                          f"{r['slot']} (wave {r['wave']})" if r["slot"] else "-")
-            table.add_row(r["id"], r["quantization"], r["runner"], image if i == 0 else "〃", *extra)
-        table.add_section()
-    out.print(table)
+            # the image on every row: a row copied alone (or a list block) must say which it is
+            table_rows.append([Text(r["id"]), Text(r["quantization"]), Text(r["runner"]), Text(image),
+                               *map(Text, extra)])
+        ends.add(len(table_rows) - 1)
+    show(out, f"{matrix.spec.matrix.name}: {len(rows)} cells, {len(groups)} images "
+              f"(hardware {matrix.spec.matrix.hardware})", cols, table_rows, sections=ends)
     if hosts:
         from harness.run import schedule as hostmod
 

@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rich.text import Text
 
 from harness.console import out
 from harness.errors import ConfigError
 from harness.fingerprint.parse import Fingerprint, fingerprint
 from harness.fingerprint.tables import load_signatures
+from harness.tables import Col, show
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "logs" / "corpus"
 # `SpecDecoding metrics` print the rate with one decimal of a percent.
@@ -147,9 +149,6 @@ def score(directory: Path) -> list[Fact]:
 
 
 def _render(facts: list[Fact], directory: Path) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
 
     per_log: dict[str, list[Fact]] = {}
     per_key: dict[str, list[Fact]] = {}
@@ -157,23 +156,17 @@ def _render(facts: list[Fact], directory: Path) -> None:
         per_log.setdefault(f.log, []).append(f)
         per_key.setdefault(f.key.split(":")[0], []).append(f)
 
-    logs = Table(title=f"fingerprint corpus {directory}")
-    for col in ("log", "right", "asserted", "missed"):
-        logs.add_column(col, overflow="fold")
-    for name, fs in per_log.items():
-        right = sum(f.ok for f in fs)
-        missed = ", ".join(f.key for f in fs if not f.ok)
-        logs.add_row(
-            Text(name), str(right), str(len(fs)), Text(missed or "-", style="red" if missed else "")
-        )
-    out.print(logs)
 
-    keys = Table(title="per key")
-    for col in ("key", "right", "asserted"):
-        keys.add_column(col)
-    for key, fs in sorted(per_key.items()):
-        keys.add_row(key, str(sum(f.ok for f in fs)), str(len(fs)))
-    out.print(keys)
+    rows = []
+    for name, fs in per_log.items():
+        missed = ", ".join(f.key for f in fs if not f.ok)
+        rows.append([Text(name), Text(str(sum(f.ok for f in fs))), Text(str(len(fs))),
+                     Text(missed or "-", style="red" if missed else "")])
+    show(out, f"fingerprint corpus {directory}",
+         [Col("log", whole=True), Col("right"), Col("asserted"), Col("missed")], rows)
+    show(out, "per key", [Col("key", whole=True), Col("right"), Col("asserted")],
+         [[Text(key), Text(str(sum(f.ok for f in fs))), Text(str(len(fs)))]
+          for key, fs in sorted(per_key.items())])
 
     misses = [f for f in facts if not f.ok]
     for f in misses:

@@ -451,7 +451,8 @@ class Expect(Strict):
     max_autotuner_skips: int = Field(0, ge=0, description="Most FlashInfer autotuner-skipped tactics per op.")
     allowed_signatures: tuple[str, ...] = Field((), description="Known failure signature ids tolerated.")
     nvfp4_over_fp8_min_ratio: float | None = Field(
-        1.0, gt=0, description="NVFP4 per-stream decode must be at least this times FP8 (same stack, hardware)."
+        1.0, gt=0, description="NVFP4 decode must be at least this times FP8 (same stack and config) at every "
+        "concurrency level both measured: per stream at c=1, aggregate above; judged beyond the noise band."
     )
     min_decode_tok_s: float | None = Field(None, gt=0, description="Per-stream decode floor at concurrency 1.")
     select: tuple[SelectRule, ...] = Field((), description="What the log must show for matching cells.")

@@ -9,7 +9,7 @@ Absent facts stay None and print as "n/a".
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.bench.roofline import roofline_efficiency
@@ -126,6 +126,7 @@ class Report:
     pairs: tuple[Pair, ...]
     builds: tuple[Build, ...]
     note: str | None = None  # why the run stopped early, when it did
+    bench: dict = field(default_factory=dict)  # run.json matrix.bench: says why a section is empty
 
     def status_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -247,10 +248,15 @@ def _memory(mem: MemoryRecord | None) -> str:
         return "not watched"
     slopes = ", ".join(
         f"{name} {value:+.2f} GiB/h"
-        for name, value in (("host", mem.host_slope_gib_per_h), ("gpu", mem.gpu_slope_gib_per_h))
+        for name, value in (("host free", mem.host_slope_gib_per_h), ("gpu used", mem.gpu_slope_gib_per_h))
         if value is not None
     )
     return "; ".join(x for x in (slopes, mem.reason) if x) or "no slope"
+
+
+def memory_judged(mem_note: str) -> bool:
+    """False when the watch was too short for the leak rule to say anything either way."""
+    return "too short to judge" not in mem_note
 
 
 def _error(cell: CellResult) -> str | None:
@@ -375,7 +381,10 @@ def _pairs(cells: tuple[Cell, ...], min_ratio: float | None) -> tuple[Pair, ...]
             verdict = "no rule"
         elif nv.format_verdict is not None:  # the run judged it, with its noise band: show that
             verdict = nv.format_verdict.status.value.upper()
-            if "within noise" in nv.format_verdict.message:
+            lost = re.search(r"Fails at (c=\d+)", nv.format_verdict.message)
+            if lost:
+                verdict += f" at {lost.group(1)}"
+            elif "(within the" in nv.format_verdict.message:
                 verdict += " (within noise)"
         else:
             verdict = "PASS" if ratio >= min_ratio else "FAIL"
@@ -422,4 +431,5 @@ def load(run_dir: str | Path) -> Report:
         pairs=_pairs(cells, min_ratio),
         builds=tuple(_build(b) for b in builds.values()),
         note=run.note,
+        bench=dict(matrix.bench),
     )

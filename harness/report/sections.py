@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.report.data import Cell, Report, Stat
+from harness.report.data import Cell, Report, Stat, memory_judged
+from harness.results.memwatch import LEAK_GIB_PER_H, MIN_R2, MIN_SAMPLES, MIN_WINDOW_S
 
 BAD, WARN, GOOD, PLAIN = "bad", "warn", "good", ""
 # "error" is the tool failing, not the stack: it reads as a warning, with its own section.
@@ -159,7 +160,9 @@ def _decode(r: Report) -> Section:
 
 def _pairs(r: Report) -> Section:
     if r.min_ratio:
-        rule = f"NVFP4 per-stream decode >= {r.min_ratio:g} x FP8"
+        rule = (f"NVFP4 decode >= {r.min_ratio:g} x FP8 at every concurrency both measured (per stream "
+                f"at c=1, aggregate above), a shortfall inside the noise band "
+                f"(±{float(r.bench.get('noise_floor', 0.02)):.0%} or the repeats' spread) not counted")
     else:
         rule = "none set" if r.ratio_recorded else "not recorded in this run.json"
     rows = tuple(
@@ -228,6 +231,17 @@ def _roofline(r: Report) -> Section:
     )
 
 
+def _why_no_prefill(r: Report) -> str:
+    asked = r.bench.get("prefill")
+    if asked is False:
+        return ("No cell measured prefill: the run's bench config asks for none "
+                "(run.json matrix.bench.prefill = false; set [bench] prefill = true to measure it).")
+    if asked is None:
+        return "No cell measured prefill: this run.json does not record whether it was asked for (matrix.bench.prefill)."
+    return ("No cell measured prefill although the bench config asks for it (matrix.bench.prefill = true): "
+            "no cell reached the prefill step; each cell's status and reasons say why.")
+
+
 def _prefill(r: Report) -> Section:
     measured = [c for c in r.cells if c.prefill_tok_s is not None or c.prefix_hit_rate is not None]
     rows = tuple(
@@ -244,7 +258,7 @@ def _prefill(r: Report) -> Section:
     return Section(
         "prefill",
         "Prefill and prefix cache",
-        () if rows else ("No cell measured prefill.",),
+        () if rows else (_why_no_prefill(r),),
         (
             "cell",
             "prefill tok/s",
@@ -261,13 +275,21 @@ def _memory(r: Report) -> Section:
     def leak(c: Cell) -> Td:
         if c.leak is None:
             return Td("n/a")
-        return Td("LEAK", BAD) if c.leak else Td("no", GOOD)
+        if c.leak:
+            return Td("LEAK", BAD)
+        return Td("no", GOOD) if memory_judged(c.memory_note) else Td("not judged", WARN)
 
     rows = tuple((Td(c.id), leak(c), Td(c.memory_note)) for c in r.cells if c.leak is not None)
+    rule = (f"Slopes are least-squares fits over the samples taken after the server was ready: "
+            f"'host free' is MemAvailable (a rise is memory given back, a leak shows as a fall), "
+            f"'gpu used' is the GPU's used memory. LEAK: MemAvailable falls faster than "
+            f"{LEAK_GIB_PER_H:g} GiB/h with r² >= {MIN_R2}, over at least {MIN_SAMPLES} samples and "
+            f"{MIN_WINDOW_S:.0f} s (`harness run --soak SECONDS`); a shorter watch is 'not judged', "
+            f"whatever its slope: a few seconds of start-up traffic extrapolated to an hour mean nothing.")
     return Section(
         "memory",
         "Memory watch",
-        () if rows else ("No cell was memory-watched.",),
+        (rule,) if rows else ("No cell was memory-watched.",),
         ("cell", "leak", "slopes / reason"),
         rows,
     )

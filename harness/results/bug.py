@@ -12,6 +12,7 @@ Secrets are masked in every piece, and once more over the whole text.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,10 +191,19 @@ def _vllm_version(cell: CellResult, labels: dict[str, str]) -> str | None:
             version = version or v
         if "vllm" in low and low.endswith(("commit", "sha")):
             commit = commit or v
+    source = labels.get("harness.vllm.source", "")
+    pinned = re.search(r"vllm==([\w.+-]+)", source)
+    version = version or (f"{pinned.group(1)} (image label)" if pinned else None)
     version = version or (cell.fingerprint.vllm_version if cell.fingerprint else None)
     if version and commit:
         return f"{version} (commit {commit})"
     return version
+
+
+def _from_label(labels: dict[str, str], key: str, what: str = "") -> str | None:
+    """A build label, said to be one: the image was built with it, the probe did not confirm it."""
+    value = (labels.get(key) or "").strip()
+    return f"{value} (image label{': ' + what if what else ''})" if value else None
 
 
 def _audit(cell: CellResult, build: BuildOutcome | None) -> dict:
@@ -241,16 +251,19 @@ def _environment(run: RunRecord, cell: CellResult, build: BuildOutcome | None) -
              f"{ref} ({image_id})" if ref and image_id else ref),
             ("vLLM", _vllm_version(cell, labels)),
             ("torch",
-             f"{torch.get('version')} (CUDA {torch.get('cuda')})" if torch.get("version") else None),
-            ("torch arch list", ", ".join(torch.get("arch_list") or []) or None),
-            ("CUDA runtime", (probe.get("cuda_runtime") or {}).get("version")),
+             f"{torch.get('version')} (CUDA {torch.get('cuda')})" if torch.get("version")
+             else _from_label(labels, "harness.torch")),
+            ("torch arch list", ", ".join(torch.get("arch_list") or [])
+             or _from_label(labels, "harness.torch-cuda-arch-list")),
+            ("CUDA runtime", (probe.get("cuda_runtime") or {}).get("version")
+             or _from_label(labels, "harness.cuda", "base image tag")),
             ("FlashInfer",
              ", ".join(f"{k} {v}" for k, v in dists.items() if k.startswith("flashinfer") and v)
              or None),
             ("FlashInfer pins (labels)",
              ", ".join(f"{k}={v}" for k, v in sorted(fi_labels.items())) or None),
             ("Triton", dists.get("triton")),
-            ("Python", probe.get("python")),
+            ("Python", probe.get("python") or _from_label(labels, "harness.python")),
         ]
     )
     patches = {k: v for k, v in labels.items() if "patch" in k.lower() or "pr." in k.lower()}

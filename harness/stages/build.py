@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import proc
-from harness.audit import Target, audit_path
-from harness.build.builder import build_stacks
+from harness.audit import IMAGE_PATHS, Target, audit_path
+from harness.build.builder import audit_image, build_stacks
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell, group_by_stack
 from harness.results.model import BuildOutcome
@@ -43,13 +43,25 @@ def audit_local_stack(matrix: Matrix, stack_name: str) -> BuildOutcome:
                         audit_summary=report.summary(), duration_s=round(time.monotonic() - t0, 1))
 
 
-def _prebuilt(engine, stack: str, image: str) -> BuildOutcome:
+def _prebuilt(engine, stack: str, image: str, ccs: tuple[str, ...] = ()) -> BuildOutcome:
     labels = engine.image_labels(image)
     if labels is None:
         return BuildOutcome(stack=stack, image_ref=image, status="failed",
                             reason=f"image {image} does not exist on this engine (build or load it first)")
     return BuildOutcome(stack=stack, image_ref=image, image_id=engine.image_id(image),
-                        status="reused", labels=labels)
+                        status="reused", labels=labels, audit_summary=_audit_prebuilt(engine, image, ccs))
+
+
+def _audit_prebuilt(engine, image: str, ccs: tuple[str, ...]) -> dict:
+    """An image the harness did not build keeps vLLM where its maker put it: the audit tries the
+    usual package folders, as `harness audit IMAGE` does, and says so when none holds CUDA code."""
+    tried = []
+    for path in IMAGE_PATHS:
+        summary = audit_image(engine, image, {"harness.role": "audit"}, path, ccs)
+        if summary and summary.get("status") != "not-audited" and summary.get("cubins"):
+            return summary
+        tried.append(path)
+    return {"status": "not-audited", "reason": f"no CUDA code under {', '.join(tried)} in {image}"}
 
 
 def build_stage(matrix: Matrix, cells: list[Cell], store: RunStore, *, engine: Callable[[], object],
@@ -78,7 +90,8 @@ def build_stage(matrix: Matrix, cells: list[Cell], store: RunStore, *, engine: C
         if stack.runner == "local":
             record(audit_local_stack(matrix, s))
         elif stack.image:
-            record(_prebuilt(engine(), s, stack.image))
+            record(_prebuilt(engine(), s, stack.image,
+                             (matrix.spec.hardware[matrix.spec.matrix.hardware].cc,)))
     todo = [s for s in needed if s not in known and matrix.spec.stacks[s].runner == "docker"]
     if todo:
         outcomes = build_stacks(matrix, todo, engine=engine(), log_dir=store.dir / "logs",

@@ -284,6 +284,57 @@ def root_cause(ix: Indexed) -> RootCause | None:
     return None
 
 
+_FRAME = re.compile(r'^File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>[^\s]+)')
+_CARETS = re.compile(r"^[~^\s]+$")
+
+
+@dataclass(frozen=True)
+class CutTraceback:
+    """A traceback the log ends inside: the process that raised and the frames seen."""
+
+    index: int  # of its `Traceback (most recent call last):` line
+    process: str | None
+    frames: tuple[str, ...]  # "file.py:line in fn", outermost first
+
+
+def cut_traceback(ix: Indexed) -> CutTraceback | None:
+    """The traceback whose exception line never came (a paste cut short, a process killed).
+
+    Read per process: interleaved workers (`(EngineCore_0 pid=1)`, `(VllmWorker rank=1 pid=2)`,
+    bare API-server lines) each print their own traceback line by line, so one process's frames
+    sit between another's. A traceback ends at the first line of its process that is neither a
+    frame, nor the code line after a frame, nor a caret line; one that never ends is cut. Only
+    the log's last traceback counts: an earlier unfinished one was a reporter's elision."""
+    last: tuple[int, str | None] | None = None
+    for i in ix.find(_TRACEBACK_M):
+        ln = ix.lines[i]
+        if ln.level in QUIET_LEVELS:
+            continue
+        last = (i, ln.process)
+    if last is None:
+        return None
+    start, process = last
+    frames: list[str] = []
+    after_frame = False
+    for ln in ix.lines[start + 1 :]:
+        if ln.process != process:
+            continue
+        msg = ln.message
+        if _EXCEPTION.match(msg) or _CPP_WHAT.match(msg):
+            return None
+        if m := _FRAME.match(msg):
+            frames.append(f"{m.group('file').rsplit('/', 1)[-1]}:{m.group('line')} in {m.group('fn')}")
+            after_frame = True
+        elif after_frame or _CARETS.match(msg):
+            after_frame = False
+        else:
+            return None
+    return CutTraceback(start, process, tuple(frames))
+
+
+_TRACEBACK_M = re.compile("^" + re.escape(_TRACEBACK), re.M)
+
+
 def died(ix: Indexed) -> int | None:
     """Index of the first line that proves the engine or server died, else None.
 
@@ -317,4 +368,6 @@ def died(ix: Indexed) -> int | None:
     # The exception line may be cut off by the paste: a bare exception anywhere will do.
     if any(ln.level is None and _EXCEPTION.match(ln.message) for ln in lines):
         return last_tb
-    return None
+    # ... or the log ends inside that traceback (the process died mid-print, or the paste stops).
+    cut = cut_traceback(ix)
+    return last_tb if cut is not None and cut.index == last_tb else None

@@ -48,6 +48,7 @@ from harness.fingerprint.failure import (
     QUIET_LEVELS,
     Indexed,
     RootCause,
+    cut_traceback,
     died,
     op_near,
     root_cause,
@@ -200,6 +201,10 @@ class Fingerprint:
     failure_op: str | None = None
     asked: str | None = None
     signature_context: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The name every fatal log gets: the signature that explains it, else `traceback-cut` (the
+    # log ends inside a traceback), else `exception:<Type>` of the root cause, else
+    # `engine-died` (only a death line shows it).
+    failure_signature: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -247,6 +252,7 @@ class Fingerprint:
             "failure_op": self.failure_op,
             "asked": self.asked,
             "signature_context": {k: dict(v) for k, v in self.signature_context.items()},
+            "failure_signature": self.failure_signature,
         }
 
 
@@ -328,6 +334,8 @@ def _signature_hit(
         return None
     if not all(ix.any(_multiline(r)) for r in sig.requires):
         return None
+    if sig.unless_any is not None and ix.any(_multiline(sig.unless_any)):
+        return None
     if sig.unless_after is not None:
         if not process_ended:
             return None
@@ -341,6 +349,36 @@ def _signature_hit(
 def _multiline(rx: re.Pattern[str]) -> re.Pattern[str]:
     """The table regex for a search over the joined text (^ and $ per line)."""
     return re.compile(rx.pattern, rx.flags | re.MULTILINE)
+
+
+_FALLBACK_ON = ("unclassified-death", "traceback-cut", "engine-died")
+
+
+def _name_failure(
+    ix: Indexed,
+    explained: _Hit | None,
+    root: RootCause | None,
+    death: int | None,
+    fallback: dict[str, Signature],
+    phase: str | None,
+    op: str | None,
+) -> tuple[str | None, _Hit | None]:
+    """(the failure's name, the fallback signature hit to add when no table signature explains
+    it). A traceback the log ends inside wins over an earlier exception: that exception did not
+    kill the process whose traceback was being printed."""
+    if explained is not None:
+        return explained.sig.id, None
+    cut = cut_traceback(ix)
+    if cut is not None and (root is None or root.index < cut.index) and "traceback-cut" in fallback:
+        return "traceback-cut", _Hit(fallback["traceback-cut"], cut.index, None, ix.phase(cut.index),
+                                     op_near(ix, len(ix.lines) - 1))
+    if root is not None:
+        sig = fallback.get("unclassified-death")
+        return f"exception:{root.type}", _Hit(sig, root.index, None, phase, op) if sig else None
+    if death is not None:
+        sig = fallback.get("engine-died")
+        return "engine-died", _Hit(sig, death, None, phase, op) if sig else None
+    return None, None
 
 
 def _classify(hits: list[_Hit], root: RootCause | None, ix: Indexed) -> tuple[_Hit | None, str]:
@@ -625,14 +663,14 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
     death = died(ix)
     root = root_cause(ix)
     hits: list[_Hit] = []
-    unclassified: Signature | None = None
+    fallback: dict[str, Signature] = {}
     for sig in signatures():
-        if sig.on == "unclassified-death":
-            unclassified = sig
+        if sig.on in _FALLBACK_ON:
+            fallback[sig.on] = sig
         elif hit := _signature_hit(sig, ix, root, process_ended):
             hits.append(hit)
     fatal = death is not None or any(h.sig.severity == "fatal" for h in hits)
-    failure_class = cause = phase = op = asked = None
+    failure_class = cause = phase = op = asked = named = None
     cause_line: int | None = None
     if fatal:
         explained, failure_class = _classify(hits, root, ix)
@@ -647,9 +685,14 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
         if at is not None:
             phase = explained.phase if explained else ix.phase(at)
             op = (explained.op if explained else None) or op_near(ix, at)
-        if explained is None and unclassified is not None:
-            at_line = root.index if root is not None else death if death is not None else 0
-            hits.append(_Hit(unclassified, at_line, None, phase, op))
+        named, extra = _name_failure(ix, explained, root, death, fallback, phase, op)
+        if extra is not None:
+            hits.append(extra)
+        cut = cut_traceback(ix) if named == "traceback-cut" and root is None else None
+        if cut is not None and death in (None, cut.index):
+            where = cut.frames[-1] if cut.frames else "its first frame"
+            cause = f"traceback cut off after {where} ({cut.process or 'unprefixed process'})"
+            cause_line = lines[cut.index].number
         if explained is not None and explained.sig.failure_class == "backend-refused":
             key = explained.sig.asked_from
             asked = requested.get(key) if key else None
@@ -665,6 +708,8 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
             cause if h.sig.on == "unclassified-death" and cause else lines[h.index].message
         )
         ctx: dict[str, Any] = {"line": lines[h.index].number, "phase": h.phase or ix.phase(h.index)}
+        if h.sig.on == "traceback-cut" and (cut := cut_traceback(ix)) is not None:
+            ctx["process"], ctx["frames"] = cut.process, list(cut.frames)
         if h.sig.severity == "fatal":
             ctx["op"] = h.op or op_near(ix, h.index)
         if h.asked:
@@ -714,4 +759,5 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
         failure_op=op,
         asked=asked,
         signature_context=signature_context,
+        failure_signature=named,
     )

@@ -60,11 +60,28 @@ _MOE = re.compile(
     # 0.25.1 unquantized.py prints a display name: "Using FlashInfer CUTLASS Unquantized MoE ..."
     r"Using '?(?P<backend>[A-Z][\w ]*?)'? (?P<quant>[A-Za-z0-9]+) MoE backend"
     # 0.25.1 int_wna16.py: "Using 'MARLIN' WNA16 MoE backend." (no list of candidates)
-    r"(?: out of potential backends|\.?\s*$)"
+    r"(?: out of potential backends|(?: \([^)]*\))?\.?\s*$)"
+)
+# The kernel-class form (0.2x modular kernels: "Using CutlassExpertsMxfp4 for MXFP4 MoE", 0.23),
+# the backend-word form ("Using Marlin backend for WNA16 MoE (group_size=32, num_bits=4)",
+# "Using Cutlass BlockScaled GroupedGemm backend for FP8 MoE") and a fallback that names what it
+# falls back to ("Falling back to MARLIN for NvFp4 MoE", "Falling back to Marlin FP4 MoE kernel").
+# Names the legacy table maps win; any other name is reported as printed.
+_MOE_USING = re.compile(
+    r"^(?:Using|Selected) (?P<backend>[A-Za-z][\w.]*(?: [A-Za-z][\w.]*){0,3}?)(?: backend| kernels?)?"
+    r" for (?P<quant>[\w-]+) MoE\b"
+    r"|[Ff]alling back to (?P<fallback>[A-Za-z][\w.]*)(?: for (?P<fquant>[\w-]+) MoE\b| (?P<kquant>\w+) MoE kernel)"
 )
 # `Using X for Y GEMM` (any format), `Using XKernel for Y`, `Using Enum.X for Y`; and `Selected`.
 _USING_KERNEL = re.compile(
-    r"^Using (?P<kernel>[\w.-]+) for (?:(?P<gemm>[\w-]+) GEMM|(?P<what>\w+))\.?\s*$"
+    r"^Using (?P<kernel>[\w.-]+)(?: backend)? for (?:(?P<gemm>[\w-]+) GEMM|(?P<what>\w+))\.?\s*$"
+)
+# awq_marlin / gptq_marlin / bitblas (0.8-0.2x): "The model is convertible to awq_marlin during
+# runtime. Using awq_marlin kernel."; mxfp4.py "MXFP4 linear layer is not implemented - falling
+# back to UnquantizedLinearMethod."
+_LINEAR_PROSE = re.compile(
+    r"(?:runtime|format)\. Using (?P<kernel>\w+) kernel\.?\s*$"
+    r"|linear layer is not implemented - falling back to (?P<fallback>\w+)"
 )
 _KERNEL_NAME = re.compile(r"^(?:\w+Kernel|\w+Backend\.\w+)$")
 _SELECTED = re.compile(r"Selected (?P<kernel>\w+Kernel) for (?P<what>\S.*?)\s*$")
@@ -99,7 +116,17 @@ _ATTN_LEGACY = re.compile(
 _CG_CONFIG = re.compile(
     r"""['"]cudagraph_mode['"]\s*:\s*(?:<CUDAGraphMode\.(?P<name>\w+)[^>]*>|(?P<num>\[\s*\d\s*,\s*\d\s*\]|\d)|['"](?P<str>\w+)['"]|None)"""
 )
-_CG_DOWNGRADE = re.compile(r"setting cudagraph_mode\s*=\s*(?P<mode>[A-Z_]+)")
+_CG_DOWNGRADE = re.compile(
+    r"(?i:setting|overriding|override) (?:cudagraph_mode\s*(?:=|to)\s*|to (?=[A-Z_]+\.?\s*$))"
+    r"(?P<mode>[A-Z][A-Z_]+)\b"
+)
+# Releases that turn CUDA graphs off in prose: "Enforce eager set, disabling torch.compile and
+# CUDAGraphs", "Cudagraph is disabled under eager mode", "CUDA graph is not supported on ...,
+# fallback to the eager mode", "disabling cudagraph_mode".
+_CG_OFF = re.compile(
+    r"(?i)disabling (?:torch\.compile and )?cuda ?graphs|cuda ?graphs? (?:is|are) disabled"
+    r"|fall ?back to (?:the )?eager mode|disabling cudagraph_mode|cudagraph_mode=none\b"
+)
 _KV_TOKENS = re.compile(r"KV cache size: (?P<tokens>[\d,]+) tokens")
 _MAX_CONC = re.compile(
     r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<x>[\d.]+)x"
@@ -135,7 +162,8 @@ _UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected:?\s*(?P<n
 _INTERESTING = re.compile(
     r"Using|Selected|cudagraph|KV cache|concurrency|Model loading|Graph captur|Capturing CUDA"
     r"|utotuner|uto[Tt]uner|unsupported tactic|version|non-default|kernel_config|KernelConfig"
-    r"|VLLM_|drafter|speculative|Speculative|SpecDecoding|Initializing"
+    r"|VLLM_|drafter|speculative|Speculative|SpecDecoding|Initializing|MoE|MOE|[Ff]alling back"
+    r"|[Ee]ager|CUDA ?[Gg]raph|Overriding to|convertible"
 )
 
 # CUDAGraphMode values (0.33.0 config/compilation.py): NONE=0, PIECEWISE=1, FULL=2,
@@ -526,12 +554,16 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
             if model.moe is None:
                 model.moe, model.quant = m.group("backend"), m.group("quant").lower()
                 ev[f"{tag}moe_backend"] = msg
-        elif using and model.legacy_moe is None:
+        elif model.legacy_moe is None and (using or "MoE" in msg or "MOE" in msg):
             for rx, backend in names.moe_legacy:
                 if rx.search(msg):
                     model.legacy_moe = backend
                     ev.setdefault(f"{tag}moe_backend_legacy", msg)
                     break
+            else:
+                if m := _MOE_USING.search(msg):
+                    model.legacy_moe = m.group("backend") or m.group("fallback")
+                    ev.setdefault(f"{tag}moe_backend_legacy", msg)
         if (
             using
             and " for " in msg
@@ -546,6 +578,11 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
         elif "Selected " in msg and (m := _SELECTED.search(msg)):
             kernel = m.group("kernel")
             if model.add_linear(kernel, m.group("what")):
+                ev.setdefault(f"{tag}linear_kernels", msg)
+                ev[f"{tag}linear:{kernel}"] = msg
+        elif ("kernel" in msg or "linear" in msg) and (m := _LINEAR_PROSE.search(msg)):
+            kernel = m.group("kernel") or m.group("fallback")
+            if model.add_linear(kernel, "linear"):
                 ev.setdefault(f"{tag}linear_kernels", msg)
                 ev[f"{tag}linear:{kernel}"] = msg
         if "backend" not in msg:
@@ -566,8 +603,11 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
             else:
                 cg_mode = "NONE"
             ev["cudagraph_mode"] = msg[max(0, m.start() - 40) : m.end() + 10]
-        if "setting cudagraph_mode" in msg and (m := _CG_DOWNGRADE.search(msg)):
-            cg_mode = m.group("mode")
+        if ("cudagraph_mode" in msg or "Cudagraph mode" in msg) and (m := _CG_DOWNGRADE.search(msg)):
+            cg_mode = m.group("mode").upper()
+            ev["cudagraph_mode"] = msg
+        elif ("raph" in msg or "eager" in msg) and _CG_OFF.search(msg):
+            cg_mode = "NONE"
             ev["cudagraph_mode"] = msg
         if "KV cache size" in msg and (m := _KV_TOKENS.search(msg)):
             kv_tokens = _number(m.group("tokens"))

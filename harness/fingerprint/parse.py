@@ -71,6 +71,11 @@ _MOE_USING = re.compile(
     r"^(?:Using|Selected) (?P<backend>[A-Za-z][\w.]*(?: [A-Za-z][\w.]*){0,3}?)(?: backend| kernels?)?"
     r" for (?P<quant>[\w-]+) MoE\b"
     r"|[Ff]alling back to (?P<fallback>[A-Za-z][\w.]*)(?: for (?P<fquant>[\w-]+) MoE\b| (?P<kquant>\w+) MoE kernel)"
+    # 0.12 "Using Marlin for ModelOptNvFp4FusedMoE."; 0.20 "Using
+    # Nvfp4QuantizationEmulationTritonExperts MOE backend."; 0.10-0.17 mxfp4.py (gpt-oss MoE)
+    # "Using FlashInfer MXFP4 MXFP8 TRTLLM backend for SM100"
+    r"|^Using (?P<method>\w+) for \w*MoE\w*\.?\s*$|^Using (?P<upper>\w+) MOE backend"
+    r"|^Using (?P<mxfp4>FlashInfer MXFP4 [\w ]+?) backend for SM\d+"
 )
 # `Using X for Y GEMM` (any format), `Using XKernel for Y`, `Using Enum.X for Y`; and `Selected`.
 _USING_KERNEL = re.compile(
@@ -82,6 +87,7 @@ _USING_KERNEL = re.compile(
 _LINEAR_PROSE = re.compile(
     r"(?:runtime|format)\. Using (?P<kernel>\w+) kernel\.?\s*$"
     r"|linear layer is not implemented - falling back to (?P<fallback>\w+)"
+    r"|falling back to (?P<kernel_fb>\w+(?:LinearKernel|LinearMethod))\b"
 )
 _KERNEL_NAME = re.compile(r"^(?:\w+Kernel|\w+Backend\.\w+)$")
 _SELECTED = re.compile(r"Selected (?P<kernel>\w+Kernel) for (?P<what>\S.*?)\s*$")
@@ -103,29 +109,37 @@ _SPEC_COUNTS = re.compile(r"Accepted: (?P<acc>\d+) tokens, Drafted: (?P<dr>\d+) 
 _SPEC_MEAN_LEN = re.compile(r"Mean acceptance length: (?P<x>[\d.]+)")
 _SPEC_PER_POS = re.compile(r"Per-position acceptance rate: (?P<r>[\d.]+(?:, [\d.]+)*)")
 _ATTN_AUTO = re.compile(
-    r"Using (?P<name>[A-Z][A-Z0-9_]*) attention backend out of potential backends"
+    # ROCm (0.19+) prints the same without "attention"
+    r"Using (?P<name>[A-Z][A-Z0-9_]*) (?:attention )?backend out of potential backends"
 )
 _ATTN_EXPLICIT = re.compile(
-    r"^Using (?:AttentionBackendEnum\.)?(?P<name>[A-Z][A-Z0-9_]*) backend\.?\s*$"
+    r"^Using (?:AttentionBackendEnum\.)?(?P<name>[A-Z][A-Z0-9_]*) backend"
+    r"(?: \(selected via --attention-backend\))?\.?\s*$"
 )
 # 0.11.0 "Using Flash Attention backend on V1 engine."; V0 (<=0.10) "Using Flash Attention
 # backend." / "Using XFormers backend."; only names in kernel_names.toml count.
 _ATTN_LEGACY = re.compile(
-    r"^Using (?P<name>[\w ]+?) backend(?: with \w+ KV cache layout)?(?: on V1 engine)?\.?\s*$"
+    r"^Using (?P<name>[\w ]+?) backend(?: with \w+ KV cache layout)?"
+    # 0.9 "Using FlexAttention backend for head_size=72 on V1 engine."; 0.9-0.10 "... on V1
+    # engine by default for Blackwell (SM 10.0) GPUs."
+    r"(?:(?: for [^.]*?)? on V1 engine)?(?: by default for [^.]*?\))?\.?\s*$"
 )
 _CG_CONFIG = re.compile(
     r"""['"]cudagraph_mode['"]\s*:\s*(?:<CUDAGraphMode\.(?P<name>\w+)[^>]*>|(?P<num>\[\s*\d\s*,\s*\d\s*\]|\d)|['"](?P<str>\w+)['"]|None)"""
 )
 _CG_DOWNGRADE = re.compile(
-    r"(?i:setting|overriding|override) (?:cudagraph_mode\s*(?:=|to)\s*|to (?=[A-Z_]+\.?\s*$))"
-    r"(?P<mode>[A-Z][A-Z_]+)\b"
+    r"(?i:setting|overriding|override) (?:cudagraph[_ ]mode\s*(?:from \S+ )?(?:=|to)\s*"
+    r"|to (?=[A-Z_]+\.?\s*$))(?P<mode>[A-Z][A-Z_]+)\b"
+    # 0.10 DeepEP: "using PIECEWISE CUDA graphs and excluding MoE ops from capture"
+    r"|using (?P<using>PIECEWISE|FULL) CUDA graphs"
 )
 # Releases that turn CUDA graphs off in prose: "Enforce eager set, disabling torch.compile and
 # CUDAGraphs", "Cudagraph is disabled under eager mode", "CUDA graph is not supported on ...,
 # fallback to the eager mode", "disabling cudagraph_mode".
 _CG_OFF = re.compile(
     r"(?i)disabling (?:torch\.compile and )?cuda ?graphs|cuda ?graphs? (?:is|are) disabled"
-    r"|fall ?back to (?:the )?eager mode|disabling cudagraph_mode|cudagraph_mode=none\b"
+    r"|fall ?back to (?:the )?eager mode|disabling cudagraph(?:_mode)?\b|cudagraph_mode=none\b"
+    r"|[Ff]orcing enforce eager|Skipping CUDA graph capture|No cudagraph will be used"
 )
 _KV_TOKENS = re.compile(r"KV cache size: (?P<tokens>[\d,]+) tokens")
 _MAX_CONC = re.compile(
@@ -562,7 +576,7 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
                     break
             else:
                 if m := _MOE_USING.search(msg):
-                    model.legacy_moe = m.group("backend") or m.group("fallback")
+                    model.legacy_moe = next(g for g in m.groups() if g)
                     ev.setdefault(f"{tag}moe_backend_legacy", msg)
         if (
             using
@@ -581,7 +595,7 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
                 ev.setdefault(f"{tag}linear_kernels", msg)
                 ev[f"{tag}linear:{kernel}"] = msg
         elif ("kernel" in msg or "linear" in msg) and (m := _LINEAR_PROSE.search(msg)):
-            kernel = m.group("kernel") or m.group("fallback")
+            kernel = m.group("kernel") or m.group("fallback") or m.group("kernel_fb")
             if model.add_linear(kernel, "linear"):
                 ev.setdefault(f"{tag}linear_kernels", msg)
                 ev[f"{tag}linear:{kernel}"] = msg
@@ -603,8 +617,8 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
             else:
                 cg_mode = "NONE"
             ev["cudagraph_mode"] = msg[max(0, m.start() - 40) : m.end() + 10]
-        if ("cudagraph_mode" in msg or "Cudagraph mode" in msg) and (m := _CG_DOWNGRADE.search(msg)):
-            cg_mode = m.group("mode").upper()
+        if ("udagraph" in msg or "CUDA graphs" in msg) and (m := _CG_DOWNGRADE.search(msg)):
+            cg_mode = (m.group("mode") or m.group("using")).upper()
             ev["cudagraph_mode"] = msg
         elif ("raph" in msg or "eager" in msg) and _CG_OFF.search(msg):
             cg_mode = "NONE"

@@ -105,6 +105,7 @@ class Indexed:
             self.starts.append(pos)
             pos += len(ln.message) + 1
         self._phase_events: list[tuple[int, str]] | None = None
+        self.cut: CutTraceback | None | bool = False  # cut_traceback's answer, once computed
 
     def index_of(self, pos: int) -> int:
         return bisect_right(self.starts, pos) - 1
@@ -305,6 +306,12 @@ def cut_traceback(ix: Indexed) -> CutTraceback | None:
     sit between another's. A traceback ends at the first line of its process that is neither a
     frame, nor the code line after a frame, nor a caret line; one that never ends is cut. Only
     the log's last traceback counts: an earlier unfinished one was a reporter's elision."""
+    if ix.cut is False:
+        ix.cut = _cut_traceback(ix)
+    return ix.cut  # type: ignore[return-value]
+
+
+def _cut_traceback(ix: Indexed) -> CutTraceback | None:
     last: tuple[int, str | None] | None = None
     for i in ix.find(_TRACEBACK_M):
         ln = ix.lines[i]

@@ -27,6 +27,7 @@ FailureClass = Literal[
     "cuda-graph-hang",
     "unsupported-arch",
     "import-error",
+    "device-assert",
     "unclassified",
 ]
 Phase = Literal[

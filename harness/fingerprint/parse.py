@@ -413,7 +413,7 @@ def _name_failure(
     if explained is not None:
         return explained.sig.id, None
     cut = cut_traceback(ix)
-    if cut is not None and (root is None or root.index < cut.index) and "traceback-cut" in fallback:
+    if cut is not None and (root is None or root.index < cut.last) and "traceback-cut" in fallback:
         return "traceback-cut", _Hit(fallback["traceback-cut"], cut.index, None, ix.phase(cut.index),
                                      op_near(ix, len(ix.lines) - 1))
     if root is not None:

@@ -69,12 +69,14 @@ _MOE = re.compile(
 # Names the legacy table maps win; any other name is reported as printed.
 _MOE_USING = re.compile(
     r"^(?:Using|Selected) (?P<backend>[A-Za-z][\w.]*(?: [A-Za-z][\w.]*){0,3}?)(?: backend| kernels?)?"
-    r" for (?P<quant>[\w-]+) MoE\b"
+    # "Using MarlinExperts (weight-only FP4) for AutoRound MXFP4 MoE" (0.27)
+    r"(?: \([^)]*\))? for (?P<quant>[\w-]+(?: [\w-]+){0,3}) MoE\b"
     r"|[Ff]alling back to (?P<fallback>[A-Za-z][\w.]*)(?: for (?P<fquant>[\w-]+) MoE\b| (?P<kquant>\w+) MoE kernel)"
     # 0.12 "Using Marlin for ModelOptNvFp4FusedMoE."; 0.20 "Using
     # Nvfp4QuantizationEmulationTritonExperts MOE backend."; 0.10-0.17 mxfp4.py (gpt-oss MoE)
     # "Using FlashInfer MXFP4 MXFP8 TRTLLM backend for SM100"
-    r"|^Using (?P<method>\w+) for \w*MoE\w*\.?\s*$|^Using (?P<upper>\w+) MOE backend"
+    r"|^Using (?P<method>\w+) for \w*MoE\w*\.?\s*$|^Using (?P<upper>\w+) M[Oo]E backend"
+    r"|^Using (?P<moemethod>\w+MoEMethod)\b"
     r"|^Using (?P<mxfp4>FlashInfer MXFP4 [\w ]+?) backend for SM\d+"
 )
 # `Using X for Y GEMM` (any format), `Using XKernel for Y`, `Using Enum.X for Y`; and `Selected`.
@@ -122,7 +124,7 @@ _ATTN_LEGACY = re.compile(
     r"^Using (?P<name>[\w ]+?) backend(?: with \w+ KV cache layout)?"
     # 0.9 "Using FlexAttention backend for head_size=72 on V1 engine."; 0.9-0.10 "... on V1
     # engine by default for Blackwell (SM 10.0) GPUs."
-    r"(?:(?: for [^.]*?)? on V1 engine)?(?: by default for [^.]*?\))?\.?\s*$"
+    r"(?:(?: for [^.]*?)? on V1 engine)?(?: by default for .*?GPUs)?\.?\s*$"
 )
 _CG_CONFIG = re.compile(
     r"""['"]cudagraph_mode['"]\s*:\s*(?:<CUDAGraphMode\.(?P<name>\w+)[^>]*>|(?P<num>\[\s*\d\s*,\s*\d\s*\]|\d)|['"](?P<str>\w+)['"]|None)"""

@@ -105,7 +105,7 @@ class _Template:
 
     def field(self, conv: str, expr: ast.AST | str) -> None:
         src = expr if isinstance(expr, str) else _unparse(expr)
-        self.parts.append("{%d}" % len(self.fields))
+        self.parts.append("{" + str(len(self.fields)) + "}")
         self.fields.append(f"{conv}:{src}")
 
 

@@ -1,6 +1,6 @@
 """Every fatal log gets a name: the signature that explains it, `traceback-cut` when the log ends
 inside a traceback (read per process when workers interleave), `exception:<Type>` of the root
-cause, or `engine-died` when only a death line shows it. Death lines are those of vLLM 0.8-0.28
+cause, or `engine-died` when only a death line shows it. Death lines are those of vLLM 0.8-0.33
 (tests/fixtures/upstream/, read from the sdists); the corpus holds real logs of each kind."""
 
 from __future__ import annotations

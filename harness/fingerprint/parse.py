@@ -72,6 +72,9 @@ _MOE_USING = re.compile(
     # "Using MarlinExperts (weight-only FP4) for AutoRound MXFP4 MoE" (0.27)
     r"(?: \([^)]*\))? for (?P<quant>[\w-]+(?: [\w-]+){0,3}) MoE\b"
     r"|[Ff]alling back to (?P<fallback>[A-Za-z][\w.]*)(?: for (?P<fquant>[\w-]+) MoE\b| (?P<kquant>\w+) MoE kernel)"
+    # 0.32 oracle/mxfp4.py "No Mxfp4 MoE backend supports activation=... Falling back to 'MARLIN'
+    # with BF16 activations."
+    r"|MoE backend supports .*[Ff]alling back to '(?P<quoted>\w+)'"
     # 0.12 "Using Marlin for ModelOptNvFp4FusedMoE."; 0.20 "Using
     # Nvfp4QuantizationEmulationTritonExperts MOE backend."; 0.10-0.17 mxfp4.py (gpt-oss MoE)
     # "Using FlashInfer MXFP4 MXFP8 TRTLLM backend for SM100"
@@ -130,7 +133,8 @@ _CG_CONFIG = re.compile(
     r"""['"]cudagraph_mode['"]\s*:\s*(?:<CUDAGraphMode\.(?P<name>\w+)[^>]*>|(?P<num>\[\s*\d\s*,\s*\d\s*\]|\d)|['"](?P<str>\w+)['"]|None)"""
 )
 _CG_DOWNGRADE = re.compile(
-    r"(?i:setting|overriding|override) (?:cudagraph[_ ]mode\s*(?:from \S+ )?(?:=|to)\s*"
+    # 0.32 "Overriding cudagraph_mode FULL_AND_PIECEWISE to NONE"
+    r"(?i:setting|overriding|override) (?:cudagraph[_ ]mode\s*(?:(?:from )?[\w.]+ )?(?:=|to)\s*"
     r"|to (?=[A-Z_]+\.?\s*$))(?P<mode>[A-Z][A-Z_]+)\b"
     # 0.10 DeepEP: "using PIECEWISE CUDA graphs and excluding MoE ops from capture"
     r"|using (?P<using>PIECEWISE|FULL) CUDA graphs"
@@ -155,6 +159,13 @@ _GRAPH_DONE = re.compile(
 )
 _AUTOTUNER = re.compile(
     r"\[autotuner\]: Skipped (?P<n>\d+) unsupported tactic\(s\) for (?P<op>\S+)", re.IGNORECASE
+)
+# FlashInfer 0.2-0.5 logged each failed tactic instead of the summary (ERROR "[Autotuner]: Failed
+# when profiling {runner} {tactic}, shapes=..."; later WARNING "[Autotuner]: Skipping tactic
+# {runner} {tactic}, due to failure while profiling"): counted per runner class, distinct tactics.
+_AUTOTUNER_TACTIC = re.compile(
+    r"\[Auto[Tt]un+er\]: (?:Skipping tactic|Failed when profiling) "
+    r"(?:<\S*?(?P<runner>\w+) object at 0x[0-9a-f]+>|(?P<name>[^\s,]+)) (?P<tactic>[^\s,]+)"
 )
 _VERSION = (
     # 0.33.0 v1/engine/core.py; V0 (<=0.10) llm_engine.py "Initializing an LLM engine (v0.6.3) ..."
@@ -548,6 +559,7 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
     max_conc: float | None = None
     load_gib = load_s = cap_s = cap_gib = None
     skipped: dict[str, int] = {}
+    tactics: dict[str, set[str]] = {}  # runner -> failed tactics (older FlashInfer)
     requested_args: dict[str, str] = {}
     env: dict[str, str] = {}
     unknown_env: dict[str, str] = {}
@@ -647,6 +659,10 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
             if n > skipped.get(op, -1):
                 skipped[op] = n
                 ev[f"autotuner:{op}"] = msg[m.start() :]
+        elif ("tactic" in msg or "profiling" in msg) and (m := _AUTOTUNER_TACTIC.search(msg)):
+            runner = m.group("runner") or m.group("name")
+            tactics.setdefault(runner, set()).add(m.group("tactic"))
+            ev.setdefault(f"autotuner:{runner}", msg[m.start() :])
         if version is None and ("version" in msg or "engine (v" in msg):
             for rx in _VERSION:
                 if m := rx.search(msg):
@@ -697,6 +713,8 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
         if "Unknown vLLM" in msg and (m := _UNKNOWN_ENV.search(msg)):
             unknown_env[m.group("name")] = msg
 
+    for runner, failed in tactics.items():
+        skipped.setdefault(runner, len(failed))
     requested: dict[str, str] = dict(requested_args)
     source = "args" if requested_args else None
     env_requested = _requested_from_env(env, names)

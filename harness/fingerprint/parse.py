@@ -58,7 +58,8 @@ from harness.fingerprint.tables import KernelNames, Signature, kernel_names, sig
 
 _MOE = re.compile(
     # 0.25.1 unquantized.py prints a display name: "Using FlashInfer CUTLASS Unquantized MoE ..."
-    r"Using '?(?P<backend>[A-Z][\w ]*?)'? (?P<quant>[A-Za-z0-9]+) MoE backend"
+    # 0.3x LoRA: "Using TRITON Unquantized MoE LoRA backend"
+    r"Using '?(?P<backend>[A-Z][\w ]*?)'? (?P<quant>[A-Za-z0-9]+) MoE (?:LoRA )?backend"
     # 0.25.1 int_wna16.py: "Using 'MARLIN' WNA16 MoE backend." (no list of candidates)
     r"(?: out of potential backends|(?: \([^)]*\))?\.?\s*$)"
 )
@@ -580,7 +581,7 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
         drafting = ln.process in in_drafter
         model, tag = (drafter, "drafter_") if drafting else (main, "")
         using = msg.startswith("Using")
-        if "MoE backend" in msg and (m := _MOE.search(msg)):
+        if "MoE " in msg and (m := _MOE.search(msg)):
             if model.moe is None:
                 model.moe, model.quant = m.group("backend"), m.group("quant").lower()
                 ev[f"{tag}moe_backend"] = msg

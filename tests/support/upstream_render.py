@@ -20,7 +20,7 @@ _SAMPLES: tuple[tuple[re.Pattern[str], tuple[object, ...]], ...] = tuple(
     for rx, values in (
         (r"acceptance|accept_rate|rate\b", (59.4, 0.594, 59.4)),
         (r"\bop\b|op_name|custom_op|\.op\b", ("trtllm::fused_moe::gemm2",)),
-        (r"tactic", (10,)),
+        (r"tactic|count\b|_count|num_skipped|skipped", (10,)),
         (r"backends|candidates|available|potential|priorit|supported|\[.* for .* in ", (
             "['FLASH_ATTN', 'TRITON_ATTN']", "['FLASH_ATTN', 'TRITON_ATTN']",
             "['FLASH_ATTN', 'TRITON_ATTN']")),

@@ -634,10 +634,15 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
             else:
                 cg_mode = "NONE"
             ev["cudagraph_mode"] = msg[max(0, m.start() - 40) : m.end() + 10]
-        if ("udagraph" in msg or "CUDA graphs" in msg) and (m := _CG_DOWNGRADE.search(msg)):
+        # cheap substrings first: a capture logs hundreds of progress lines naming CUDA graphs
+        if ("etting" in msg or "verrid" in msg or "using " in msg) and (
+            "udagraph" in msg or "CUDA graphs" in msg
+        ) and (m := _CG_DOWNGRADE.search(msg)):
             cg_mode = (m.group("mode") or m.group("using")).upper()
             ev["cudagraph_mode"] = msg
-        elif ("raph" in msg or "eager" in msg) and _CG_OFF.search(msg):
+        elif ("isabl" in msg or "ager" in msg or "kipping" in msg or "No cudagraph" in msg) and (
+            _CG_OFF.search(msg)
+        ):
             cg_mode = "NONE"
             ev["cudagraph_mode"] = msg
         if "KV cache size" in msg and (m := _KV_TOKENS.search(msg)):

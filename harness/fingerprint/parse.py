@@ -94,6 +94,9 @@ _LINEAR_PROSE = re.compile(
     r"(?:runtime|format)\. Using (?P<kernel>\w+) kernel\.?\s*$"
     r"|linear layer is not implemented - falling back to (?P<fallback>\w+)"
     r"|falling back to (?P<kernel_fb>\w+(?:LinearKernel|LinearMethod))\b"
+    # quark 0.2x: "The current platform does not support native MXFP4 computation. Using
+    # EmulationMxfp4LinearKernel, with simulated weight dequantization ..."
+    r"|\bUsing (?P<using_k>\w+LinearKernel)\b"
 )
 _KERNEL_NAME = re.compile(r"^(?:\w+Kernel|\w+Backend\.\w+)$")
 _SELECTED = re.compile(r"Selected (?P<kernel>\w+Kernel) for (?P<what>\S.*?)\s*$")
@@ -611,8 +614,8 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
             if model.add_linear(kernel, m.group("what")):
                 ev.setdefault(f"{tag}linear_kernels", msg)
                 ev[f"{tag}linear:{kernel}"] = msg
-        elif ("kernel" in msg or "linear" in msg) and (m := _LINEAR_PROSE.search(msg)):
-            kernel = m.group("kernel") or m.group("fallback") or m.group("kernel_fb")
+        elif ("ernel" in msg or "linear" in msg) and (m := _LINEAR_PROSE.search(msg)):
+            kernel = next(g for g in m.groups() if g)
             if model.add_linear(kernel, "linear"):
                 ev.setdefault(f"{tag}linear_kernels", msg)
                 ev[f"{tag}linear:{kernel}"] = msg

@@ -26,9 +26,11 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from harness import http
+from harness.errors import EnvironmentProblem, HarnessError
 from harness.fingerprint.upstream import Message, category, extract
 
 ROOT = Path(__file__).resolve().parent.parent
+PYPI = "https://pypi.org/pypi"
 OUT = ROOT / "tests" / "fixtures" / "upstream"
 CACHE = Path(os.environ.get("HARNESS_CACHE_DIR")
              or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm-bw-harness") / "sdist"
@@ -41,7 +43,7 @@ FI_REFUSAL = ("unsupported", "not supported")
 
 def releases(project: str) -> list[tuple[str, dict]]:
     """(version, sdist file record) of the newest final patch of each minor since the floor."""
-    index = f"https://pypi.org/pypi/{project}/json"
+    index = f"{PYPI}/{project}/json"
     data = http.get_json(index, max_bytes=64 << 20)
     best: dict[tuple[int, int], tuple[Version, dict]] = {}
     floor = PROJECTS[project][1]
@@ -60,16 +62,18 @@ def releases(project: str) -> list[tuple[str, dict]]:
     return [(str(v), f) for v, f in (best[k] for k in sorted(best))]
 
 
-def fetch(record: dict) -> Path:
-    CACHE.mkdir(parents=True, exist_ok=True)
-    dest = CACHE / record["filename"]
+def fetch(record: dict, cache: Path | None = None) -> Path:
+    cache = cache or CACHE
+    cache.mkdir(parents=True, exist_ok=True)
+    dest = cache / record["filename"]
     want = record["digests"]["sha256"]
     if not dest.exists() or _sha256(dest) != want:
         print(f"downloading {record['url']}", file=sys.stderr)
         http.download(record["url"], dest)
         if _sha256(dest) != want:
             dest.unlink()
-            raise SystemExit(f"{record['filename']}: sha256 differs from PyPI's {want}")
+            raise EnvironmentProblem(f"{record['filename']}: the download's sha256 differs from PyPI's {want}",
+                                     hint="run the command again (a proxy may have cut the transfer)")
     return dest
 
 
@@ -145,6 +149,14 @@ def write(project: str, version: str, record: dict, summary: dict, kept: list[di
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except HarnessError as exc:  # a network or PyPI failure: one line, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", choices=sorted(PROJECTS))
     ap.add_argument("--versions", nargs="*", help="only these versions (default: every minor)")
@@ -157,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             summary, kept = scan(project, fetch(record))
             path = write(project, version, record, summary, kept, args.out)
             print(f"{project} {version}: {summary['kept']} kept of {summary.get('logger_calls', 0)} "
-                  f"logger calls + {summary.get('raises', 0)} raises -> {path.relative_to(ROOT)}")
+                  f"logger calls + {summary.get('raises', 0)} raises -> {path}")
     return 0
 
 

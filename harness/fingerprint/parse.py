@@ -190,6 +190,7 @@ _ENV = re.compile(
 _UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected:?\s*(?P<name>VLLM_\w+)")
 # Words that appear in every line the main loop reads; a line with none of them is skipped
 # (most of a long log is request and progress lines). Kept in step with the regexes above.
+_PROSE_MAX = 1500
 _INTERESTING = re.compile(
     r"Using|Selected|cudagraph|KV cache|concurrency|Model loading|Graph captur|Capturing CUDA"
     r"|utotuner|uto[Tt]uner|unsupported tactic|version|non-default|kernel_config|KernelConfig"
@@ -584,11 +585,15 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
         drafting = ln.process in in_drafter
         model, tag = (drafter, "drafter_") if drafting else (main, "")
         using = msg.startswith("Using")
+        # The prose forms (legacy MoE, linear, cudagraph wordings) are short sentences; a config
+        # dump of several KB names kernels, eager mode and cudagraph_mode and would run every
+        # unanchored prose regex over itself.
+        prose = len(msg) < _PROSE_MAX
         if "MoE " in msg and (m := _MOE.search(msg)):
             if model.moe is None:
                 model.moe, model.quant = m.group("backend"), m.group("quant").lower()
                 ev[f"{tag}moe_backend"] = msg
-        elif model.legacy_moe is None and (using or "MoE" in msg or "MOE" in msg):
+        elif model.legacy_moe is None and prose and (using or "MoE" in msg or "MOE" in msg):
             for rx, backend in names.moe_legacy:
                 if rx.search(msg):
                     model.legacy_moe = backend
@@ -614,7 +619,7 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
             if model.add_linear(kernel, m.group("what")):
                 ev.setdefault(f"{tag}linear_kernels", msg)
                 ev[f"{tag}linear:{kernel}"] = msg
-        elif ("ernel" in msg or "linear" in msg) and (m := _LINEAR_PROSE.search(msg)):
+        elif prose and ("ernel" in msg or "linear" in msg) and (m := _LINEAR_PROSE.search(msg)):
             kernel = next(g for g in m.groups() if g)
             if model.add_linear(kernel, "linear"):
                 ev.setdefault(f"{tag}linear_kernels", msg)
@@ -638,12 +643,12 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
                 cg_mode = "NONE"
             ev["cudagraph_mode"] = msg[max(0, m.start() - 40) : m.end() + 10]
         # cheap substrings first: a capture logs hundreds of progress lines naming CUDA graphs
-        if ("etting" in msg or "verrid" in msg or "using " in msg) and (
+        if prose and ("etting" in msg or "verrid" in msg or "using " in msg) and (
             "udagraph" in msg or "CUDA graphs" in msg
         ) and (m := _CG_DOWNGRADE.search(msg)):
             cg_mode = (m.group("mode") or m.group("using")).upper()
             ev["cudagraph_mode"] = msg
-        elif ("isabl" in msg or "ager" in msg or "kipping" in msg or "No cudagraph" in msg) and (
+        elif prose and ("isabl" in msg or "ager" in msg or "kipping" in msg or "No cudagraph" in msg) and (
             _CG_OFF.search(msg)
         ):
             cg_mode = "NONE"

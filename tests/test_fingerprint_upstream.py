@@ -153,3 +153,26 @@ def test_extract_renders_percent_fstring_format_and_variables():
 def test_a_rendered_line_behind_every_era_prefix_reaches_the_fingerprint(template):
     e = Entry("kernel", "INFO", template, ("s:kernel",), "vllm-0.23.0 vllm/x.py:1", ("vllm-0.23.0",))
     assert matches(e)
+
+
+# Lines a verdict stands on: each must be in the catalog and be READ (an over-broad ignore row
+# once hid FlashInfer's "Skipped N unsupported tactic(s)" line).
+MUST_READ = [
+    "Using CutlassExpertsMxfp4 for MXFP4 MoE",
+    "Using {0} attention backend out of potential backends: {1}.",
+    "Using {0} for NVFP4 GEMM",
+    "Selected {0} for {1}",
+    "GPU KV cache size: {0} tokens",
+    "Maximum concurrency for {0} tokens per request: {1}x",
+    "Graph capturing finished in {0} secs, took {1} GiB",
+    "EngineCore encountered a fatal error.",
+    "Worker proc {0} died unexpectedly, shutting down executor.",
+    "[Autotuner]: Skipped {0} unsupported tactic(s) for {1} (enable debug logs to see details)",
+]
+
+
+@pytest.mark.parametrize("template", MUST_READ)
+def test_the_lines_verdicts_stand_on_are_read_not_ignored(template: str):
+    found = [e for e in catalog() if e.template == template and e.level != "DEBUG"]
+    assert found, f"not in the catalog: {template!r}"
+    assert all(matches(e) for e in found), [e.at for e in found if not matches(e)]

@@ -139,6 +139,7 @@ def run(args) -> int:
         "spec_mean_acceptance_length",
         "fatal",
         "failure_class",
+        "failure_signature",
         "asked",
         "failure_phase",
         "failure_op",

@@ -105,6 +105,7 @@ class Indexed:
             self.starts.append(pos)
             pos += len(ln.message) + 1
         self._phase_events: list[tuple[int, str]] | None = None
+        self.cut: CutTraceback | None | bool = False  # cut_traceback's answer, once computed
 
     def index_of(self, pos: int) -> int:
         return bisect_right(self.starts, pos) - 1
@@ -284,6 +285,68 @@ def root_cause(ix: Indexed) -> RootCause | None:
     return None
 
 
+_FRAME = re.compile(r'^File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>[^\s]+)')
+_CARETS = re.compile(r"^[~^\s]+$")
+
+
+@dataclass(frozen=True)
+class CutTraceback:
+    """A traceback the log ends inside: the process that raised and the frames seen."""
+
+    index: int  # of its `Traceback (most recent call last):` line
+    process: str | None
+    frames: tuple[str, ...]  # "file.py:line in fn", outermost first
+    last: int = 0  # index of the last line that process printed
+
+
+def cut_traceback(ix: Indexed) -> CutTraceback | None:
+    """The traceback whose exception line never came (a paste cut short, a process killed).
+
+    Read per process: interleaved workers (`(EngineCore_0 pid=1)`, `(VllmWorker rank=1 pid=2)`,
+    bare API-server lines) each print their own traceback line by line, so one process's frames
+    sit between another's. A traceback ends at the first line of its process that is neither a
+    frame, nor the code line after a frame, nor a caret line; one that never ends is cut. Only
+    each process's last traceback counts: an earlier unfinished one was a reporter's elision."""
+    if ix.cut is False:
+        ix.cut = _cut_traceback(ix)
+    return ix.cut  # type: ignore[return-value]
+
+
+def _cut_traceback(ix: Indexed) -> CutTraceback | None:
+    last: dict[str | None, int] = {}  # process -> its last traceback header
+    for i in ix.find(_TRACEBACK_M):
+        if ix.lines[i].level not in QUIET_LEVELS:
+            last[ix.lines[i].process] = i
+    best: tuple[int, CutTraceback] | None = None
+    for process, start in last.items():
+        frames: list[str] = []
+        after_frame, end, finished = False, start, False
+        for j in range(start + 1, len(ix.lines)):
+            ln = ix.lines[j]
+            if ln.process != process:
+                continue
+            msg = ln.message
+            if _EXCEPTION.match(msg) or _CPP_WHAT.match(msg):
+                finished = True
+                break
+            if m := _FRAME.match(msg):
+                frames.append(f"{m.group('file').rsplit('/', 1)[-1]}:{m.group('line')} in {m.group('fn')}")
+                after_frame = True
+            elif after_frame or _CARETS.match(msg):
+                after_frame = False
+            else:
+                finished = True
+                break
+            end = j
+        # of several cut tracebacks, the one whose process printed last
+        if not finished and (best is None or end > best[0]):
+            best = (end, CutTraceback(start, process, tuple(frames), end))
+    return best[1] if best else None
+
+
+_TRACEBACK_M = re.compile("^" + re.escape(_TRACEBACK), re.M)
+
+
 def died(ix: Indexed) -> int | None:
     """Index of the first line that proves the engine or server died, else None.
 
@@ -317,4 +380,8 @@ def died(ix: Indexed) -> int | None:
     # The exception line may be cut off by the paste: a bare exception anywhere will do.
     if any(ln.level is None and _EXCEPTION.match(ln.message) for ln in lines):
         return last_tb
-    return None
+    # ... or the log ends inside a traceback (the process died mid-print, or the paste stops).
+    cut = cut_traceback(ix)
+    if cut is None or cut.index > last_tb:
+        return None
+    return None if any(tables.started.search(ln.message) for ln in lines[cut.index :]) else cut.index

@@ -48,6 +48,7 @@ from harness.fingerprint.failure import (
     QUIET_LEVELS,
     Indexed,
     RootCause,
+    cut_traceback,
     died,
     op_near,
     root_cause,
@@ -57,13 +58,45 @@ from harness.fingerprint.tables import KernelNames, Signature, kernel_names, sig
 
 _MOE = re.compile(
     # 0.25.1 unquantized.py prints a display name: "Using FlashInfer CUTLASS Unquantized MoE ..."
-    r"Using '?(?P<backend>[A-Z][\w ]*?)'? (?P<quant>[A-Za-z0-9]+) MoE backend"
+    # 0.3x LoRA: "Using TRITON Unquantized MoE LoRA backend"
+    r"Using '?(?P<backend>[A-Z][\w ]*?)'? (?P<quant>[A-Za-z0-9]+) MoE (?:LoRA )?backend"
     # 0.25.1 int_wna16.py: "Using 'MARLIN' WNA16 MoE backend." (no list of candidates)
-    r"(?: out of potential backends|\.?\s*$)"
+    r"(?: out of potential backends|(?: \([^)]*\))?\.?\s*$)"
+)
+# The kernel-class form (0.2x modular kernels: "Using CutlassExpertsMxfp4 for MXFP4 MoE", 0.23),
+# the backend-word form ("Using Marlin backend for WNA16 MoE (group_size=32, num_bits=4)",
+# "Using Cutlass BlockScaled GroupedGemm backend for FP8 MoE") and a fallback that names what it
+# falls back to ("Falling back to MARLIN for NvFp4 MoE", "Falling back to Marlin FP4 MoE kernel").
+# Names the legacy table maps win; any other name is reported as printed.
+_MOE_USING = re.compile(
+    r"^(?:Using|Selected) (?P<backend>[A-Za-z][\w.]*(?: [A-Za-z][\w.]*){0,3}?)(?: backend| kernels?)?"
+    # "Using MarlinExperts (weight-only FP4) for AutoRound MXFP4 MoE" (0.27)
+    r"(?: \([^)]*\))? for (?P<quant>[\w-]+(?: [\w-]+){0,3}) MoE\b"
+    r"|[Ff]alling back to (?P<fallback>[A-Za-z][\w.]*)(?: for (?P<fquant>[\w-]+) MoE\b| (?P<kquant>\w+) MoE kernel)"
+    # 0.32 oracle/mxfp4.py "No Mxfp4 MoE backend supports activation=... Falling back to 'MARLIN'
+    # with BF16 activations."
+    r"|MoE backend supports .*[Ff]alling back to '(?P<quoted>\w+)'"
+    # 0.12 "Using Marlin for ModelOptNvFp4FusedMoE."; 0.20 "Using
+    # Nvfp4QuantizationEmulationTritonExperts MOE backend."; 0.10-0.17 mxfp4.py (gpt-oss MoE)
+    # "Using FlashInfer MXFP4 MXFP8 TRTLLM backend for SM100"
+    r"|^Using (?P<method>\w+) for \w*MoE\w*\.?\s*$|^Using (?P<upper>\w+) M[Oo]E backend"
+    r"|^Using (?P<moemethod>\w+MoEMethod)\b"
+    r"|^Using (?P<mxfp4>FlashInfer MXFP4 [\w ]+?) backend for SM\d+"
 )
 # `Using X for Y GEMM` (any format), `Using XKernel for Y`, `Using Enum.X for Y`; and `Selected`.
 _USING_KERNEL = re.compile(
-    r"^Using (?P<kernel>[\w.-]+) for (?:(?P<gemm>[\w-]+) GEMM|(?P<what>\w+))\.?\s*$"
+    r"^Using (?P<kernel>[\w.-]+)(?: backend)? for (?:(?P<gemm>[\w-]+) GEMM|(?P<what>\w+))\.?\s*$"
+)
+# awq_marlin / gptq_marlin / bitblas (0.8-0.2x): "The model is convertible to awq_marlin during
+# runtime. Using awq_marlin kernel."; mxfp4.py "MXFP4 linear layer is not implemented - falling
+# back to UnquantizedLinearMethod."
+_LINEAR_PROSE = re.compile(
+    r"(?:runtime|format)\. Using (?P<kernel>\w+) kernel\.?\s*$"
+    r"|linear layer is not implemented - falling back to (?P<fallback>\w+)"
+    r"|falling back to (?P<kernel_fb>\w+(?:LinearKernel|LinearMethod))\b"
+    # quark 0.2x: "The current platform does not support native MXFP4 computation. Using
+    # EmulationMxfp4LinearKernel, with simulated weight dequantization ..."
+    r"|\bUsing (?P<using_k>\w+LinearKernel)\b"
 )
 _KERNEL_NAME = re.compile(r"^(?:\w+Kernel|\w+Backend\.\w+)$")
 _SELECTED = re.compile(r"Selected (?P<kernel>\w+Kernel) for (?P<what>\S.*?)\s*$")
@@ -85,20 +118,39 @@ _SPEC_COUNTS = re.compile(r"Accepted: (?P<acc>\d+) tokens, Drafted: (?P<dr>\d+) 
 _SPEC_MEAN_LEN = re.compile(r"Mean acceptance length: (?P<x>[\d.]+)")
 _SPEC_PER_POS = re.compile(r"Per-position acceptance rate: (?P<r>[\d.]+(?:, [\d.]+)*)")
 _ATTN_AUTO = re.compile(
-    r"Using (?P<name>[A-Z][A-Z0-9_]*) attention backend out of potential backends"
+    # ROCm (0.19+) prints the same without "attention"
+    r"Using (?P<name>[A-Z][A-Z0-9_]*) (?:attention )?backend out of potential backends"
 )
 _ATTN_EXPLICIT = re.compile(
-    r"^Using (?:AttentionBackendEnum\.)?(?P<name>[A-Z][A-Z0-9_]*) backend\.?\s*$"
+    r"^Using (?:AttentionBackendEnum\.)?(?P<name>[A-Z][A-Z0-9_]*) backend"
+    r"(?: \(selected via --attention-backend\))?\.?\s*$"
 )
 # 0.11.0 "Using Flash Attention backend on V1 engine."; V0 (<=0.10) "Using Flash Attention
 # backend." / "Using XFormers backend."; only names in kernel_names.toml count.
 _ATTN_LEGACY = re.compile(
-    r"^Using (?P<name>[\w ]+?) backend(?: with \w+ KV cache layout)?(?: on V1 engine)?\.?\s*$"
+    r"^Using (?P<name>[\w ]+?) backend(?: with \w+ KV cache layout)?"
+    # 0.9 "Using FlexAttention backend for head_size=72 on V1 engine."; 0.9-0.10 "... on V1
+    # engine by default for Blackwell (SM 10.0) GPUs."
+    r"(?:(?: for [^.]*?)? on V1 engine)?(?: by default for .*?GPUs)?\.?\s*$"
 )
 _CG_CONFIG = re.compile(
     r"""['"]cudagraph_mode['"]\s*:\s*(?:<CUDAGraphMode\.(?P<name>\w+)[^>]*>|(?P<num>\[\s*\d\s*,\s*\d\s*\]|\d)|['"](?P<str>\w+)['"]|None)"""
 )
-_CG_DOWNGRADE = re.compile(r"setting cudagraph_mode\s*=\s*(?P<mode>[A-Z_]+)")
+_CG_DOWNGRADE = re.compile(
+    # 0.32 "Overriding cudagraph_mode FULL_AND_PIECEWISE to NONE"
+    r"(?i:setting|overriding|override) (?:cudagraph[_ ]mode\s*(?:(?:from )?[\w.]+ )?(?:=|to)\s*"
+    r"|to (?=[A-Z_]+\.?\s*$))(?P<mode>[A-Z][A-Z_]+)\b"
+    # 0.10 DeepEP: "using PIECEWISE CUDA graphs and excluding MoE ops from capture"
+    r"|using (?P<using>PIECEWISE|FULL) CUDA graphs"
+)
+# Releases that turn CUDA graphs off in prose: "Enforce eager set, disabling torch.compile and
+# CUDAGraphs", "Cudagraph is disabled under eager mode", "CUDA graph is not supported on ...,
+# fallback to the eager mode", "disabling cudagraph_mode".
+_CG_OFF = re.compile(
+    r"(?i)disabling (?:torch\.compile and )?cuda ?graphs|cuda ?graphs? (?:is|are) disabled"
+    r"|fall ?back to (?:the )?eager mode|disabling cudagraph(?:_mode)?\b|cudagraph_mode=none\b"
+    r"|[Ff]orcing enforce eager|Skipping CUDA graph capture|No cudagraph will be used"
+)
 _KV_TOKENS = re.compile(r"KV cache size: (?P<tokens>[\d,]+) tokens")
 _MAX_CONC = re.compile(
     r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<x>[\d.]+)x"
@@ -111,6 +163,13 @@ _GRAPH_DONE = re.compile(
 )
 _AUTOTUNER = re.compile(
     r"\[autotuner\]: Skipped (?P<n>\d+) unsupported tactic\(s\) for (?P<op>\S+)", re.IGNORECASE
+)
+# FlashInfer 0.2-0.5 logged each failed tactic instead of the summary (ERROR "[Autotuner]: Failed
+# when profiling {runner} {tactic}, shapes=..."; later WARNING "[Autotuner]: Skipping tactic
+# {runner} {tactic}, due to failure while profiling"): counted per runner class, distinct tactics.
+_AUTOTUNER_TACTIC = re.compile(
+    r"\[Auto[Tt]un+er\]: (?:Skipping tactic|Failed when profiling) "
+    r"(?:<\S*?(?P<runner>\w+) object at 0x[0-9a-f]+>|(?P<name>[^\s,]+)) (?P<tactic>[^\s,]+)"
 )
 _VERSION = (
     # 0.33.0 v1/engine/core.py; V0 (<=0.10) llm_engine.py "Initializing an LLM engine (v0.6.3) ..."
@@ -131,10 +190,14 @@ _ENV = re.compile(
 _UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected:?\s*(?P<name>VLLM_\w+)")
 # Words that appear in every line the main loop reads; a line with none of them is skipped
 # (most of a long log is request and progress lines). Kept in step with the regexes above.
+_PROSE_MAX = 1500
 _INTERESTING = re.compile(
     r"Using|Selected|cudagraph|KV cache|concurrency|Model loading|Graph captur|Capturing CUDA"
     r"|utotuner|uto[Tt]uner|unsupported tactic|version|non-default|kernel_config|KernelConfig"
-    r"|VLLM_|drafter|speculative|Speculative|SpecDecoding|Initializing"
+    # plain literals only: a branch that starts with a class ([Ee]ager) makes `re` try it at
+    # every position and this runs once per line (4x slower on a 1 MB log)
+    r"|VLLM_|drafter|speculative|Speculative|SpecDecoding|Initializing|MoE|MOE|alling back"
+    r"|eager|Eager|CUDA graph|CUDA Graph|CUDAGraph|Overriding to|convertible"
 )
 
 # CUDAGraphMode values (0.33.0 config/compilation.py): NONE=0, PIECEWISE=1, FULL=2,
@@ -200,6 +263,10 @@ class Fingerprint:
     failure_op: str | None = None
     asked: str | None = None
     signature_context: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The name every fatal log gets: the signature that explains it, else `traceback-cut` (the
+    # log ends inside a traceback), else `exception:<Type>` of the root cause, else
+    # `engine-died` (only a death line shows it).
+    failure_signature: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -247,6 +314,7 @@ class Fingerprint:
             "failure_op": self.failure_op,
             "asked": self.asked,
             "signature_context": {k: dict(v) for k, v in self.signature_context.items()},
+            "failure_signature": self.failure_signature,
         }
 
 
@@ -328,6 +396,8 @@ def _signature_hit(
         return None
     if not all(ix.any(_multiline(r)) for r in sig.requires):
         return None
+    if sig.unless_any is not None and ix.any(_multiline(sig.unless_any)):
+        return None
     if sig.unless_after is not None:
         if not process_ended:
             return None
@@ -341,6 +411,36 @@ def _signature_hit(
 def _multiline(rx: re.Pattern[str]) -> re.Pattern[str]:
     """The table regex for a search over the joined text (^ and $ per line)."""
     return re.compile(rx.pattern, rx.flags | re.MULTILINE)
+
+
+_FALLBACK_ON = ("unclassified-death", "traceback-cut", "engine-died")
+
+
+def _name_failure(
+    ix: Indexed,
+    explained: _Hit | None,
+    root: RootCause | None,
+    death: int | None,
+    fallback: dict[str, Signature],
+    phase: str | None,
+    op: str | None,
+) -> tuple[str | None, _Hit | None]:
+    """(the failure's name, the fallback signature hit to add when no table signature explains
+    it). A traceback the log ends inside wins over an earlier exception: that exception did not
+    kill the process whose traceback was being printed."""
+    if explained is not None:
+        return explained.sig.id, None
+    cut = cut_traceback(ix)
+    if cut is not None and (root is None or root.index < cut.last) and "traceback-cut" in fallback:
+        return "traceback-cut", _Hit(fallback["traceback-cut"], cut.index, None, ix.phase(cut.index),
+                                     op_near(ix, len(ix.lines) - 1))
+    if root is not None:
+        sig = fallback.get("unclassified-death")
+        return f"exception:{root.type}", _Hit(sig, root.index, None, phase, op) if sig else None
+    if death is not None:
+        sig = fallback.get("engine-died")
+        return "engine-died", _Hit(sig, death, None, phase, op) if sig else None
+    return None, None
 
 
 def _classify(hits: list[_Hit], root: RootCause | None, ix: Indexed) -> tuple[_Hit | None, str]:
@@ -464,6 +564,7 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
     max_conc: float | None = None
     load_gib = load_s = cap_s = cap_gib = None
     skipped: dict[str, int] = {}
+    tactics: dict[str, set[str]] = {}  # runner -> failed tactics (older FlashInfer)
     requested_args: dict[str, str] = {}
     env: dict[str, str] = {}
     unknown_env: dict[str, str] = {}
@@ -484,16 +585,24 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
         drafting = ln.process in in_drafter
         model, tag = (drafter, "drafter_") if drafting else (main, "")
         using = msg.startswith("Using")
-        if "MoE backend" in msg and (m := _MOE.search(msg)):
+        # The prose forms (legacy MoE, linear, cudagraph wordings) are short sentences; a config
+        # dump of several KB names kernels, eager mode and cudagraph_mode and would run every
+        # unanchored prose regex over itself.
+        prose = len(msg) < _PROSE_MAX
+        if "MoE " in msg and (m := _MOE.search(msg)):
             if model.moe is None:
                 model.moe, model.quant = m.group("backend"), m.group("quant").lower()
                 ev[f"{tag}moe_backend"] = msg
-        elif using and model.legacy_moe is None:
+        elif model.legacy_moe is None and prose and (using or "MoE" in msg or "MOE" in msg):
             for rx, backend in names.moe_legacy:
                 if rx.search(msg):
                     model.legacy_moe = backend
                     ev.setdefault(f"{tag}moe_backend_legacy", msg)
                     break
+            else:
+                if m := _MOE_USING.search(msg):
+                    model.legacy_moe = next(g for g in m.groups() if g)
+                    ev.setdefault(f"{tag}moe_backend_legacy", msg)
         if (
             using
             and " for " in msg
@@ -508,6 +617,11 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
         elif "Selected " in msg and (m := _SELECTED.search(msg)):
             kernel = m.group("kernel")
             if model.add_linear(kernel, m.group("what")):
+                ev.setdefault(f"{tag}linear_kernels", msg)
+                ev[f"{tag}linear:{kernel}"] = msg
+        elif prose and ("ernel" in msg or "linear" in msg) and (m := _LINEAR_PROSE.search(msg)):
+            kernel = next(g for g in m.groups() if g)
+            if model.add_linear(kernel, "linear"):
                 ev.setdefault(f"{tag}linear_kernels", msg)
                 ev[f"{tag}linear:{kernel}"] = msg
         if "backend" not in msg:
@@ -528,8 +642,16 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
             else:
                 cg_mode = "NONE"
             ev["cudagraph_mode"] = msg[max(0, m.start() - 40) : m.end() + 10]
-        if "setting cudagraph_mode" in msg and (m := _CG_DOWNGRADE.search(msg)):
-            cg_mode = m.group("mode")
+        # cheap substrings first: a capture logs hundreds of progress lines naming CUDA graphs
+        if prose and ("etting" in msg or "verrid" in msg or "using " in msg) and (
+            "udagraph" in msg or "CUDA graphs" in msg
+        ) and (m := _CG_DOWNGRADE.search(msg)):
+            cg_mode = (m.group("mode") or m.group("using")).upper()
+            ev["cudagraph_mode"] = msg
+        elif prose and ("isabl" in msg or "ager" in msg or "kipping" in msg or "No cudagraph" in msg) and (
+            _CG_OFF.search(msg)
+        ):
+            cg_mode = "NONE"
             ev["cudagraph_mode"] = msg
         if "KV cache size" in msg and (m := _KV_TOKENS.search(msg)):
             kv_tokens = _number(m.group("tokens"))
@@ -551,6 +673,10 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
             if n > skipped.get(op, -1):
                 skipped[op] = n
                 ev[f"autotuner:{op}"] = msg[m.start() :]
+        elif ("tactic" in msg or "profiling" in msg) and (m := _AUTOTUNER_TACTIC.search(msg)):
+            runner = m.group("runner") or m.group("name")
+            tactics.setdefault(runner, set()).add(m.group("tactic"))
+            ev.setdefault(f"autotuner:{runner}", msg[m.start() :])
         if version is None and ("version" in msg or "engine (v" in msg):
             for rx in _VERSION:
                 if m := rx.search(msg):
@@ -601,6 +727,8 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
         if "Unknown vLLM" in msg and (m := _UNKNOWN_ENV.search(msg)):
             unknown_env[m.group("name")] = msg
 
+    for runner, failed in tactics.items():
+        skipped.setdefault(runner, len(failed))
     requested: dict[str, str] = dict(requested_args)
     source = "args" if requested_args else None
     env_requested = _requested_from_env(env, names)
@@ -625,14 +753,14 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
     death = died(ix)
     root = root_cause(ix)
     hits: list[_Hit] = []
-    unclassified: Signature | None = None
+    fallback: dict[str, Signature] = {}
     for sig in signatures():
-        if sig.on == "unclassified-death":
-            unclassified = sig
+        if sig.on in _FALLBACK_ON:
+            fallback[sig.on] = sig
         elif hit := _signature_hit(sig, ix, root, process_ended):
             hits.append(hit)
     fatal = death is not None or any(h.sig.severity == "fatal" for h in hits)
-    failure_class = cause = phase = op = asked = None
+    failure_class = cause = phase = op = asked = named = None
     cause_line: int | None = None
     if fatal:
         explained, failure_class = _classify(hits, root, ix)
@@ -647,9 +775,14 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
         if at is not None:
             phase = explained.phase if explained else ix.phase(at)
             op = (explained.op if explained else None) or op_near(ix, at)
-        if explained is None and unclassified is not None:
-            at_line = root.index if root is not None else death if death is not None else 0
-            hits.append(_Hit(unclassified, at_line, None, phase, op))
+        named, extra = _name_failure(ix, explained, root, death, fallback, phase, op)
+        if extra is not None:
+            hits.append(extra)
+        cut = cut_traceback(ix) if named == "traceback-cut" and root is None else None
+        if cut is not None and death in (None, cut.index):
+            where = cut.frames[-1] if cut.frames else "its first frame"
+            cause = f"traceback cut off after {where} ({cut.process or 'unprefixed process'})"
+            cause_line = lines[cut.index].number
         if explained is not None and explained.sig.failure_class == "backend-refused":
             key = explained.sig.asked_from
             asked = requested.get(key) if key else None
@@ -665,6 +798,8 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
             cause if h.sig.on == "unclassified-death" and cause else lines[h.index].message
         )
         ctx: dict[str, Any] = {"line": lines[h.index].number, "phase": h.phase or ix.phase(h.index)}
+        if h.sig.on == "traceback-cut" and (cut := cut_traceback(ix)) is not None:
+            ctx["process"], ctx["frames"] = cut.process, list(cut.frames)
         if h.sig.severity == "fatal":
             ctx["op"] = h.op or op_near(ix, h.index)
         if h.asked:
@@ -714,4 +849,5 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
         failure_op=op,
         asked=asked,
         signature_context=signature_context,
+        failure_signature=named,
     )

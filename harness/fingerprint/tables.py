@@ -27,6 +27,7 @@ FailureClass = Literal[
     "cuda-graph-hang",
     "unsupported-arch",
     "import-error",
+    "device-assert",
     "unclassified",
 ]
 Phase = Literal[
@@ -56,6 +57,9 @@ class _SignatureSpec(BaseModel):
     unless_after: str | None = Field(
         default=None, description="Regex that voids the hit when seen after it."
     )
+    unless_any: str | None = Field(
+        default=None, description="Regex that voids the hit when it matches any line of the log."
+    )
     severity: Severity = Field(description="fatal fails a cell; warn only reports.")
     tracker: Literal["vllm", "flashinfer", "driver", "triton", "nvidia-container"] = Field(
         description="Where the bug is tracked."
@@ -65,10 +69,12 @@ class _SignatureSpec(BaseModel):
     failure_class: FailureClass | None = Field(
         default=None, description="The class a death explained by this signature gets."
     )
-    on: Literal["line", "root-cause", "unclassified-death"] = Field(
+    on: Literal["line", "root-cause", "unclassified-death", "traceback-cut", "engine-died"] = Field(
         default="line",
         description="Where `pattern` is searched: every line, only the root-cause line, or "
-        "nowhere (fires when the engine died and no other fatal signature did).",
+        "nowhere: unclassified-death fires when the engine died of an exception no other fatal "
+        "signature explains, traceback-cut when the log ends inside a traceback, engine-died "
+        "when only a death line (no exception) shows the death.",
     )
     raised_only: bool = Field(
         default=False,
@@ -94,7 +100,7 @@ class _SignatureSpec(BaseModel):
         "(a `(?P<asked>...)` group in the pattern is used when the log has no request).",
     )
 
-    @field_validator("pattern", "unless_after")
+    @field_validator("pattern", "unless_after", "unless_any")
     @classmethod
     def _compiles(cls, value: str | None) -> str | None:
         if value is not None:
@@ -172,6 +178,7 @@ class Signature:
     ops: frozenset[str] = frozenset()
     not_ops: frozenset[str] = frozenset()
     asked_from: str | None = None
+    unless_any: re.Pattern[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -254,6 +261,7 @@ def signatures() -> tuple[Signature, ...]:
             ops=frozenset(s.ops),
             not_ops=frozenset(s.not_ops),
             asked_from=s.asked_from,
+            unless_any=re.compile(s.unless_any) if s.unless_any else None,
         )
         for s in spec.signature
     )

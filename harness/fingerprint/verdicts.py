@@ -247,6 +247,9 @@ def failure_summary(fp: Fingerprint) -> str:
         if x
     )
     head = f"engine died: {fp.failure_class or 'unclassified'}"
+    # the name says more than the class when no table signature explains the death
+    if fp.failure_signature and (fp.failure_class or "unclassified") == "unclassified":
+        head += f" [{fp.failure_signature}]"
     if where:
         head += f" ({where})"
     line = f" at line {fp.root_cause_line}" if fp.root_cause_line else ""

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness import lock
-from harness.cli import doctor
-from harness.cli import main
+from harness.cli import doctor, main
 from harness.gpus import Gpu, GpuProbe
 from harness.matrix.load import load_matrix
 

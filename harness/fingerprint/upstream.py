@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import re
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 LOG_METHODS = frozenset({
@@ -114,7 +115,7 @@ def _unparse(node: ast.AST) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _percent(t: _Template, fmt: str, args: list[ast.AST]) -> None:
+def _percent(t: _Template, fmt: str, args: Sequence[ast.AST]) -> None:
     pos = 0
     named: dict[str, ast.AST] = {}
     if len(args) == 1 and isinstance(args[0], ast.Dict):
@@ -239,7 +240,7 @@ class _Visitor(ast.NodeVisitor):
         self.path = path
         self.loggers = loggers
         self.out: list[Message] = []
-        self.envs: list[dict[str, ast.AST]] = [{}]
+        self.envs: list[dict[str, ast.expr]] = [{}]
 
     def _scope(self, node: ast.AST) -> None:
         self.envs.append({})

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 import re
 import string
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 LOG_METHODS = frozenset({
@@ -161,7 +161,7 @@ def _braces(t: _Template, fmt: str, args: list[ast.AST], kwargs: dict[str, ast.A
         t.field(("r" if conv == "r" else "") + (spec or ("s" if conv != "r" else "")), expr)
 
 
-def _build(t: _Template, node: ast.AST, env: dict[str, ast.AST], depth: int = 0) -> None:
+def _build(t: _Template, node: ast.AST, env: Mapping[str, ast.AST], depth: int = 0) -> None:
     """Append the message `node` evaluates to: literals, f-strings, `%`, `.format`, `+`."""
     if depth > 8:
         t.field("s", node)
@@ -202,7 +202,7 @@ def _build(t: _Template, node: ast.AST, env: dict[str, ast.AST], depth: int = 0)
         t.resolved = False
 
 
-def _literal(node: ast.AST, env: dict[str, ast.AST]) -> str | None:
+def _literal(node: ast.AST, env: Mapping[str, ast.AST]) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.Name) and isinstance(env.get(node.id), ast.Constant):
@@ -211,7 +211,7 @@ def _literal(node: ast.AST, env: dict[str, ast.AST]) -> str | None:
     return None
 
 
-def _is_str(node: ast.AST, env: dict[str, ast.AST]) -> bool:
+def _is_str(node: ast.AST, env: Mapping[str, ast.AST]) -> bool:
     return _literal(node, env) is not None
 
 

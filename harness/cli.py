@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "patches": ("harness.build.addpr", "take an upstream PR as a pinned patch"),
     "compare": ("harness.results.compare_cli", "gate a rollout: two runs compared beyond noise"),
     "bug": ("harness.results.bug_cli", "an upstream bug report for one cell"),
+    "bisect": ("harness.bisect.cli", "which upstream commit or release changed a verdict"),
     "report": ("harness.report.cli", "Markdown + HTML report of a run"),
     "bundle": ("harness.bundle", "make / install a wheelhouse bundle for a host with no package index"),
 }

@@ -166,8 +166,9 @@ class ReleaseHistory:
     kind = "releases"
 
     def __init__(self, project: str, good: str, bad: str, *, index: str = PYPI_JSON,
-                 cache: Path = SDIST_CACHE, minor_first: bool = True) -> None:
-        self.project, self.index, self.cache, self.minor_first = project, index, cache, minor_first
+                 cache: Path | None = None, minor_first: bool = True) -> None:
+        self.project, self.index, self.minor_first = project, index, minor_first
+        self.cache = Path(cache or SDIST_CACHE)
         self.good, self.bad = _version(good, "--good"), _version(bad, "--bad")
         if not self.good < self.bad:
             raise ConfigError(f"--good {good} is not older than --bad {bad}",

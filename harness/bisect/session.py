@@ -105,8 +105,16 @@ class Bisect:
         return record
 
     def _check_ends(self) -> None:
-        good, bad = self.steps[0], self.steps[self.n - 1]
         pts = self.store.points
+        for end, said in ((0, GOOD), (self.n - 1, BAD)):
+            step = self.steps[end]
+            # as `git bisect run`, which never tests the ends: the user's word stands where a
+            # direct probe cannot judge an end (a comparing probe needs both decisions)
+            if step["verdict"] == SKIP and not self.probe.compares:
+                step = {**step, "verdict": said, "reason": f"as given by --{said} (the probe skipped it: {step['reason']})"}
+                self.store.write_step(step)
+                self.steps[end] = step
+        good, bad = self.steps[0], self.steps[self.n - 1]
         if good["verdict"] != GOOD:
             raise ConfigError(f"--good {pts[0].short} was judged {good['verdict']}: {good['reason']}",
                               hint="give a --good point the probe judges good (see its log in "

@@ -42,8 +42,8 @@ def make_repo(root: Path, n: int, bad_from: int, skip: frozenset[int] = frozense
     for i in range(1, n + 1):
         (repo / "state").write_text("bad\n" if i >= bad_from else "good\n")
         (repo / "counter").write_text(f"{i}\n")
-        (repo / "CMakeLists.txt").write_text("set(ARCHS 12.0a)\n" if cmake_from is None or i < cmake_from
-                                             else "set(ARCHS 12.0f)\n")
+        (repo / "CMakeLists.txt").write_text('set(FP4_ARCHS "12.0a")\n' if cmake_from is None or i < cmake_from
+                                             else 'set(FP4_ARCHS "12.0f")\n')
         if i in skip:
             (repo / "skipme").write_text("")
         elif (repo / "skipme").exists():
@@ -179,7 +179,7 @@ def test_a_probe_that_raises_is_a_skip_with_the_reason_and_the_traceback_in_its_
 def test_a_patch_that_stops_applying_skips_those_commits_with_the_reason(tmp_path):
     shas = make_repo(tmp_path, 12, 9, cmake_from=7)
     patch = tmp_path / "archs.patch"
-    patch.write_text("--- a/CMakeLists.txt\n+++ b/CMakeLists.txt\n@@ -1 +1 @@\n-set(ARCHS 12.0a)\n+set(ARCHS 12.1a)\n")
+    patch.write_text('--- a/CMakeLists.txt\n+++ b/CMakeLists.txt\n@@ -1 +1 @@\n-set(FP4_ARCHS "12.0a")\n+set(FP4_ARCHS "12.1a")\n')
     # the probe checks that it runs on the patched tree (exit 3 would say it did not)
     probe = CommandProbe(("sh", "-c", "grep -q 12.1a CMakeLists.txt || exit 3; " + CHECK[2]))
     result, b = bisect_in(tmp_path, shas, probe, patches=[("archs.patch", patch)])
@@ -261,7 +261,7 @@ STAND_IN_BUILDER = """#!/bin/sh
 # where the tree says so. Arguments: --source TREE --arch-list LIST --json OUT.
 tree=$2; out=$6
 test -f "$tree/broken" && { echo "ninja: build stopped: subcommand failed." >&2; exit 1; }
-arch=$(sed -n 's/set(ARCHS \\(.*\\))/\\1/p' "$tree/CMakeLists.txt")
+arch=$(sed -n 's/set(FP4_ARCHS "\\(.*\\)")/\\1/p' "$tree/CMakeLists.txt")
 printf '{"build_log": "-- CUDA supported target architectures: 12.0\\\\n-- Building SM12x NVFP4 for archs: %s\\\\n-- Building scaled_mm_c3x_sm120 for archs: %s\\\\n-- Not building moe_data as no compatible archs found\\\\n", "audit": {"verdict": "pass"}}' "$arch" "$arch" > "$out"
 """
 
@@ -291,3 +291,22 @@ def test_build_probe_compares_with_the_good_endpoint_and_skips_failed_builds(tmp
     skipped = [s for s in b.steps.values() if s["verdict"] == SKIP]
     assert all("the probe build failed (exit 1): ninja: build stopped" in s["reason"] for s in skipped)
     assert all(s["id"] in shas[14:16] for s in skipped)
+
+
+def test_the_answer_of_a_cmake_probe_names_the_commits_and_hunks_that_changed_the_arch_list(tmp_path, monkeypatch):
+    from harness.bisect.cmakediff import explain
+
+    shas = make_repo(tmp_path, 10, 99, cmake_from=6)
+    builder = tmp_path / "builder.sh"
+    builder.write_text(STAND_IN_BUILDER)
+    builder.chmod(builder.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv(probes.BUILD_PROBE_ENV, str(builder))
+    result, b = bisect_in(tmp_path, shas, probes.BuildProbe("12.1a"))
+    result = explain(b.store, b.history, result)
+    assert [c["title"] for c in result["cmake_commits"]] == ["commit 6"]
+    assert result["cmake_diff"]["text"].splitlines()[3:] == ['-set(FP4_ARCHS "12.0a")', '+set(FP4_ARCHS "12.0f")']
+    assert (tmp_path / "out" / "cmake.diff").read_text() == result["cmake_diff"]["text"]
+    from harness.bisect.report import markdown
+
+    md = markdown(result)
+    assert "### What changed in the CMake" in md and f"- {shas[5][:12]}" in md

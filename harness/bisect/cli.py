@@ -189,6 +189,9 @@ def main(args: argparse.Namespace) -> int:
         if len(bisect.steps) >= 2 and 0 in bisect.steps and len(store.points) - 1 in bisect.steps:
             partial = bisect.result()
             store.write_result(partial, report.markdown(partial, command))
+    from harness.bisect.cmakediff import explain
+
+    result = explain(store, history, result)
     md = report.markdown(result, command)
     store.write_result(result, md)
     out.print(md, markup=False, highlight=False)

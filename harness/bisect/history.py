@@ -150,7 +150,8 @@ class GitHistory:
     def changed(self, a: str, b: str, paths: list[str]) -> list[Point]:
         """The commits after `a` up to `b` that touched `paths`: what to read for the cause."""
         res = self._git("log", "--reverse", "--format=%H%x09%cs%x09%s", f"{a}..{b}", "--", *paths)
-        return [Point(*(ln.split("\t", 2) + ["", ""])[:3]) for ln in res.stdout.splitlines() if ln]
+        rows = [(ln.split("\t", 2) + ["", ""])[:3] for ln in res.stdout.splitlines() if ln]
+        return [Point(sha, title, date) for sha, date, title in rows]
 
 
 def _version(text: str, flag: str) -> Version:

@@ -46,6 +46,29 @@ def markdown(result: dict, command: str = "") -> str:
     for s in result["steps"]:
         reason = s["reason"].replace("|", "\\|")[:160]
         lines.append(f"| {s['step']} | {s['id'][:12]} | {s['verdict']} | {reason} | {s['seconds']:.0f} |")
+    lines += _cmake(result, noun)
     if command:
         lines += ["", "Reproduce:", "", "```", command, "```"]
     return "\n".join(lines) + "\n"
+
+
+def _cmake(result: dict, noun: str, max_lines: int = 150) -> list[str]:
+    diff = result.get("cmake_diff")
+    if not diff:
+        return []
+    out = ["", f"### What changed in the CMake ({diff.get('from', '?')} -> {diff.get('to', '?')})", ""]
+    if "error" in diff:
+        return out + [f"Not compared: {diff['error']}"]
+    for c in result.get("cmake_commits", []):
+        out.append(f"- {c['id'][:12]} {c['date']} {c['title']}")
+    if result.get("cmake_commits"):
+        out.append("")
+    text = diff["text"].splitlines()
+    if not text:
+        return out + ["No hunk of CMakeLists.txt or cmake/*.cmake touches an arch list."]
+    shown = text[:max_lines]
+    out += [f"The hunks of CMakeLists.txt and cmake/*.cmake that touch an arch list ({diff['hunks']}; "
+            f"all of them in `{diff['file']}`):", "", "```diff", *shown, "```"]
+    if len(text) > max_lines:
+        out.append(f"({len(text) - max_lines} more lines in `{diff['file']}`)")
+    return out

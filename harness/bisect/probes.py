@@ -226,5 +226,6 @@ class CellProbe:
         cell = json.loads(cells[0].read_text())
         status = str(cell.get("status"))
         verdict = CELL_VERDICT.get(status, SKIP)
-        return Observation(verdict, None, f"cell {status}: {str(cell.get('reason') or '')[:200]}",
+        why = cell.get("reason") or "; ".join(map(str, cell.get("reasons") or []))
+        return Observation(verdict, None, f"cell {status}: {str(why)[:200]}",
                            {"status": status, "run_dir": str(cells[0].parent.parent)})

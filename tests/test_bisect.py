@@ -330,3 +330,31 @@ def test_the_cell_probe_pins_the_stack_to_the_point_in_a_copy_of_the_matrix():
         assert getattr(vllm, want[0]) == want[1] and vllm.sdist_sha256 is None
         assert vllm.patches == original.patches  # the stack's patches still apply on top
     assert probes.CELL_VERDICT["pass"] == GOOD and probes.CELL_VERDICT["build-failed"] == SKIP
+
+
+def test_ctrl_c_then_resume_through_the_command_line(tmp_path):
+    import signal
+    import sys
+    import time
+
+    shas = make_repo(tmp_path, 40, 29)
+    seen = tmp_path / "seen"
+    out = tmp_path / "out"
+    command = f'echo "$HARNESS_BISECT_POINT" >> {seen}; sleep 0.5; grep -q bad state && exit 1; exit 0'
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    p = subprocess.Popen([sys.executable, "-m", "harness", "bisect", str(tmp_path / "repo"), "--good", shas[0],
+                          "--bad", shas[-1], "--out", str(out), "--", "sh", "-c", command],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(list((out / "steps").glob("*.json"))) < 3 and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    _o, err = p.communicate(timeout=120)
+    assert p.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    judged = {json.loads(f.read_text())["id"] for f in (out / "steps").glob("*.json")}
+    assert len(judged) >= 3
+    before = len(seen.read_text().split())
+    assert cli.main(["bisect", "--resume", str(out)]) == 0
+    again = set(seen.read_text().split()[before:])
+    assert not judged & again, "a judged commit was judged again"
+    assert json.loads((out / "result.json").read_text())["first_bad"]["id"] == shas[28]

@@ -185,10 +185,13 @@ def main(args: argparse.Namespace) -> int:
     bisect = Bisect(store, history, probe, setup, LiveDisplay(err))
     try:
         result = bisect.run()
-    finally:
-        if len(bisect.steps) >= 2 and 0 in bisect.steps and len(store.points) - 1 in bisect.steps:
+    except KeyboardInterrupt:
+        if 0 in bisect.steps and len(store.points) - 1 in bisect.steps:
             partial = bisect.result()
             store.write_result(partial, report.markdown(partial, command))
+        err.print(f"[red]interrupted[/red]: {len(bisect.steps)} judged point(s) are kept in {store.dir}; "
+                  f"finish with `{command}` (nothing judged is judged again)", highlight=False)
+        return 130
     from harness.bisect.cmakediff import explain
 
     result = explain(store, history, result)

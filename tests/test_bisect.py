@@ -9,6 +9,7 @@ import math
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -358,3 +359,13 @@ def test_ctrl_c_then_resume_through_the_command_line(tmp_path):
     again = set(seen.read_text().split()[before:])
     assert not judged & again, "a judged commit was judged again"
     assert json.loads((out / "result.json").read_text())["first_bad"]["id"] == shas[28]
+
+
+def test_configure_probe_without_a_cuda_torch_is_refused_before_anything_is_written(tmp_path, capsys):
+    shas = make_repo(tmp_path, 4, 3)
+    # this interpreter (the test environment's) has no CUDA build of torch
+    rc = cli.main(["bisect", str(tmp_path / "repo"), "--good", shas[0], "--bad", shas[-1], "--probe", "configure",
+                   "--arch-list", "12.1a", "--python", sys.executable, "--out", str(tmp_path / "out")])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and "has no CUDA build of torch" in err and "fix: give --python" in err
+    assert not (tmp_path / "out").exists()

@@ -169,16 +169,17 @@ def main(args: argparse.Namespace) -> int:
         store = BisectStore.open(Path(args.resume))
         setup = Setup(tuple((n, Path(p)) for n, p in store.spec.get("setup", {}).get("patches", [])))
         history = _history(store.spec["history"])
+        probe = _probe(store.spec["probe"], store.spec["history"])
     else:
         history_spec, probe_spec, patches = _new_spec(args)
         history = _history(history_spec)
+        probe = _probe(probe_spec, history.spec())  # before the folder exists: bad input leaves nothing
         points = history.points()
         folder = Path(args.out or f"results/bisect-{utc_now().replace(':', '').replace('-', '')}")
         spec = {"history": history.spec(), "probe": probe_spec,
                 "setup": {"patches": [[n, str(p.resolve())] for n, p in patches]}}
         store = BisectStore.create(folder, spec, points, history.preferred(points))
         setup = Setup(tuple(patches))
-    probe = _probe(store.spec["probe"], store.spec["history"])
     err.print(f"bisect: {len(store.points)} points in {store.dir} (probe {store.spec['probe']['probe']})",
               highlight=False)
     command = f"harness bisect --resume {shlex.quote(str(store.dir))}"

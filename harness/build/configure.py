@@ -73,6 +73,10 @@ class Toolchain:
         for name, value in (("cmake", self.cmake), ("python", self.python), ("nvcc", self.nvcc)):
             if not value or not Path(value).exists():
                 out.append(f"{name}: {value or 'not found'}")
+        if Path(self.python).exists():
+            res = proc.run([self.python, "-c", "import torch; print(torch.version.cuda or '')"], timeout=300)
+            if not res.ok or not res.stdout.strip():
+                out.append(f"python: {self.python} has no CUDA build of torch")
         return out
 
 

@@ -177,6 +177,8 @@ def configure(tree: Path, arch_list: str, tool: Toolchain, *, log_path: Path | N
         where = f"{m['where']} ({m['what']})" if m and m["what"] else m["where"] if m else None
         stopped = (where or f"exit {res.returncode}") + (
             f": GCC >= {gcc['version']} required" if gcc else "")
-    every = {m["what"]: m["archs"] for m in ANY_DECISION.finditer(text)}
+    every: dict[str, str] = {}
+    for m in ANY_DECISION.finditer(text):  # a name printed twice (old NVFP4 blocks) keeps both
+        every[m["what"]] = f"{every[m['what']]} | {m['archs']}" if m["what"] in every else m["archs"]
     return ConfigureOutcome(res.returncode, round(seconds, 1), supported, decisions, every, stopped,
                             tuple(text.splitlines()[-15:]))

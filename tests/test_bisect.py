@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -256,59 +255,79 @@ def test_cli_refuses_endpoints_that_do_not_disagree(tmp_path, capsys):
 
 # --- a comparing probe: the build probe through its adapter, with a stand-in builder -----------
 
-STAND_IN_BUILDER = """#!/bin/sh
-# A stand-in for `harness build --probe`, for tests only: it reads the arch a CMakeLists.txt
-# asks for and prints the configure lines a real vLLM build log holds; it "fails to build"
-# where the tree says so. Arguments: --source TREE --arch-list LIST --json OUT.
-tree=$2; out=$6
-test -f "$tree/broken" && { echo "ninja: build stopped: subcommand failed." >&2; exit 1; }
-arch=$(sed -n 's/set(FP4_ARCHS "\\(.*\\)")/\\1/p' "$tree/CMakeLists.txt")
-printf '{"build_log": "-- CUDA supported target architectures: 12.0\\\\n-- Building SM12x NVFP4 for archs: %s\\\\n-- Building scaled_mm_c3x_sm120 for archs: %s\\\\n-- Not building moe_data as no compatible archs found\\\\n", "audit": {"verdict": "pass"}}' "$arch" "$arch" > "$out"
+STAND_IN_BUILDER = """
+# A stand-in for `harness build --probe`, for tests only. Called as the real one is
+# (-m MATRIX -k STACK/ --probe --log-dir DIR), it reads the commit the matrix pins, reads the
+# arch list that commit's CMakeLists.txt asks for, and writes DIR/probe-STACK.json in the shape
+# `harness build --probe` writes; a commit holding a file `broken` does not build (exit 1, no JSON).
+import json, subprocess, sys, tomllib
+from pathlib import Path
+args = sys.argv[1:]
+matrix = tomllib.loads(Path(args[args.index("-m") + 1]).read_text())
+stack = args[args.index("-k") + 1].rstrip("/")
+vllm = matrix["stacks"][stack]["vllm"]
+show = lambda path: subprocess.run(["git", "-C", vllm["git"], "show", f"{vllm['commit']}:{path}"],
+                                   capture_output=True, text=True)
+if show("broken").returncode == 0:
+    sys.exit("ninja: build stopped: subcommand failed.")
+arch = show("CMakeLists.txt").stdout.split('"')[1]
+sass = "pass: OMMA.SF present" if arch.endswith("a") else "fail: no sm_121a cubin"
+row = {"family": "nvfp4_sm12x", "source": "csrc/quantization/fp4/nvfp4_scaled_mm_sm120_kernels.cu",
+       "stock": arch, "patched": arch, "archs": f"sm_{arch.replace('.', '')}=1", "fp4": True,
+       "verdicts": [f"sm_121a: {sass}"]}
+out = Path(args[args.index("--log-dir") + 1])
+out.mkdir(parents=True, exist_ok=True)
+(out / f"probe-{stack}.json").write_text(json.dumps({
+    "stack": stack, "image_ref": "stand-in", "status": "pass" if arch.endswith("a") else "fail", "reason": "",
+    "rows": [row], "timings": {}, "log_path": ""}))
 """
 
 
+def _stand_in_builder(tmp_path: Path, monkeypatch, repo: Path) -> Path:
+    script = tmp_path / "builder.py"
+    script.write_text(STAND_IN_BUILDER)
+    monkeypatch.setenv(probes.BUILD_PROBE_ENV, f"{sys.executable} {script}")
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(f'[stacks.s.vllm]\ngit = "{repo}"\ncommit = "{"0" * 40}"\npatches = []\n')
+    return matrix
+
+
 def test_build_probe_compares_with_the_good_endpoint_and_skips_failed_builds(tmp_path, monkeypatch):
-    shas = make_repo(tmp_path, 14, 99, cmake_from=9)  # the decision changes at commit 9
+    make_repo(tmp_path, 14, 99, cmake_from=9)  # the decision changes at commit 9
     repo = tmp_path / "repo"
-    (repo / "broken").write_text("")  # commit 15 and 16 do not build
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "commit 15 (does not build)")
-    (repo / "note").write_text("")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "commit 16 (does not build)")
+    for title, touch in (("commit 15 (does not build)", "broken"), ("commit 16 (does not build)", "note")):
+        (repo / touch).write_text("")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", title)
     (repo / "broken").unlink()
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "commit 17")
     shas = git(repo, "rev-list", "--reverse", "HEAD").splitlines()
-    builder = tmp_path / "builder.sh"
-    builder.write_text(STAND_IN_BUILDER)
-    builder.chmod(builder.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv(probes.BUILD_PROBE_ENV, str(builder))
-    result, b = bisect_in(tmp_path, shas, probes.BuildProbe("12.1a"))
+    matrix = _stand_in_builder(tmp_path, monkeypatch, repo)
+    source = {"kind": "git", "repo": str(repo)}
+    result, b = bisect_in(tmp_path, shas, probes.BuildProbe(matrix, "s", source))
     assert result["first_bad"]["id"] == shas[8] and result["first_bad"]["title"] == "commit 9"
-    assert result["reference"] == {"nvfp4_sm12x": ["12.0a"], "scaled_mm_sm120": ["12.0a"],
-                                   "moe_data": "not built", "audit": "pass"}
-    assert result["bad_side"]["decision"]["nvfp4_sm12x"] == ["12.0f"]
+    assert result["reference"] == {"nvfp4_sm12x": "stock 12.0a; patched 12.0a; cubins sm_120a=1; audit sm_121a: pass",
+                                   "probe": "pass"}
+    assert result["bad_side"]["decision"]["nvfp4_sm12x"].endswith("audit sm_121a: fail")
     skipped = [s for s in b.steps.values() if s["verdict"] == SKIP]
-    assert all("the probe build failed (exit 1): ninja: build stopped" in s["reason"] for s in skipped)
+    assert all("the probe build did not finish (exit 1): ninja: build stopped" in s["reason"] for s in skipped)
     assert all(s["id"] in shas[14:16] for s in skipped)
+    assert not list(tmp_path.glob(".bisect-*"))  # the pinned matrix copies are removed
 
 
 def test_the_answer_of_a_cmake_probe_names_the_commits_and_hunks_that_changed_the_arch_list(tmp_path, monkeypatch):
     from harness.bisect.cmakediff import explain
+    from harness.bisect.report import markdown
 
     shas = make_repo(tmp_path, 10, 99, cmake_from=6)
-    builder = tmp_path / "builder.sh"
-    builder.write_text(STAND_IN_BUILDER)
-    builder.chmod(builder.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv(probes.BUILD_PROBE_ENV, str(builder))
-    result, b = bisect_in(tmp_path, shas, probes.BuildProbe("12.1a"))
+    matrix = _stand_in_builder(tmp_path, monkeypatch, tmp_path / "repo")
+    probe = probes.BuildProbe(matrix, "s", {"kind": "git", "repo": str(tmp_path / "repo")})
+    result, b = bisect_in(tmp_path, shas, probe)
     result = explain(b.store, b.history, result)
     assert [c["title"] for c in result["cmake_commits"]] == ["commit 6"]
     assert result["cmake_diff"]["text"].splitlines()[3:] == ['-set(FP4_ARCHS "12.0a")', '+set(FP4_ARCHS "12.0f")']
     assert (tmp_path / "out" / "cmake.diff").read_text() == result["cmake_diff"]["text"]
-    from harness.bisect.report import markdown
-
     md = markdown(result)
     assert "### What changed in the CMake" in md and f"- {shas[5][:12]}" in md
 

@@ -26,7 +26,8 @@ def register(sub) -> None:
     p.add_argument("source", nargs="?", help=SOURCE_HELP)
     p.add_argument("--good", help="a point where the verdict is good (the older end)")
     p.add_argument("--bad", help="a point where it is bad (the newer end)")
-    p.add_argument("--probe", nargs="+", metavar="KIND", help="configure | build | cell ID (default: the command after --)")
+    p.add_argument("--probe", nargs="+", metavar="KIND",
+                   help="configure | build | cell ID (default: the command after --); build and cell need -m and --stack")
     p.add_argument("--arch-list", help="TORCH_CUDA_ARCH_LIST for configure/build (default: the stack's)")
     p.add_argument("-m", "--matrix", help="matrix file: the stack's arch list and patches, and --probe cell's cell")
     p.add_argument("--stack", help="the stack of the matrix whose arch list and vLLM patches apply")
@@ -80,7 +81,7 @@ def _probe(spec: dict, history_spec: dict):
                               hint="give --python a Python with a CUDA build of torch and cmake>=3.26, and put nvcc on PATH")
         return probes.ConfigureProbe(spec["torch_cuda_arch_list"], tool, tuple(spec["families"]))
     if kind == "build":
-        return probes.BuildProbe(spec["torch_cuda_arch_list"], tuple(spec["families"]))
+        return probes.BuildProbe(Path(spec["matrix"]), spec["stack"], history_spec)
     if kind == "cell":
         return probes.CellProbe(Path(spec["matrix"]), spec["cell"], spec["stack"], history_spec)
     raise ConfigError(f"unknown probe {kind!r}", hint="use configure, build, cell ID, or -- COMMAND")
@@ -118,15 +119,19 @@ def _new_spec(args) -> tuple[dict, dict, list[tuple[str, Path]]]:
     if kind == "command" and not args.command:
         raise ConfigError("no probe: give --probe configure|build|cell ID, or a command after --",
                           hint="e.g. harness bisect REPO --good A --bad B -- make test")
-    if kind in ("configure", "build") and not arch:
-        raise ConfigError(f"--probe {kind} needs --arch-list (or -m MATRIX --stack NAME)", hint="e.g. --arch-list 12.1a")
+    if kind == "configure" and not arch:
+        raise ConfigError("--probe configure needs --arch-list (or -m MATRIX --stack NAME)", hint="e.g. --arch-list 12.1a")
     probe: dict = {"probe": kind}
     if kind == "command":
         probe.update(command=list(args.command), timeout_s=args.timeout)
-    elif kind in ("configure", "build"):
-        probe.update(torch_cuda_arch_list=arch, families=list(configure.DEFAULT_FAMILIES))
-        if kind == "configure":
-            probe.update(python=args.python, cutlass_dir=args.cutlass)
+    elif kind == "configure":
+        probe.update(torch_cuda_arch_list=arch, families=list(configure.DEFAULT_FAMILIES), python=args.python,
+                     cutlass_dir=args.cutlass)
+    elif kind == "build":
+        if not args.matrix or not args.stack:
+            raise ConfigError("--probe build needs -m MATRIX and --stack NAME (the stack is probe-built at each point)",
+                              hint="e.g. --probe build -m matrix/spark.toml --stack spark-121a")
+        probe.update(matrix=str(Path(args.matrix).resolve()), stack=args.stack, torch_cuda_arch_list=arch)
     elif kind == "cell":
         if len(args.probe) != 2 or not args.matrix or not args.stack:
             raise ConfigError("--probe cell needs the cell's id, -m MATRIX and --stack NAME",

@@ -23,7 +23,7 @@ from typing import Protocol
 from harness import proc
 from harness.bisect.history import Point
 from harness.bisect.search import BAD, GOOD, SKIP
-from harness.build import buildlog, configure
+from harness.build import configure
 
 
 @dataclass(frozen=True)
@@ -120,53 +120,90 @@ class ConfigureProbe:
         return Observation(None, decision, seen + note, detail)
 
 
-# The probe build comes from `harness build --probe`; this is the one place that calls it.
-# HARNESS_BISECT_BUILD_PROBE replaces the command (a shell-quoted argv; the tree, the arch list
-# and an output JSON path are appended), so another builder, or a test's stand-in, can serve.
+def pinned_matrix(matrix: Path, stack: str, source: dict, point: Point) -> Path:
+    """A copy of `matrix`, next to it (its relative paths hold), whose stack's vLLM source is
+    the point: a release (`pypi`) or a commit (`git` + `commit`); the stack's patches stay."""
+    import tomli_w
+
+    doc = tomllib.loads(matrix.read_text())
+    vllm = dict(doc["stacks"][stack]["vllm"])
+    for key in ("pypi", "git", "commit", "sdist_sha256"):
+        vllm.pop(key, None)
+    if source["kind"] == "releases":
+        vllm["pypi"] = point.id
+    else:
+        vllm.update(git=source["repo"], commit=point.id)
+    doc["stacks"][stack]["vllm"] = vllm
+    path = matrix.with_name(f".bisect-{point.short}-{matrix.name}")
+    path.write_text(tomli_w.dumps(doc))
+    return path
+
+
+def _last_line(res: proc.Result) -> str:
+    return ((res.stderr or res.stdout).strip().splitlines()[-1:] or [""])[0][:200]
+
+
+# `harness build --probe` is the probe build; this is the one place that calls it. The command
+# can be replaced (HARNESS_BISECT_BUILD_PROBE, a shell-quoted argv) by another builder or a
+# test's stand-in: it is given `-m MATRIX -k STACK/ --probe --log-dir DIR` and must write
+# DIR/probe-STACK.json as `harness build --probe` does.
 BUILD_PROBE_ENV = "HARNESS_BISECT_BUILD_PROBE"
 
 
 def build_probe_argv() -> list[str]:
     custom = os.environ.get(BUILD_PROBE_ENV)
-    return shlex.split(custom) if custom else [sys.executable, "-m", "harness", "build", "--probe"]
+    return shlex.split(custom) if custom else [sys.executable, "-m", "harness", "build"]
+
+
+def probe_decision(doc: dict) -> dict:
+    """What a probe build decided, per kernel family: the configure's arch decision (stock and
+    patched), the cubins of the compiled object and the audit's verdict on each target."""
+    out = {}
+    for row in doc.get("rows") or []:
+        audits = sorted(str(v).split(": ")[0] + ": " + str(v).split(": ")[1]
+                        for v in row.get("verdicts") or [] if str(v).count(": ") >= 2)
+        out[str(row.get("family"))] = (f"stock {row.get('stock') or '-'}; patched {row.get('patched') or '-'}; "
+                                       f"cubins {row.get('archs')}; audit {', '.join(audits) or '-'}")
+    out["probe"] = str(doc.get("status"))
+    return out
 
 
 @dataclass(frozen=True)
 class BuildProbe:
-    """`--probe build`: build the SM12x kernels of the tree, then audit what was compiled.
+    """`--probe build`: `harness build --probe` of the stack pinned to the point (configure,
+    compile only the units the verdict depends on, audit them). Its decision (probe_decision)
+    is compared with the good endpoint's; a probe build that errors is a skip."""
 
-    The builder is asked `ARGV --source TREE --arch-list LIST --json OUT`; it writes OUT as
-    {"build_log": "...", "audit": {"verdict": "pass|fail", ...}}. A build that fails is a skip;
-    the decision compared is the configure's arch decisions read from the build log plus the
-    audit verdict."""
-
-    arch_list: str
-    families: tuple[str, ...] = configure.DEFAULT_FAMILIES
+    matrix: Path
+    stack: str
+    source: dict  # the history's spec
     timeout: float = 7200
     name: str = "build"
     compares: bool = True
 
     def spec(self) -> dict:
-        return {"probe": self.name, "torch_cuda_arch_list": self.arch_list, "families": list(self.families),
-                "builder": build_probe_argv()}
+        return {"probe": self.name, "matrix": str(self.matrix), "stack": self.stack, "builder": build_probe_argv()}
 
     def observe(self, tree: Path, point: Point, logs: Path) -> Observation:
-        out_json = logs.with_suffix(".build.json")
-        argv = [*build_probe_argv(), "--source", str(tree), "--arch-list", self.arch_list, "--json", str(out_json)]
-        res = proc.run(argv, timeout=self.timeout)
+        out_dir = logs.parent / f"{logs.stem}.build"
+        copy = pinned_matrix(self.matrix, self.stack, self.source, point)
+        argv = [*build_probe_argv(), "-m", str(copy), "-k", f"{self.stack}/", "--probe", "--log-dir", str(out_dir)]
+        try:
+            res = proc.run(argv, timeout=self.timeout)
+        finally:
+            copy.unlink(missing_ok=True)
         logs.write_text(f"$ {shlex.join(argv)}\n{res.stdout}\n{res.stderr}")
-        if not res.ok or not out_json.is_file():
-            tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or [""]
-            return _skip(f"the probe build failed (exit {res.returncode}): {tail[0][:200]}", exit=res.returncode)
-        got = json.loads(out_json.read_text())
-        text = str(got.get("build_log") or "")
-        _sup, decisions = configure.decisions_of(text, self.families)
-        if missing := [f for f in self.families if decisions.get(f) is None]:
-            return _skip(f"the build log has no decision for {', '.join(missing)}")
-        decision = _decision(self.families, decisions)
-        decision["audit"] = str((got.get("audit") or {}).get("verdict") or "none")
-        problems = [str(p) for p in buildlog.check_build_log(text, self.arch_list)]
-        return Observation(None, decision, f"audit {decision['audit']}", {"build_log_problems": problems})
+        found = out_dir / f"probe-{self.stack}.json"
+        if not found.is_file():
+            return _skip(f"the probe build did not finish (exit {res.returncode}): {_last_line(res)}",
+                         exit=res.returncode)
+        doc = json.loads(found.read_text())
+        if doc.get("status") == "error" or not doc.get("rows"):
+            return _skip(f"the probe build failed: {str(doc.get('reason') or _last_line(res))[:200]}",
+                         exit=res.returncode, log=doc.get("log_path"))
+        decision = probe_decision(doc)
+        return Observation(None, decision, f"probe {doc.get('status')}" + (f": {doc['reason']}" if doc.get("reason") else ""),
+                           {"exit": res.returncode, "timings": doc.get("timings"), "log": doc.get("log_path")})
 
 
 # How `harness run` ends a cell, read as a bisect verdict: the cell's verdict is what bisects;
@@ -194,20 +231,7 @@ class CellProbe:
         return {"probe": self.name, "matrix": str(self.matrix), "cell": self.cell, "stack": self.stack}
 
     def matrix_for(self, point: Point) -> Path:
-        import tomli_w
-
-        doc = tomllib.loads(self.matrix.read_text())
-        vllm = dict(doc["stacks"][self.stack]["vllm"])
-        for key in ("pypi", "git", "commit", "sdist_sha256"):
-            vllm.pop(key, None)
-        if self.source["kind"] == "releases":
-            vllm["pypi"] = point.id
-        else:
-            vllm.update(git=self.source["repo"], commit=point.id)
-        doc["stacks"][self.stack]["vllm"] = vllm
-        path = self.matrix.with_name(f".bisect-{point.short}-{self.matrix.name}")
-        path.write_text(tomli_w.dumps(doc))
-        return path
+        return pinned_matrix(self.matrix, self.stack, point=point, source=self.source)
 
     def observe(self, tree: Path, point: Point, logs: Path) -> Observation:
         results = logs.parent / f"{logs.stem}.run"

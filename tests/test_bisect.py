@@ -332,22 +332,28 @@ def test_the_answer_of_a_cmake_probe_names_the_commits_and_hunks_that_changed_th
     assert "### What changed in the CMake" in md and f"- {shas[5][:12]}" in md
 
 
-def test_the_cell_probe_pins_the_stack_to_the_point_in_a_copy_of_the_matrix():
+def test_the_cell_probe_pins_the_stack_to_the_point_in_a_copy_of_the_matrix(tmp_path, monkeypatch):
+    import hashlib
+
+    from harness.build import sources
     from harness.matrix.load import load_matrix
 
+    # the sdist the bisect downloaded and checked: its sha256 becomes the copy's pin
+    monkeypatch.setattr(sources, "SDIST_CACHE", tmp_path)
+    (tmp_path / "vllm-0.32.0.tar.gz").write_bytes(b"an sdist")
     spark = Path(__file__).resolve().parent.parent / "matrix" / "spark.toml"
     original = load_matrix(spark).spec.stacks["spark-121a"].vllm
     sha = "0123456789abcdef0123456789abcdef01234567"
-    for source, point, want in (({"kind": "releases"}, Point("0.32.0", "vllm 0.32.0"), ("pypi", "0.32.0")),
-                                ({"kind": "git", "repo": "https://github.com/vllm-project/vllm.git"},
-                                 Point(sha, "a commit"), ("commit", sha))):
+    for source, point, want, pinned in (
+            ({"kind": "releases"}, Point("0.32.0", "vllm 0.32.0"), ("pypi", "0.32.0"), hashlib.sha256(b"an sdist").hexdigest()),
+            ({"kind": "git", "repo": "https://github.com/vllm-project/vllm.git"}, Point(sha, "a commit"), ("commit", sha), None)):
         probe = probes.CellProbe(spark, "spark-121a/qwen36-nvfp4/auto", "spark-121a", source)
         copy = probe.matrix_for(point)
         try:
             vllm = load_matrix(copy).spec.stacks["spark-121a"].vllm
         finally:
             copy.unlink()
-        assert getattr(vllm, want[0]) == want[1] and vllm.sdist_sha256 is None
+        assert getattr(vllm, want[0]) == want[1] and vllm.sdist_sha256 == pinned
         assert vllm.patches == original.patches  # the stack's patches still apply on top
     assert probes.CELL_VERDICT["pass"] == GOOD and probes.CELL_VERDICT["build-failed"] == SKIP
 

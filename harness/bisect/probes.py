@@ -122,18 +122,33 @@ class ConfigureProbe:
 
 def pinned_matrix(matrix: Path, stack: str, source: dict, point: Point) -> Path:
     """A copy of `matrix`, next to it (its relative paths hold), whose stack's vLLM source is
-    the point: a release (`pypi`) or a commit (`git` + `commit`); the stack's patches stay."""
+    the point: a release (`pypi`, with the sha256 of the sdist the bisect downloaded and checked)
+    or a commit (`git` + `commit`); the stack's patches stay. The other pins of the stack come
+    from the matrix's lock, written into the copy, so the copy builds without locking again."""
     import tomli_w
 
+    from harness.build.sources import SDIST_CACHE, sdist_filename
+    from harness.bundle import sha256_file
+    from harness.lock import LockedFile, LockedImage, lock_path, read_lock
+
     doc = tomllib.loads(matrix.read_text())
-    vllm = dict(doc["stacks"][stack]["vllm"])
+    entry = doc["stacks"][stack]
+    vllm = dict(entry["vllm"])
     for key in ("pypi", "git", "commit", "sdist_sha256"):
         vllm.pop(key, None)
     if source["kind"] == "releases":
         vllm["pypi"] = point.id
+        if (cached := SDIST_CACHE / sdist_filename("vllm", point.id)).is_file():
+            vllm["sdist_sha256"] = sha256_file(cached)
     else:
         vllm.update(git=source["repo"], commit=point.id)
-    doc["stacks"][stack]["vllm"] = vllm
+    entry["vllm"] = vllm
+    lock = read_lock(lock_path(matrix))
+    for key, pin in ((lock.stacks.get(stack) or {}).items() if lock else ()):
+        if key == "base_image" and isinstance(pin, LockedImage) and isinstance(entry.get(key), dict):
+            entry[key].setdefault("digest", pin.digest)
+        elif key == "flashinfer" and isinstance(pin, LockedFile) and isinstance(entry.get(key), dict):
+            entry[key].setdefault("sdist_sha256", pin.sha256)
     path = matrix.with_name(f".bisect-{point.short}-{matrix.name}")
     path.write_text(tomli_w.dumps(doc))
     return path

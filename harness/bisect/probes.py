@@ -1,4 +1,4 @@
-"""Probes: what judges one point's unpacked source tree.
+"""Probes: what judges one point (its unpacked source tree, or the stack pinned to it).
 
 Two kinds of verdict:
 - direct: the probe says good, bad or skip itself (a command's exit status; a cell's status);

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import difflib
 import re
+import shutil
+import tempfile
 from pathlib import Path
+
+from harness.bisect.history import Unavailable
 
 # The words of the arch decisions compared by the configure and build probes.
 # (an arch inside a quoted list, "10.0a;12.0f": a CUDA version compared unquoted, 12.8, is not one)
@@ -52,11 +56,6 @@ def explain(store, history, result: dict) -> dict:
     """Add to `result` what changed in the CMake across the answer (last good -> first bad):
     the arch hunks (written to cmake.diff in the bisect's folder) and, for git, the commits
     that touched the CMake files. Only for the probes that read CMake decisions."""
-    import shutil
-    import tempfile
-
-    from harness.bisect.history import Unavailable
-
     if result["probe"]["probe"] not in ("configure", "build") or not result.get("done"):
         return result
     by_id = {p.id: p for p in store.points}

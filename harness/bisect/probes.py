@@ -20,10 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import tomli_w
+
 from harness import proc
 from harness.bisect.history import Point
 from harness.bisect.search import BAD, GOOD, SKIP
-from harness.build import configure
+from harness.build import configure, sources
+from harness.bundle import sha256_file
+from harness.lock import LockedFile, LockedImage, lock_path, read_lock
 
 
 @dataclass(frozen=True)
@@ -125,12 +129,6 @@ def pinned_matrix(matrix: Path, stack: str, source: dict, point: Point) -> Path:
     the point: a release (`pypi`, with the sha256 of the sdist the bisect downloaded and checked)
     or a commit (`git` + `commit`); the stack's patches stay. The other pins of the stack come
     from the matrix's lock, written into the copy, so the copy builds without locking again."""
-    import tomli_w
-
-    from harness.build.sources import SDIST_CACHE, sdist_filename
-    from harness.bundle import sha256_file
-    from harness.lock import LockedFile, LockedImage, lock_path, read_lock
-
     doc = tomllib.loads(matrix.read_text())
     entry = doc["stacks"][stack]
     vllm = dict(entry["vllm"])
@@ -138,7 +136,7 @@ def pinned_matrix(matrix: Path, stack: str, source: dict, point: Point) -> Path:
         vllm.pop(key, None)
     if source["kind"] == "releases":
         vllm["pypi"] = point.id
-        if (cached := SDIST_CACHE / sdist_filename("vllm", point.id)).is_file():
+        if (cached := sources.SDIST_CACHE / sources.sdist_filename("vllm", point.id)).is_file():
             vllm["sdist_sha256"] = sha256_file(cached)
     else:
         vllm.update(git=source["repo"], commit=point.id)

@@ -394,3 +394,20 @@ def test_configure_probe_without_a_cuda_torch_is_refused_before_anything_is_writ
     err = " ".join(capsys.readouterr().err.split())
     assert rc == 2 and "has no CUDA build of torch" in err and "fix: give --python" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_damaged_bisect_folder_is_bad_input_naming_the_file(tmp_path, capsys):
+    shas = make_repo(tmp_path, 6, 4)
+    args = ["bisect", str(tmp_path / "repo"), "--good", shas[0], "--bad", shas[-1], "--out", str(tmp_path / "out"),
+            "--", *CHECK]
+    assert cli.main(args) == 0
+    capsys.readouterr()
+    assert cli.main(args) == 2  # the folder holds a bisect: resume it, never start over in it
+    assert "holds a bisect already (resume it with --resume)" in " ".join(capsys.readouterr().err.split())
+    step = next((tmp_path / "out" / "steps").glob("*.json"))
+    step.write_text("{not json")
+    assert cli.main(["bisect", "--resume", str(tmp_path / "out")]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert step.name in said and "delete it to judge that point again" in said and "Traceback" not in said
+    assert cli.main(["bisect", "--resume", str(tmp_path)]) == 2
+    assert "no bisect.json: not a bisect folder" in " ".join(capsys.readouterr().err.split())

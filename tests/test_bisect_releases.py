@@ -154,3 +154,16 @@ def test_unknown_endpoints_are_bad_input(index, tmp_path, capsys):
     assert rc == 2 and "--bad 9.9.9: no such release of demo on the index" in err
     rc = cli.main(["bisect", "pypi:demo", "--good", "2.0.0", "--bad", "1.0.0", "--index", url, "--", *CHECK])
     assert rc == 2 and "is not older than --bad" in " ".join(capsys.readouterr().err.split())
+
+
+def test_an_index_that_cannot_answer_is_named(index, tmp_path, monkeypatch, capsys):
+    _server, url = index
+    monkeypatch.setattr(history_mod, "SDIST_CACHE", tmp_path / "cache")
+    rc = cli.main(["bisect", "pypi:other", "--good", "1.0.0", "--bad", "2.0.0", "--index", url, "--", *CHECK])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 3 and "cannot read http://127.0.0.1" in err and "/pypi/other/json" in err
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "other.releases.json").write_text("{broken")
+    rc = cli.main(["bisect", "pypi:other", "--good", "1.0.0", "--bad", "2.0.0", "--index", url, "--", *CHECK])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and "other.releases.json: not JSON" in err and "Traceback" not in err

@@ -14,6 +14,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from harness.errors import ConfigError
 
@@ -148,7 +149,8 @@ class LiveDisplay:
     COLOURS = {"good": "green", "bad": "red", "skip": "yellow"}
 
     def __init__(self, console) -> None:
-        self.console, self.status = console, None
+        self.console = console
+        self.status: Any = None
 
     def start(self, step, about, point) -> None:
         self.status = self.console.status(f"step {step} of at most {about}: {point.short} {point.title[:60]} ...")

@@ -25,6 +25,7 @@ from harness import http, proc
 from harness.build.sources import CACHE_ROOT, GIT_SAFE, SDIST_CACHE, SDIST_MAX_BYTES
 from harness.bundle import sha256_file
 from harness.errors import ConfigError, EnvironmentProblem
+from harness.results.store import atomic_write_text
 
 PYPI_JSON = "https://pypi.org/pypi/{name}/json"
 GIT_CACHE = CACHE_ROOT / "bisect-git"
@@ -187,15 +188,25 @@ class ReleaseHistory:
         """The index's JSON for the project; the cached copy when the index cannot be reached."""
         if self._doc is None:
             url = self.index.format(name=re.sub(r"[-_.]+", "-", self.project).lower())
+            cached = self._cached_doc()
             try:
-                self._doc = http.get_json(url, timeout=60, max_bytes=64 << 20, attempts=2)
-                self.cache.mkdir(parents=True, exist_ok=True)
-                self._cached_doc().write_text(json.dumps(self._doc))
+                doc = http.get_json(url, timeout=60, max_bytes=64 << 20, attempts=2)
             except http.HttpError as exc:
-                if not self._cached_doc().is_file():
+                if not cached.is_file():
                     raise EnvironmentProblem(f"cannot read {url}: {exc.message}",
                                              hint=f"run once with access to the index (it is kept in {self.cache})") from None
-                self._doc = json.loads(self._cached_doc().read_text())
+                try:
+                    doc = json.loads(cached.read_text())
+                except ValueError:
+                    raise ConfigError(f"{cached}: not JSON", hint="delete it; the next run with the index "
+                                      "writes it again") from None
+                url = str(cached)
+            if not isinstance(doc, dict) or not isinstance(doc.get("releases"), dict):
+                raise EnvironmentProblem(f"{url}: not a package index's project JSON (no `releases` table)",
+                                         hint="give --index a PyPI-style JSON API, e.g. https://pypi.org/pypi/{name}/json")
+            if url != str(cached):
+                atomic_write_text(cached, json.dumps(doc))
+            self._doc = doc
         return self._doc
 
     def _files(self, version: str) -> list[dict]:

@@ -27,7 +27,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("engine",),
     ("lock", "serve", "report"),
     ("build",),
-    ("stages",),
+    ("stages", "bisect"),
     ("run",),
     ("cli",),
     ("__main__",),

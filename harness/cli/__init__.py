@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "patches": ("harness.cli.patches", "take an upstream PR as a pinned patch"),
     "compare": ("harness.cli.compare", "gate a rollout: two runs compared beyond noise"),
     "bug": ("harness.cli.bug", "an upstream bug report for one cell"),
+    "bisect": ("harness.cli.bisect", "which upstream commit or release changed a verdict"),
     "report": ("harness.cli.report", "Markdown + HTML report of a run"),
     "bundle": ("harness.cli.bundle", "make / install a wheelhouse bundle for a host with no package index"),
 }

@@ -1,0 +1,78 @@
+"""What changed in the CMake between the last good and the first bad point.
+
+Between two releases lie hundreds of commits and no git history in an sdist: the diff of the two
+trees' CMakeLists.txt and cmake/**/*.cmake, kept to the hunks that touch the kernel families'
+arch lists, is what a reader needs to find the upstream commit (and the place to look in a git
+mirror: `git log -L` on those lines). For a git history the commits are listed instead
+(GitHistory.changed).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from harness.bisect.history import Unavailable
+
+# The words of the arch decisions compared by the configure and build probes.
+# (an arch inside a quoted list, "10.0a;12.0f": a CUDA version compared unquoted, 12.8, is not one)
+KEYWORDS = re.compile(r'FP4|SCALED_MM|scaled_mm|MOE_DATA|moe_data|CUDA_SUPPORTED_ARCHS|"[^"]*\b1[0-2]\.[0-9][af]?\b[^"]*"')
+
+
+def cmake_files(tree: Path) -> dict[str, str]:
+    files = [tree / "CMakeLists.txt", *sorted((tree / "cmake").rglob("*.cmake"))]
+    return {str(f.relative_to(tree)): f.read_text(errors="replace") for f in files if f.is_file()}
+
+
+def _hunks(diff: list[str]) -> list[list[str]]:
+    hunks: list[list[str]] = []
+    for line in diff:
+        if line.startswith("@@"):
+            hunks.append([line])
+        elif hunks:
+            hunks[-1].append(line)
+    return hunks
+
+
+def arch_hunks(old: Path, new: Path, label_old: str, label_new: str, context: int = 3) -> str:
+    """The unified diff of the CMake files, only the hunks whose changed lines mention an arch
+    decision's words; empty when none does."""
+    a, b = cmake_files(old), cmake_files(new)
+    out: list[str] = []
+    for name in sorted(set(a) | set(b)):
+        diff = list(difflib.unified_diff(a.get(name, "").splitlines(), b.get(name, "").splitlines(),
+                                         f"{label_old}/{name}", f"{label_new}/{name}", n=context, lineterm=""))
+        keep = [h for h in _hunks(diff[2:])
+                if any(KEYWORDS.search(ln) for ln in h[1:] if ln[:1] in "+-")]
+        if keep:
+            out += diff[:2] + [ln for h in keep for ln in h]
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def explain(store, history, result: dict) -> dict:
+    """Add to `result` what changed in the CMake across the answer (last good -> first bad):
+    the arch hunks (written to cmake.diff in the bisect's folder) and, for git, the commits
+    that touched the CMake files. Only for the probes that read CMake decisions."""
+    if result["probe"]["probe"] not in ("configure", "build") or not result.get("done"):
+        return result
+    by_id = {p.id: p for p in store.points}
+    good, bad = by_id[result["last_good"]["id"]], by_id[result["bad_side"]["id"]]
+    work = Path(tempfile.mkdtemp(prefix="harness-bisect-diff-"))
+    try:
+        history.unpack(good, work / "good")
+        history.unpack(bad, work / "bad")
+        text = arch_hunks(work / "good", work / "bad", good.short, bad.short)
+    except Unavailable as exc:
+        return {**result, "cmake_diff": {"error": str(exc)}}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    (store.dir / "cmake.diff").write_text(text)
+    out = {**result, "cmake_diff": {"file": "cmake.diff", "from": good.id, "to": bad.id,
+                                    "hunks": text.count("\n@@"), "text": text}}
+    if hasattr(history, "changed"):
+        out["cmake_commits"] = [{"id": c.id, "date": c.date, "title": c.title}
+                                for c in history.changed(good.id, bad.id, ["CMakeLists.txt", "cmake"])]
+    return out

@@ -1,0 +1,209 @@
+"""`harness bisect`: which commit or release changed the verdict.
+
+    harness bisect REPO --good A --bad B -- COMMAND       exit 0 good, 125 skip, 1..127 bad
+    harness bisect REPO --good A --bad B --probe configure --arch-list 12.1a
+    harness bisect pypi:vllm --good 0.10.0 --bad 0.33.0 --probe configure --arch-list 12.1a
+    harness bisect --resume DIR                           finish an interrupted bisect
+
+Exit 0 when a first bad point was found, 1 when skips leave several suspects, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ConfigError
+
+SOURCE_HELP = "a git repository (a local clone or mirror, or its URL), or pypi:PROJECT for its releases"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bisect", help="which upstream commit or release changed a verdict",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("source", nargs="?", help=SOURCE_HELP)
+    p.add_argument("--good", help="a point where the verdict is good (the older end)")
+    p.add_argument("--bad", help="a point where it is bad (the newer end)")
+    p.add_argument("--probe", nargs="+", metavar="KIND",
+                   help="configure | build | cell ID (default: the command after --); build and cell need -m and --stack")
+    p.add_argument("--arch-list", help="TORCH_CUDA_ARCH_LIST for configure/build (default: the stack's)")
+    p.add_argument("-m", "--matrix", help="matrix file: the stack's arch list and patches, and --probe cell's cell")
+    p.add_argument("--stack", help="the stack of the matrix whose arch list and vLLM patches apply")
+    p.add_argument("--patch", action="append", default=[], metavar="FILE", help="a patch applied to every point (repeatable)")
+    p.add_argument("--out", help="the bisect's folder (default results/bisect-<time>)")
+    p.add_argument("--resume", metavar="DIR", help="finish an interrupted bisect (nothing is judged twice)")
+    p.add_argument("--all-releases", action="store_true",
+                   help="bisect every release at once (default: the newest patch of each minor first)")
+    p.add_argument("--index", default=None, help="package index JSON API (default https://pypi.org/pypi/{name}/json)")
+    p.add_argument("--python", help="a Python with a CUDA build of torch and cmake, for --probe configure")
+    p.add_argument("--cutlass", help="a CUTLASS checkout for VLLM_CUTLASS_SRC_DIR (default: an empty folder)")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds one command probe may run")
+    p.set_defaults(func=main, command=[])
+    # `-- COMMAND`: argparse cannot give a positional after options and `--` to a subcommand, so
+    # this parser takes what follows `--` itself, before its own parse.
+    parse = p.parse_known_args
+
+    def split(args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        cmd: list[str] = []
+        if "--" in args:
+            cut = args.index("--")
+            args, cmd = args[:cut], args[cut + 1:]
+        ns, extra = parse(args, namespace)
+        ns.command = cmd
+        return ns, extra
+
+    p.parse_known_args = split
+
+
+def _history(spec: dict):
+    from harness.bisect.history import PYPI_JSON, GitHistory, ReleaseHistory
+
+    if spec["kind"] == "releases":
+        return ReleaseHistory(spec["project"], spec["good"], spec["bad"], index=spec.get("index") or PYPI_JSON,
+                              minor_first=spec.get("minor_first", True))
+    return GitHistory(spec["repo"], spec["good"], spec["bad"])
+
+
+def _probe(spec: dict, history_spec: dict):
+    from harness.bisect import probes
+    from harness.build import configure
+
+    kind = spec["probe"]
+    if kind == "command":
+        return probes.CommandProbe(tuple(spec["command"]), spec.get("timeout_s", 3600))
+    if kind == "configure":
+        tool = configure.find(spec.get("python"), cutlass_dir=spec.get("cutlass_dir"))
+        if problems := tool.problems():
+            raise ConfigError(f"--probe configure: missing {', '.join(problems)}",
+                              hint="give --python a Python with a CUDA build of torch and cmake>=3.26, and put nvcc on PATH")
+        return probes.ConfigureProbe(spec["torch_cuda_arch_list"], tool, tuple(spec["families"]))
+    if kind == "build":
+        return probes.BuildProbe(Path(spec["matrix"]), spec["stack"], history_spec)
+    if kind == "cell":
+        return probes.CellProbe(Path(spec["matrix"]), spec["cell"], spec["stack"], history_spec)
+    raise ConfigError(f"unknown probe {kind!r}", hint="use configure, build, cell ID, or -- COMMAND")
+
+
+def _new_spec(args) -> tuple[dict, dict, list[tuple[str, Path]]]:
+    from harness.build import configure
+
+    if not (args.source and args.good and args.bad):
+        raise ConfigError("harness bisect needs SOURCE, --good and --bad (or --resume DIR)",
+                          hint="e.g. harness bisect pypi:vllm --good 0.10.0 --bad 0.33.0 --probe configure --arch-list 12.1a")
+    if args.source.startswith("pypi:"):
+        history = {"kind": "releases", "project": args.source[5:], "good": args.good, "bad": args.bad,
+                   "index": args.index, "minor_first": not args.all_releases}
+    else:
+        history = {"kind": "git", "repo": args.source, "good": args.good, "bad": args.bad}
+    stack = None
+    patches = [(Path(p).name, Path(p)) for p in args.patch]
+    if args.matrix:
+        from harness.matrix.load import load_matrix
+
+        matrix = load_matrix(args.matrix)
+        if args.stack:
+            if args.stack not in matrix.spec.stacks:
+                raise ConfigError(f"--stack {args.stack}: not in {args.matrix}",
+                                  hint=f"one of: {', '.join(matrix.spec.stacks)}")
+            stack = matrix.spec.stacks[args.stack]
+            if stack.vllm:
+                patches = [(Path(p.path).name, matrix.patch_path(p)) for p in stack.vllm.patches] + patches
+    for _name, path in patches:
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such patch file", hint="check --patch or the stack's patches")
+    arch = args.arch_list or (stack.torch_cuda_arch_list if stack else None)
+    kind = (args.probe or ["command"])[0]
+    if kind == "command" and not args.command:
+        raise ConfigError("no probe: give --probe configure|build|cell ID, or a command after --",
+                          hint="e.g. harness bisect REPO --good A --bad B -- make test")
+    if kind == "configure" and not arch:
+        raise ConfigError("--probe configure needs --arch-list (or -m MATRIX --stack NAME)", hint="e.g. --arch-list 12.1a")
+    probe: dict = {"probe": kind}
+    if kind == "command":
+        probe.update(command=list(args.command), timeout_s=args.timeout)
+    elif kind == "configure":
+        probe.update(torch_cuda_arch_list=arch, families=list(configure.DEFAULT_FAMILIES), python=args.python,
+                     cutlass_dir=args.cutlass)
+    elif kind == "build":
+        if not args.matrix or not args.stack:
+            raise ConfigError("--probe build needs -m MATRIX and --stack NAME (the stack is probe-built at each point)",
+                              hint="e.g. --probe build -m matrix/spark.toml --stack spark-121a")
+        probe.update(matrix=str(Path(args.matrix).resolve()), stack=args.stack, torch_cuda_arch_list=arch)
+    elif kind == "cell":
+        if len(args.probe) != 2 or not args.matrix or not args.stack:
+            raise ConfigError("--probe cell needs the cell's id, -m MATRIX and --stack NAME",
+                              hint="e.g. --probe cell 'spark-sm121a/nvfp4-qwen/moe=marlin,lin=auto' -m matrix/spark.toml --stack spark-sm121a")
+        probe.update(matrix=str(Path(args.matrix).resolve()), cell=args.probe[1], stack=args.stack)
+    else:
+        raise ConfigError(f"--probe {kind}: unknown", hint="use configure, build, cell ID, or -- COMMAND")
+    return history, probe, patches
+
+
+class LiveDisplay:
+    """One line per judged point, and a spinner while a point is being judged."""
+
+    COLOURS = {"good": "green", "bad": "red", "skip": "yellow"}
+
+    def __init__(self, console) -> None:
+        self.console = console
+        self.status: Any = None
+
+    def start(self, step, about, point) -> None:
+        self.status = self.console.status(f"step {step} of at most {about}: {point.short} {point.title[:60]} ...")
+        self.status.start()
+
+    def done(self, step, about, point, record) -> None:
+        if self.status is not None:
+            self.status.stop()
+        colour = self.COLOURS.get(record["verdict"], "white")
+        self.console.print(f"step {step:>2}/{about:<2} {point.short:<12} [{colour}]{record['verdict']:<4}[/{colour}]  "
+                           f"{record['seconds']:>6.0f} s  ", end="")
+        self.console.print(f"{point.title[:50]}: {record['reason'][:120]}", markup=False, highlight=False)
+
+
+def main(args: argparse.Namespace) -> int:
+    from harness.bisect import report
+    from harness.bisect.session import Bisect, Setup
+    from harness.bisect.store import BisectStore
+    from harness.console import err, out
+    from harness.results.store import utc_now
+
+    if args.resume:
+        store = BisectStore.open(Path(args.resume))
+        setup = Setup(tuple((n, Path(p)) for n, p in store.spec.get("setup", {}).get("patches", [])))
+        history = _history(store.spec["history"])
+        probe = _probe(store.spec["probe"], store.spec["history"])
+    else:
+        history_spec, probe_spec, patches = _new_spec(args)
+        history = _history(history_spec)
+        probe = _probe(probe_spec, history.spec())  # before the folder exists: bad input leaves nothing
+        points = history.points()
+        folder = Path(args.out or f"results/bisect-{utc_now().replace(':', '').replace('-', '')}")
+        spec = {"history": history.spec(), "probe": probe_spec,
+                "setup": {"patches": [[n, str(p.resolve())] for n, p in patches]}}
+        store = BisectStore.create(folder, spec, points, history.preferred(points))
+        setup = Setup(tuple(patches))
+    err.print(f"bisect: {len(store.points)} points in {store.dir} (probe {store.spec['probe']['probe']})",
+              highlight=False)
+    command = f"harness bisect --resume {shlex.quote(str(store.dir))}"
+    bisect = Bisect(store, history, probe, setup, LiveDisplay(err))
+    try:
+        result = bisect.run()
+    except KeyboardInterrupt:
+        if 0 in bisect.steps and len(store.points) - 1 in bisect.steps:
+            partial = bisect.result()
+            store.write_result(partial, report.markdown(partial, command))
+        err.print(f"[red]interrupted[/red]: {len(bisect.steps)} judged point(s) are kept in {store.dir}; "
+                  f"finish with `{command}` (nothing judged is judged again)", highlight=False)
+        return 130
+    from harness.bisect.cmakediff import explain
+
+    result = explain(store, history, result)
+    md = report.markdown(result, command)
+    store.write_result(result, md)
+    out.print(md, markup=False, highlight=False)
+    return 0 if result["first_bad"] else 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import shutil
 import subprocess
@@ -51,7 +52,10 @@ def spawn(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str
           stdout=None) -> subprocess.Popen:
     """Start a long-lived process in its own session, so it and its children stop together."""
     log.debug("spawn: %s", shlex.join(argv))
-    return subprocess.Popen(list(argv), env=dict(env) if env is not None else None, cwd=cwd,
+    from harness.safety.signals import marker_env
+
+    env = {**(env if env is not None else os.environ), **marker_env()}  # what a later reap checks
+    return subprocess.Popen(list(argv), env=env, cwd=cwd,
                             stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
 
 

@@ -281,8 +281,7 @@ def rejudge(args) -> int:
                           hint="re-run the matrix") from None
     before = {c.id: c for c in store.cells()}
     for cell in before.values():
-        log = store.dir / cell.serve.log if cell.serve and cell.serve.log else None
-        text = log.read_text(errors="replace") if log is not None and log.is_file() else None
+        text = store.read_log(cell.serve.log) if cell.serve and cell.serve.log else None
         after = rejudge_cell(cell, expect, text)
         if after != cell:
             store.write_cell(after)

@@ -68,10 +68,10 @@ def check_output_file(path: Path, flag: str) -> Path:
 
 
 def write_output(path: Path, text: str, flag: str) -> None:
-    from harness.results.store import atomic_write_text
+    from harness.safety.writes import write_text
 
     try:
-        atomic_write_text(path, text)
+        write_text(path, text, flag=flag)
     except OSError as exc:
         raise ConfigError(f"{flag} {path}: cannot write it ({exc.strerror or exc})",
                           hint=f"give {flag} a file path in a folder you can write to") from None

@@ -71,16 +71,15 @@ class LocalRunner:
 
 def kill_group(pgid: int, started: float | None) -> bool:
     """SIGKILL a server's process group left by a dead controller, if it is still the same
-    process (its start time matches); returns whether it was killed."""
+    process (its start time matches) and carries the tool's marker; returns whether it was killed."""
     from harness.controller import start_ticks
+
+    from harness.safety.signals import kill_orphan_group
 
     if started is None or start_ticks(pgid) != started:
         return False
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
+    # the run folder only says where to look: the process itself must prove the tool started it
+    return kill_orphan_group(pgid)
 
 
 def _stop_group(popen: subprocess.Popen, timeout_s: float) -> None:

@@ -80,6 +80,37 @@ def load_toml(path: Path | str, *, limit: int = 4 * MiB, max_depth: int = MAX_DE
 XZ_MEMLIMIT = 256 * MiB
 
 
+class _Xz:
+    """An xz stream decoded with a memory limit (lzma.LZMAFile has none), read as a file."""
+
+    def __init__(self, raw) -> None:
+        self.raw = raw
+        self.dec = lzma.LZMADecompressor(format=lzma.FORMAT_XZ, memlimit=XZ_MEMLIMIT)
+        self.buf = b""
+
+    def _more(self, want: int) -> bool:
+        if self.dec.eof:
+            rest = self.dec.unused_data
+            if not rest.strip(b"\0"):
+                return False
+            self.dec = lzma.LZMADecompressor(format=lzma.FORMAT_XZ, memlimit=XZ_MEMLIMIT)
+            self.buf += self.dec.decompress(rest, max_length=want)
+            return True
+        data = b"" if not self.dec.needs_input else self.raw.read(1 << 16)
+        if self.dec.needs_input and not data:
+            raise EOFError("the xz stream ends early")
+        self.buf += self.dec.decompress(data, max_length=want)
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        want = n if n is not None and n >= 0 else 1 << 20
+        while len(self.buf) < want and self._more(want - len(self.buf)):
+            if n is None or n < 0:
+                want = len(self.buf) + (1 << 20)
+        out, self.buf = self.buf[:want], self.buf[want:]
+        return out
+
+
 def extract_flat_tar_xz(stream, dest: Path, *, name: str, allowed: set[str] | None, max_bytes: int,
                         max_members: int = 10_000) -> list[str]:
     """Unpack a tar.xz read from `stream` into `dest`: regular files at its top level only, named
@@ -91,8 +122,7 @@ def extract_flat_tar_xz(stream, dest: Path, *, name: str, allowed: set[str] | No
     written: list[str] = []
     total = 0
     try:
-        with lzma.LZMAFile(stream, format=lzma.FORMAT_XZ, memlimit=XZ_MEMLIMIT) as xzf, \
-                tarfile.open(fileobj=xzf, mode="r|") as tar:
+        with tarfile.open(fileobj=_Xz(stream), mode="r|") as tar:
             for member in tar:
                 if len(written) >= max_members:
                     raise _bad(name, f"more than {max_members} files in the archive", hint)

@@ -36,7 +36,7 @@ def key_path(loc: tuple) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            text = str(part) if _PLAIN_KEY.match(str(part)) else json.dumps(str(part))
+            text = str(part) if _PLAIN_KEY.fullmatch(str(part)) else json.dumps(str(part))
             out += f".{text}" if out else text
     return out or "(top level)"
 
@@ -196,6 +196,8 @@ def _patch_series(name: str, stack) -> list[tuple[str, str, bool]]:
     if stack.flashinfer:
         series += [(f"stacks.{name}.flashinfer.prs[{i}].patch", pr.patch, pr.allow_outside)
                    for i, pr in enumerate(stack.flashinfer.prs)]
+    if stack.wheels:
+        series += [(f"stacks.{name}.wheels.patches[{i}]", p, False) for i, p in enumerate(stack.wheels.patches)]
     return series
 
 
@@ -287,6 +289,9 @@ def _cross_check(spec: MatrixFile, path: Path) -> list[str]:
                     problems.append(problem(f"cells.{lname}[{i}].{key}",
                                             f"'{pat}' names no {key} (defined: {', '.join(names)})",
                                             f"use a name or glob of a defined {key}"))
+    from harness.safety.mounts import matrix_problems
+
+    problems += matrix_problems(spec, path.resolve().parent)
     if spec.hosts:
         from harness.hosts import host_problems
 

@@ -193,3 +193,18 @@ def matrix_problems(spec, matrix_dir: Path) -> list[str]:
                 problems.append(problem(where, f"patch file name: {why}", "rename the file: letters, digits and "
                                         ". _ + = , @ - only"))
     return problems
+
+
+def node_problems(rows: list[dict], matrix) -> None:
+    """Refuse (exit 2) a cell whose config spans more machines (`nodes`) than the hosts that can
+    take it: it could never start, and a plan that lists it says otherwise."""
+    from harness.errors import ConfigError
+
+    spec = matrix.spec
+    for row in rows:
+        nodes = spec.configs[row["config"]].nodes
+        able = len(row["hosts"]) if spec.hosts else 1
+        if nodes > able:
+            raise ConfigError(f"{matrix.path}: configs.{row['config']}.nodes = {nodes}, but only {able} host(s) "
+                              f"can take cell {row['id']}",
+                              hint="lower nodes, or add [hosts] entries that take its stack and hardware")

@@ -74,6 +74,11 @@ def parse_levels(text: str) -> tuple[int, ...]:
 
 def check_args(args: argparse.Namespace) -> tuple[int, ...]:
     """Every flag checked before anything is sent: one ConfigError naming the flag and the fix."""
+    from harness.safety.grammar import http_url_problem
+
+    if (why := http_url_problem(args.url)) is not None:
+        raise ConfigError(f"--url {args.url!r}: {why}", hint="give the server's base address, e.g. "
+                          "--url http://127.0.0.1:8000")
     u = urlsplit(args.url)
     if u.scheme not in ("http", "https") or not u.hostname:
         raise ConfigError(

@@ -59,3 +59,21 @@ def check(field: str, value: object, *, where: str, hint: str | None = None) -> 
 def one_line(text: str) -> str:
     """`text` with every line break folded to a space, for a message that must not grow lines."""
     return " ".join(str(text).split()) if any(c in str(text) for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029") else str(text)
+
+
+def http_url_problem(url: str, schemes: tuple[str, ...] = ("http", "https")) -> str | None:
+    """Why `url` is not an http(s) URL with a host and a port in 1..65535, or None."""
+    from urllib.parse import urlsplit
+
+    if not isinstance(url, str) or _NEVER.search(url) or any(c.isspace() for c in url):
+        return "it holds a space, a line break or a NUL"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range"
+        return f"not a URL ({exc})"
+    if parts.scheme not in schemes or not parts.hostname:
+        return f"not an {'/'.join(schemes)} URL with a host"
+    if port is not None and not 1 <= port <= 65535 or parts.netloc.endswith(":"):
+        return f"port {port if port is not None else '(empty)'} is not in 1..65535"
+    return None

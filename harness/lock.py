@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -294,22 +293,22 @@ def write_lock(lock: LockFile, path: Path) -> None:
     import tomli_w
 
     body = tomli_w.dumps(lock.model_dump(mode="json"))
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(HEADER.format(matrix=_shown(path.with_suffix(".toml"))) + "\n" + body)
-    tmp.replace(path)
+    from harness.safety.writes import write_text
+
+    write_text(path, HEADER.format(matrix=_shown(path.with_suffix(".toml"))) + "\n" + body, flag="lock file")
 
 
 def read_lock(path: Path) -> LockFile | None:
     """The lock at `path`, None when there is none; a broken one is bad input, named."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    from harness.safety.readers import load_toml
+
+    if not path.exists() and not path.is_symlink():
         return None
     fix = f"remove {path} and run `harness lock -m {_shown(path.with_suffix('.toml'))}`"
+    data = load_toml(path, what="lock file", hint=fix)  # regular, bounded in size and depth
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
         lock = LockFile.model_validate(data)
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValidationError) as exc:
+    except ValidationError as exc:
         first = str(exc).splitlines()[0]
         raise ConfigError(f"{path}: not a lock this version can read ({first})", hint=fix) from None
     if lock.lock.format != FORMAT:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
 
 FORMAT = 2
 READABLE_FORMATS = (1, 2)
@@ -119,8 +119,24 @@ class FingerprintRecord(Open):
     spec_acceptance_per_position: tuple[float, ...] = ()
 
 
+def _measured(record: BaseModel) -> BaseModel:
+    """Every figure of a benchmark record is a finite number >= 0 (times, rates, counts): a
+    negative latency or a NaN in a results file is a damaged or forged file, refused on read."""
+    import math
+
+    values = [*record.__dict__.values(), *(record.model_extra or {}).values()]
+    for v in values:
+        for x in (v.values() if isinstance(v, dict) else [v]):
+            for y in (x if isinstance(x, list | tuple) else [x]):
+                if isinstance(y, int | float) and not isinstance(y, bool) and not (math.isfinite(y) and y >= 0):
+                    raise ValueError(f"a benchmark figure is {y!r}: times, rates and counts are finite and >= 0")
+    return record
+
+
 class BenchLevel(Open):
     """One concurrency level of `harness.bench` (medians over repeats, with their samples)."""
+
+    _figures = model_validator(mode="after")(_measured)
 
     concurrency: int
     per_stream_tok_s: float | None = None
@@ -146,6 +162,8 @@ class BenchLevel(Open):
 
 class BenchRecord(Open):
     """`harness.bench` BenchResult.to_dict()."""
+
+    _figures = model_validator(mode="after")(_measured)
 
     levels: tuple[BenchLevel, ...] = ()
     prefill_tok_s: float | None = None

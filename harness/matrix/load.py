@@ -160,7 +160,11 @@ def load_matrix(path: str | Path) -> Matrix:
     except RecursionError:
         raise MatrixError(str(path), [problem("(file)", "values nested too deep to check",
                                               "a matrix nests a few levels: remove the runaway nesting")]) from None
-    problems = _cross_check(spec, path)
+    try:
+        problems = _cross_check(spec, path)
+    except (OSError, RuntimeError) as exc:  # a symlink loop in a path the file names, ...
+        raise MatrixError(str(path), [problem("(file)", f"a path it names cannot be resolved: {exc}",
+                                              "point every path at a real file or folder")]) from None
     if problems:
         raise MatrixError(str(path), problems)
     return Matrix(path=path.resolve(), spec=spec, source_bytes=raw)
@@ -234,7 +238,11 @@ def _checkpoint_problems(spec: MatrixFile, matrix_dir: Path, root: Path) -> list
             continue
         where = f"models.{name}.checkpoint"
         named = matrix_dir / model.checkpoint
-        folder = named.resolve()
+        try:
+            folder = named.resolve()
+        except (OSError, RuntimeError) as exc:  # a symlink loop
+            problems.append(problem(where, f"cannot resolve '{model.checkpoint}': {exc}", "point it at a real folder"))
+            continue
         if not model.allow_outside and not is_inside(folder, root):
             problems.append(problem(where, f"'{model.checkpoint}' resolves to {folder}, outside the matrix's "
                                     f"repository {root}",

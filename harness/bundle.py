@@ -99,7 +99,7 @@ def norm(name: str) -> str:
 
 
 def wheel_name_version(filename: str) -> tuple[str, str]:
-    m = WHEEL_NAME.match(filename)
+    m = WHEEL_NAME.fullmatch(filename)
     if not m:
         raise HarnessError(f"{filename}: not a wheel file name")
     return norm(m["name"]), m["version"]

@@ -73,7 +73,7 @@ def _head_of(meta: object, repo: str, number: int) -> tuple[str, str]:
     if not isinstance(meta, dict) or not isinstance(meta.get("head"), dict):
         raise ConfigError(f"{repo}#{number}: the PR answer has no head.sha", hint="is it a pull request number?")
     sha = meta["head"].get("sha")
-    if not isinstance(sha, str) or not HEAD_SHA.match(sha):
+    if not isinstance(sha, str) or not HEAD_SHA.fullmatch(sha):
         raise ConfigError(f"{repo}#{number}: head.sha {sha!r} is not a 40-hex commit SHA",
                           hint="the answer is not GitHub's: check --base-url")
     if meta.get("number") not in (None, number):

@@ -64,7 +64,9 @@ def check_output_file(path: Path, flag: str) -> Path:
         raise ConfigError(f"{flag} {path}: {parent} {why}", hint=hint)
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise ConfigError(f"{flag} {path}: not writable", hint=hint)
-    return path
+    from harness.safety.writes import check_target
+
+    return check_target(path, flag)  # never a symlink, a device or a FIFO at the target
 
 
 def write_output(path: Path, text: str, flag: str) -> None:

@@ -52,11 +52,11 @@ _AUTH = re.compile(
     r"(?:(?P<scheme>bearer|basic|token|digest|apikey)\s+)?(?P<cred>[^\s'\",}\\]+)"
 )
 _BEARER = re.compile(r"(?i)\b(?P<scheme>bearer)\s+(?P<cred>[A-Za-z0-9._~+/=-]{8,})")
-_URL_CREDS = re.compile(r"(?P<pre>\b[a-z][a-z0-9+.-]*://[^\s:/@'\"]*:)(?P<cred>[^\s/@'\"]+)(?P<at>@)", re.I)
+_URL_CREDS = re.compile(r"(?P<pre>[a-z][a-z0-9+.-]*://[^\s:/@'\"]*:)(?P<cred>[^\s/@'\"]+)(?P<at>@)", re.I)
 # ?access_token=v, &token=v, ;sessionid=v in a URL's query or parameters
 _URL_PARAM = re.compile(r"(?P<pre>[?&;](?P<name>[A-Za-z0-9_.%-]{1,64})=)(?P<value>[^&#;,)\s'\"<>]+)")
 # a token alone as the user of a URL (https://<token>@github.com/...): long, with a digit
-_URL_TOKEN_USER = re.compile(r"(?P<pre>\b[a-z][a-z0-9+.-]*://)(?P<cred>(?=[^\s:/@'\"]*\d)[^\s:/@'\"]{16,})(?P<at>@)", re.I)
+_URL_TOKEN_USER = re.compile(r"(?P<pre>[a-z][a-z0-9+.-]*://)(?P<cred>(?=[^\s:/@'\"]*\d)[^\s:/@'\"]{16,})(?P<at>@)", re.I)
 # NAME=VALUE, NAME: VALUE, 'name': value, "name": value, \"name\": value; the value quoted,
 # a [list], a (tuple) or bare. (vLLM FrontendArgs, vllm/entrypoints/openai/cli_args.py, has
 # `api_key: list[str] | None`: its "non-default args" log line prints the keys as a list.)

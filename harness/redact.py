@@ -26,7 +26,7 @@ _SECRET_WORDS = frozenset({
 # words that make a name secret only at its end: DB_PASS, SMTP_PASS (vLLM's pass_config is not one)
 _SECRET_LAST = frozenset({"pass", "pw", "pswd"})
 # words glued without a separator: HFTOKEN, apikey, accesstoken
-_SECRET_ENDINGS = ("token", "apikey", "secret", "password", "passwd")
+_SECRET_ENDINGS = ("token", "apikey", "secret", "password", "passwd", "cookie", "credential", "credentials")
 # a last word that makes the name a count, size or path of secrets, not one
 _NOT_SECRET_TAIL = frozenset({
     "ids", "id", "count", "counts", "len", "length", "size", "sizes", "limit", "limits", "budget",
@@ -99,7 +99,10 @@ def redact_text(text: str) -> str:
 
     def pair(m: re.Match[str]) -> str:
         if not is_secret_name(m["name"]) or m["name"].lower().endswith("authorization"):
-            return m.group(0)  # (an Authorization value was masked above, scheme kept)
+            # (an Authorization value was masked above, scheme kept); a value may itself hold a
+            # pair (`A:DB_PASS=x`), which this match consumed: mask inside it too
+            head = m.group(0)[: m.start("value") - m.start()]
+            return head + _PAIR.sub(pair, m["value"]) if len(m["value"]) < len(m.group(0)) else m.group(0)
         return f"{m['nq']}{m['name']}{m['nq']}{m['sep']}{_mask_value(m['value'])}"
 
     def flag(m: re.Match[str]) -> str:

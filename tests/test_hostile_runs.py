@@ -21,7 +21,15 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.hostile import KINDS, SECRET, check_after, forge_run, make_sandbox, run_cli, start_victim
+from support.hostile import (
+    KINDS,
+    SECRET,
+    check_after,
+    forge_run,
+    make_sandbox,
+    run_cli,
+    start_victim,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "runs" / "20261130-082630-spark-baseline-7bc1bc"
 OTHER = Path(__file__).parent / "fixtures" / "runs" / "20261130-082632-spark-candidate-eaf4fc"

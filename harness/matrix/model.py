@@ -60,6 +60,12 @@ def _no_nul(v: str) -> str:
     return v
 
 
+def _one_line(v: str) -> str:
+    if any(c in v for c in "\n\r\x00"):
+        raise ValueError(f"{v!r} holds a line break or NUL (it becomes a build argument)")
+    return v
+
+
 def _no_option(v: str) -> str:
     _no_nul(v)
     if v.startswith("-"):
@@ -344,8 +350,10 @@ class Stack(Strict):
     torch: Torch | None = Field(None, description="torch pin (docker runner).")
     vllm: VllmSource | None = Field(None, description="vLLM source and its local patch series (docker runner).")
     flashinfer: FlashInferSource | None = Field(None, description="FlashInfer pin and upstream PR patches.")
-    torch_cuda_arch_list: str | None = Field(None, description="TORCH_CUDA_ARCH_LIST, e.g. '12.1a'.")
-    flashinfer_cuda_arch_list: str | None = Field(None, description="FLASHINFER_CUDA_ARCH_LIST, e.g. '12.1a'.")
+    torch_cuda_arch_list: Annotated[str, AfterValidator(_one_line)] | None = Field(
+        None, description="TORCH_CUDA_ARCH_LIST, e.g. '12.1a'.")
+    flashinfer_cuda_arch_list: Annotated[str, AfterValidator(_one_line)] | None = Field(
+        None, description="FLASHINFER_CUDA_ARCH_LIST, e.g. '12.1a'.")
     max_jobs: int = Field(2, ge=1, le=1024, description="MAX_JOBS for the vLLM build.")
     nvcc_threads: int = Field(1, ge=1, le=256, description="NVCC_THREADS for the vLLM build.")
     kernel_selection: Literal["flags", "env"] = Field(

@@ -73,7 +73,6 @@ def kill_group(pgid: int, started: float | None) -> bool:
     """SIGKILL a server's process group left by a dead controller, if it is still the same
     process (its start time matches) and carries the tool's marker; returns whether it was killed."""
     from harness.controller import start_ticks
-
     from harness.safety.signals import kill_orphan_group
 
     if started is None or start_ticks(pgid) != started:

@@ -60,6 +60,12 @@ def read_only_mount_problem(path: str) -> str | None:
         return None  # judged by its name alone where it does not exist (yet)
     if not stat.S_ISDIR(mode):
         return f"{path} is not a folder: only folders are mounted"
+    homes = {Path(os.path.expanduser("~")).resolve(), Path("/root")}
+    if real in homes or real.parent in (Path("/home"), Path("/Users")):
+        return f"{path} is a home folder: a container would see all of it"
+    for name in (".ssh", ".aws", ".docker", ".gnupg", ".kube", ".netrc", ".git-credentials", ".password-store"):
+        if (real / name).exists():
+            return f"{path} holds '{name}' (credentials): never mounted into a container"
     return None
 
 
@@ -71,12 +77,8 @@ def writable_mount_problem(path: str) -> str | None:
     real = Path(path).resolve()
     if (why := mount_problem(real)) is not None:
         return why
-    homes = {Path(os.path.expanduser("~")).resolve(), Path("/root")}
-    if real in homes or (real.parent == Path("/home")) or (real.parent == Path("/Users")):
-        return f"{path} is a home folder: a container would be given write access to all of it"
-    for name in (".ssh", ".aws", ".docker", ".gnupg", ".kube", ".netrc", ".git-credentials", ".config"):
-        if (real / name).exists():
-            return f"{path} holds '{name}' (credentials): never mounted read-write"
+    if (real / ".config").exists():
+        return f"{path} holds '.config' (application credentials): never mounted read-write"
     return None
 
 

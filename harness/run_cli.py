@@ -110,10 +110,12 @@ class LiveProgress:
             head = f"{self.current}: {self.phase} {time.monotonic() - self.since:.0f} s"
         else:
             head = "starting"
-        text = self._Text(_fit(head, width), style="bold")
+        from harness.redact import redact_text  # a rich Text passes the console's mask
+
+        text = self._Text(_fit(redact_text(head), width), style="bold")
         last = self.log.tail(1) if self.log is not None else []
         if last:
-            text.append("\n" + _fit("  " + last[-1].strip(), width), style="dim")
+            text.append("\n" + _fit("  " + redact_text(last[-1].strip()), width), style="dim")
         return text
 
     def __enter__(self):

@@ -62,18 +62,19 @@ def one_line(text: str) -> str:
 
 
 def http_url_problem(url: str, schemes: tuple[str, ...] = ("http", "https")) -> str | None:
-    """Why `url` is not an http(s) URL with a host and a port in 1..65535, or None."""
+    """Why `url` is not an http(s) URL with a host and a port in 1..65535 (a predicate: "is not
+    ..."), or None."""
     from urllib.parse import urlsplit
 
     if not isinstance(url, str) or _NEVER.search(url) or any(c.isspace() for c in url):
-        return "it holds a space, a line break or a NUL"
+        return "holds a space, a line break or a NUL"
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range"
-        return f"not a URL ({exc})"
+        return f"is not a URL ({exc})"
     if parts.scheme not in schemes or not parts.hostname:
-        return f"not an {'/'.join(schemes)} URL with a host"
+        return "is not an http(s) URL" if schemes == ("http", "https") else f"is not a {'/'.join(schemes)} URL"
     if port is not None and not 1 <= port <= 65535 or parts.netloc.endswith(":"):
-        return f"port {port if port is not None else '(empty)'} is not in 1..65535"
+        return f"has port {port if port is not None else '(empty)'}, not one of 1..65535"
     return None

@@ -79,6 +79,14 @@ def load_spec(path: Path) -> BundleSpec:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{path}: {problems}", hint="fix those keys (see harness/bundle.py BundleSpec)") from None
     grammar.check("bundle_name", spec.name, where=f"{path}: name")
+    # every value below becomes an argument of `pip download`: none may read as an option
+    for i, plat in enumerate(spec.platforms):
+        if not re.fullmatch(r"[A-Za-z0-9_.]{1,64}", plat):
+            raise ConfigError(f"{path}: platforms[{i}] {plat!r} is not a platform tag", hint="e.g. manylinux_2_28_x86_64")
+    if not re.fullmatch(r"\d(?:\.\d{1,2})?", spec.python_version):
+        raise ConfigError(f"{path}: python_version {spec.python_version!r} is not a version", hint="e.g. '3.12'")
+    if not re.fullmatch(r"[a-z]{2}", spec.implementation):
+        raise ConfigError(f"{path}: implementation {spec.implementation!r} is not one", hint="'cp', 'pp' or 'py'")
     bad = [r for r in spec.requirements if not re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+\-!]+", r)]
     if bad:
         raise ConfigError(f"{path}: requirements must be exact pins 'name==version', not {', '.join(bad)}",

@@ -144,6 +144,24 @@ def gpu_id_problem(gpu: int | str) -> str | None:
     return f"{gpu!r} is not a GPU index (0, 1, ...) or UUID (GPU-...)"
 
 
+def _pem_problem(value: str) -> str | None:
+    """A TLS file docker-py will read: a regular file (or not there yet), never under /proc, /sys, /dev."""
+    from harness.safety.paths import special
+
+    if any(c in value for c in "\n\r\x00"):
+        return f"{value!r} holds a line break or NUL"
+    path = Path(os.path.expanduser(value))
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError) as exc:
+        return f"cannot resolve {value}: {exc}"
+    if any(_inside(real, Path(t)) for t in ("/proc", "/sys", "/dev")):
+        return f"{value} (-> {real}) is not a certificate file"
+    if (kind := special(real)) is not None:
+        return f"{value} is {kind}, not a certificate file"
+    return None
+
+
 def matrix_problems(spec, matrix_dir: Path) -> list[str]:
     """Every mount, device, engine URL and patch name of a matrix file checked (load.py collects them)."""
     from harness.matrix.load import problem
@@ -172,6 +190,14 @@ def matrix_problems(spec, matrix_dir: Path) -> list[str]:
         if h.engine is not None and (why := engine_url_problem(h.engine)) is not None:
             problems.append(problem(f"hosts.{name}.engine", why, "forms: unix:///var/run/docker.sock, "
                                     "ssh://user@host[:port], tcp://host:2376"))
+        if h.address is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[?[0-9A-Fa-f:.]{2,45}\]?",
+                                                      h.address):
+            problems.append(problem(f"hosts.{name}.address", f"{h.address!r} is not a host name or IP address",
+                                    "write the host's name or address, e.g. spark.lan or 10.0.0.5"))
+        for field in ("ca_cert", "client_cert", "client_key"):
+            value = getattr(h.tls, field, None) if h.tls is not None else None
+            if value is not None and (why := _pem_problem(value)) is not None:
+                problems.append(problem(f"hosts.{name}.tls.{field}", why, "name the PEM file itself"))
         for i, g in enumerate(h.gpus if isinstance(h.gpus, tuple) else ()):
             if (why := gpu_id_problem(g)) is not None:
                 problems.append(problem(f"hosts.{name}.gpus[{i}]", why, "list GPU indices from 0 or GPU UUIDs"))

@@ -313,3 +313,40 @@ def test_bench_url_never_crashes_nor_leaks(home, victim, parts):
         url = url.replace("127.0.0.1", "127.0.0.1:1", 1)  # nothing listens there: refused at once
     _one(home, victim, lambda sb: ["bench", "--url", url, "--model", "m", "--timeout", "2", "--no-warmup",
                                    "--no-prefill", "--repeats", "1", "--concurrency", "1"])
+
+
+def test_add_pr_against_a_silent_server_gives_up_after_two_tries(home, victim, monkeypatch):
+    """A server that accepts the connection and never answers: one clear error (exit 3) after
+    the bounded answer timeout and one more try, never minutes of retries."""
+    import socket
+    import threading
+
+    from harness import http as harness_http
+    from harness.build import addpr
+
+    monkeypatch.setattr(harness_http, "ALLOW_LOOPBACK_HTTP", True)
+    monkeypatch.setattr(addpr, "ANSWER_TIMEOUT_S", 0.5)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            accepted.append(conn)  # held open, never answered
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.getsockname()[1]}"
+        rc, text = _one(home, victim, lambda sb: ["patches", "add-pr", "vllm", "1", "--base-url", base,
+                                                  "--patches-dir", sb.work / "patches"])
+    finally:
+        server.close()
+        for conn in accepted:
+            conn.close()
+    assert rc == 3 and "gave up after 2 attempts" in text, text
+    assert len(accepted) == 2

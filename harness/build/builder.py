@@ -110,8 +110,12 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
     log_path = log_dir / f"build-{name}.log"
     tail: list[str] = []
     emit(BuildEvent(name, "start", ref, 0.0))
-    with log_path.open("w") as log:
+    from harness.redact import redact_text
+    from harness.safety.writes import check_target
+
+    with check_target(log_path, "--log-dir file").open("w") as log:  # never through a planted link
         def on_line(line: str) -> None:
+            line = redact_text(line)  # a git URL or a build arg may carry a credential
             log.write(line + "\n")
             log.flush()
             tail.append(line)

@@ -45,8 +45,11 @@ class LogBuffer:
     """Thread-safe list of log lines, mirrored to a file, with the arrival time of the last."""
 
     def __init__(self, path: Path, header: tuple[str, ...] = ()) -> None:
+        from harness.safety.writes import check_target
+
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = path.open("w", encoding="utf-8")
+        # a resumed run folder is data: a link planted at the log's place is never written through
+        self._f = check_target(path, "server log").open("w", encoding="utf-8")
         self._lines: list[str] = []
         self._lock = threading.Lock()
         self.last_line_at = time.monotonic()

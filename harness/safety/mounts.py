@@ -4,8 +4,8 @@ A matrix is data. A folder it names is mounted read-only unless it is a cache th
 (then it must be neither a system folder, nor a home folder, nor hold credentials); no mount is
 ever `/`, a system or credential folder, or the Docker socket. Device nodes are the GPU's own
 (/dev/nvidia*, /dev/dri) unless `[host].allow_devices` lists another by its full path. An engine
-URL has a port in 1..65535, and a unix:// engine is a socket under /run, /var/run or a home
-folder's .docker: never a file elsewhere.
+URL has a port in 1..65535, and a unix:// engine is a `.sock` under /run, /var/run, /tmp or a
+home folder's Docker folder: never a file elsewhere.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ DENY_TREES: tuple[Path, ...] = tuple(Path(p) for p in (
 DENY_EXACT: frozenset[Path] = frozenset(Path(p) for p in ("/", "/var", "/home", "/usr", "/tmp", "/opt", "/srv", "/mnt", "/media"))
 GPU_DEVICE = re.compile(r"/dev/(?:nvidia[A-Za-z0-9_-]*|nvidia-caps/[A-Za-z0-9_-]+|dri(?:/[A-Za-z0-9_-]+)?)")
 _MOUNT_TEXT = re.compile(r"/[^\n\r\x00:,]*")
-UNIX_SOCKET = re.compile(r"/(?:var/)?run/(?:[A-Za-z0-9_.-]+/){0,4}[A-Za-z0-9_.-]+\.sock"
-                         r"|/(?:home/[A-Za-z0-9_.-]+|root|Users/[A-Za-z0-9_.-]+)/\.docker/(?:run/|desktop/)?docker\.sock")
+UNIX_SOCKET = re.compile(r"/(?:var/)?(?:run|tmp)/(?:[A-Za-z0-9_.-]+/){0,4}[A-Za-z0-9_.-]+\.sock"
+                         r"|/(?:home/[A-Za-z0-9_.-]+|root|Users/[A-Za-z0-9_.-]+)/"
+                         r"(?:\.docker/(?:run/|desktop/)?|\.colima/[A-Za-z0-9_.-]+/|\.rd/|\.orbstack/run/)docker\.sock")
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -113,7 +114,7 @@ def _engine_url_problem(url: str) -> str | None:
         return "no scheme (forms: unix:///var/run/docker.sock, ssh://user@host[:port], tcp://host:2376)"
     if scheme == "unix":
         if not UNIX_SOCKET.fullmatch(rest) or ".." in rest.split("/"):
-            return ("not a Docker socket (a .sock under /run or /var/run, or a home folder's "
+            return ("not a Docker socket (a .sock under /run, /var/run or /tmp, or a home folder's "
                     ".docker/run/docker.sock)")
         return None
     if scheme == "npipe":

@@ -74,7 +74,7 @@ def _one(home, victim, build_argv) -> tuple[int, str]:
         return rc, text
 
 
-READERS = ["plan", "fingerprint", "audit", "audit-whl", "lock", "bundle-spec", "patch"]
+READERS = ["plan", "fingerprint", "audit", "audit-whl", "audit-dir", "lock", "bundle-spec", "patch"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -90,6 +90,10 @@ def test_every_reader_every_kind(home, victim, kind, reader):
             return ["audit", sb.plant(w / "lib.so", kind, "x")]
         if reader == "audit-whl":
             return ["audit", sb.plant(w / "pkg-1.0-py3-none-any.whl", kind, "x")]
+        if reader == "audit-dir":  # a folder walk meets the same kinds as members of a tree
+            sb.plant(w / "tree" / "pkg-1.0-py3-none-any.whl", kind, "x")
+            sb.plant(w / "tree" / "sub" / "lib.so", kind, "x")
+            return ["audit", w / "tree"]
         if reader == "lock":
             (w / ".git").mkdir(exist_ok=True)
             (w / "m.toml").write_text(MATRIX.replace('[stacks.img]\nimage = "vllm/vllm-openai:v0.33.0"',
@@ -113,6 +117,8 @@ def test_every_reader_every_kind(home, victim, kind, reader):
     refused = {"fifo", "dev_zero", "dev_urandom", "link_loop", "sparse_huge"}
     if reader in ("plan", "bundle-spec"):
         refused |= {"deep_json", "deep_toml", "binary", "folder", "empty"}
+    if reader == "audit-dir":
+        refused = {"fifo"}  # links are audited under their targets' own names, devices never planned
     if reader != "lock":  # a lock is optional: a build --dry-run without one is fine
         assert rc != 0 or kind not in refused, f"{reader} accepted a {kind}: {text[-500:]}"
 

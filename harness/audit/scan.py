@@ -209,6 +209,10 @@ def plan(path: Path) -> tuple[list[Task], list[UnreadableFile]]:
             if full.is_symlink():
                 continue  # the target is audited under its own name
             rel = safe_name(full.relative_to(path).as_posix())
+            if (kind := special(full)) is not None:
+                if name.endswith(".whl") or _CANDIDATE_RE.search(name):
+                    bad.append(UnreadableFile(rel, f"is {kind}, not a regular file (never read)"))
+                continue
             if name.endswith(".whl"):
                 _plan_wheel(full, rel, tasks, bad)
             elif _CANDIDATE_RE.search(name):

@@ -298,7 +298,7 @@ class FlashInferSource(Strict):
 
 
 class WheelPin(Strict):
-    version: str = Field(description="Release version, e.g. '0.25.1'.")
+    version: Version = Field(description="Release version, e.g. '0.25.1'.")
     sha256: str | None = Field(
         None, description="sha256 of the wheel file installed (a re-packed wheel has its own: see wheels.lock)."
     )

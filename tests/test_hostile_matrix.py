@@ -262,3 +262,12 @@ def test_matrix_errors_never_echo_a_credential(home, victim):
         doc["stacks"]["s"]["vllm"] = {"git": bad, "commit": SHA}
         rc, out = _plan(home, victim, doc)
         assert rc == 2, out  # and check_after found no secret in the message
+
+
+def test_a_matrix_of_a_runaway_product_is_refused(home, victim):
+    doc = json.loads(json.dumps(BASE))
+    doc["stacks"] = {f"s{i}": {"image": "vllm/vllm-openai:v0.33.0"} for i in range(30)}
+    doc["models"] = {f"m{i}": {**BASE["models"]["m"], "served_name": f"m{i}"} for i in range(30)}
+    doc["configs"] = {f"c{i}": {} for i in range(30)}
+    rc, out = _plan(home, victim, doc)
+    assert rc == 2 and "27000 cells" in out, out

@@ -15,7 +15,6 @@ from harness.matrix.load import Matrix
 from harness.matrix.model import Config, Model, SelectRule, Stack
 from harness.matrix.select import SelectionError, compile_expression
 
-
 MAX_CELLS = 20_000  # a real matrix has tens of cells; a 4 MiB file could name billions
 
 

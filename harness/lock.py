@@ -150,8 +150,8 @@ def get_json(url: str, *, timeout: float = 60) -> dict:
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise PyPIError(url, None, f"cannot reach it ({reason})") from None
-    except ValueError as exc:
-        raise PyPIError(url, None, f"not JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise PyPIError(url, None, f"not JSON ({str(exc)[:200]})") from None
 
 
 class PyPIError(EnvironmentProblem):

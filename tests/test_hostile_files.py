@@ -356,3 +356,23 @@ def test_add_pr_against_a_silent_server_gives_up_after_two_tries(home, victim, m
             conn.close()
     assert rc == 3 and "gave up after 2 attempts" in text, text
     assert len(accepted) == 2
+
+
+LOG_LINES = st.sampled_from([
+    "INFO vLLM API server version 0.33.0", '{"message": "x", "a": ' + "[" * 20_000 + "]" * 20_000 + "}",
+    "(APIServer pid=1) INFO non-default args: {'speculative_config': '" + "[" * 20_000 + "'}",
+    "(APIServer pid=1) INFO non-default args: {'a': " + "(" * 5_000 + ")" * 5_000 + "}",
+    '{"log": "' + "1" * 5000 + '"}', "{" + "1" * 5000 + "}", "\x1b[31m\x00\xff", "KV cache size: 9" * 500 + " tokens",
+    f"export DB_PASS={SECRET}", f"--api-key {SECRET}", "Traceback (most recent call last):", "x" * 100_000,
+])
+
+
+@FUZZ
+@given(lines=st.lists(st.one_of(LOG_LINES, st.text(max_size=80)), min_size=1, max_size=8))
+def test_fingerprint_of_a_hostile_log(home, victim, lines):
+    def argv(sb):
+        path = sb.work / "vllm.log"
+        path.write_text("\n".join(lines) + "\n", errors="surrogatepass")
+        return ["fingerprint", path]
+
+    _one(home, victim, argv)

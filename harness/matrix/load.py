@@ -148,7 +148,7 @@ def load_matrix(path: str | Path) -> Matrix:
         raise MatrixError(str(path), [problem("(file)", f"cannot read the file: {exc.strerror}", fix_path)]) from None
     try:
         data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a 5000-digit int
         raise MatrixError(str(path), [problem("(file)", f"not valid TOML: {exc}",
                                               "correct the TOML syntax at the line named")]) from None
     except RecursionError:

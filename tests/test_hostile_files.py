@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.hostile import KINDS, SECRET, check_after, make_sandbox, run_cli, start_victim
 
-FUZZ = settings(max_examples=25, derandomize=True, deadline=None, database=None,
+FUZZ = settings(max_examples=50, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 CUBIN = Path(__file__).parent / "fixtures" / "cubins" / "mixed.so"
 MATRIX = """
@@ -186,7 +186,7 @@ PART_NAMES = ["part_00", "/etc/passwd", "../canary/victim", "part_00\n", "", "pa
 @given(archive=st.sampled_from(sorted(ARCHIVES)), part=st.sampled_from(PART_NAMES),
        manifest_edit=st.sampled_from([None, "no-parts", "parts-not-list", "bad-sha", "lock-str", "wheel-file-abs",
                                       "wheel-file-up", "deep", "not-object", "bytes-negative", "sha-newline"]),
-       dest_kind=st.sampled_from(["new", "link_canary_dir", "has_link"]))
+       dest_kind=st.sampled_from(["new", "link_elsewhere", "has_link"]))
 def test_hostile_bundle_install(home, victim, archive, part, manifest_edit, dest_kind):
     def argv(sb):
         bundle = sb.work / "bundle"
@@ -221,8 +221,9 @@ def test_hostile_bundle_install(home, victim, archive, part, manifest_edit, dest
             text = "[" * 30_000 + "]" * 30_000
         (bundle / "bundle.json").write_text(text)
         dest = sb.work / "dest"
-        if dest_kind == "link_canary_dir":
-            dest.symlink_to(sb.canary)
+        if dest_kind == "link_elsewhere":  # a --dest the user gave as a link is theirs to give
+            (sb.root / "elsewhere").mkdir()
+            dest.symlink_to(sb.root / "elsewhere")
         elif dest_kind == "has_link":
             dest.mkdir()
             (dest / WHEEL).symlink_to(sb.canary / "victim")

@@ -64,6 +64,8 @@ _PAIR = re.compile(
     r"(?P<nq>\\?['\"]?)(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*)(?P=nq)(?P<sep>\s*[=:]\s*)"
     r"(?P<value>\\\"[^\"\n]*?\\\"|'[^'\n]*'|\"[^\"\n]*\"|\[[^\]\n]*\]|\([^)\n]*\)|[^\s'\",;&)}\]]+)"
 )
+_PAIR_HEAD = re.compile(r"(?P<nq>\\?['\"]?)(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*)(?P=nq)(?P<sep>\s*[=:]\s*)")
+_PAIR_VALUE = re.compile(_PAIR.pattern[_PAIR.pattern.index("(?P<value>"):])
 _FLAG_VALUE = re.compile(
     r"(?P<flag>--[A-Za-z0-9][A-Za-z0-9_.-]*)(?P<sep>\s+)(?P<value>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\"-][^\s]*)"
 )
@@ -97,13 +99,22 @@ def redact_text(text: str) -> str:
         scheme = f"{m['scheme']} " if m["scheme"] else ""
         return f"{m['head']}{scheme}{MASK}"
 
-    def pair(m: re.Match[str]) -> str:
-        if not is_secret_name(m["name"]) or m["name"].lower().endswith("authorization"):
-            # (an Authorization value was masked above, scheme kept); a value may itself hold a
-            # pair (`A:DB_PASS=x`), which this match consumed: mask inside it too
-            head = m.group(0)[: m.start("value") - m.start()]
-            return head + _PAIR.sub(pair, m["value"]) if len(m["value"]) < len(m.group(0)) else m.group(0)
-        return f"{m['nq']}{m['name']}{m['nq']}{m['sep']}{_mask_value(m['value'])}"
+    def pairs(text: str) -> str:
+        # Every `NAME=` / `NAME:` head is looked at, also inside another name's value
+        # (`A:DB_PASS: x`); only a secret name's value is consumed, so each character is read
+        # a bounded number of times (a rescan per head would be quadratic on `a:a:a:...`).
+        out, pos = [], 0
+        for head in _PAIR_HEAD.finditer(text):
+            if head.start() < pos or not is_secret_name(head["name"]) \
+                    or head["name"].lower().endswith("authorization"):  # (masked above, scheme kept)
+                continue
+            value = _PAIR_VALUE.match(text, head.end())
+            if value is None:
+                continue
+            out.append(text[pos:head.end()])
+            out.append(_mask_value(value.group(0)))
+            pos = value.end()
+        return "".join(out) + text[pos:]
 
     def flag(m: re.Match[str]) -> str:
         if not is_secret_name(m["flag"]):
@@ -115,7 +126,7 @@ def redact_text(text: str) -> str:
     text = _URL_CREDS.sub(lambda m: f"{m['pre']}{MASK}{m['at']}", text)
     text = _URL_TOKEN_USER.sub(lambda m: f"{m['pre']}{MASK}{m['at']}", text)
     text = _URL_PARAM.sub(lambda m: f"{m['pre']}{MASK}" if is_secret_name(m["name"]) else m.group(0), text)
-    text = _PAIR.sub(pair, text)
+    text = pairs(text)
     text = _FLAG_VALUE.sub(flag, text)
     return _TOKEN_SHAPES.sub(MASK, text)
 

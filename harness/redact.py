@@ -52,11 +52,13 @@ _AUTH = re.compile(
     r"(?:(?P<scheme>bearer|basic|token|digest|apikey)\s+)?(?P<cred>[^\s'\",}\\]+)"
 )
 _BEARER = re.compile(r"(?i)\b(?P<scheme>bearer)\s+(?P<cred>[A-Za-z0-9._~+/=-]{8,})")
-_URL_CREDS = re.compile(r"(?P<pre>[a-z][a-z0-9+.-]*://[^\s:/@'\"]*:)(?P<cred>[^\s/@'\"]+)(?P<at>@)", re.I)
+_URL_CREDS = re.compile(r"(?P<pre>[a-z][a-z0-9+.-]{0,15}://[^\s:/@'\"]*:)(?P<cred>[^\s/@'\"]+)(?P<at>@)", re.I)
 # ?access_token=v, &token=v, ;sessionid=v in a URL's query or parameters
 _URL_PARAM = re.compile(r"(?P<pre>[?&;](?P<name>[A-Za-z0-9_.%-]{1,64})=)(?P<value>[^&#;,)\s'\"<>]+)")
+# (schemes are short: a bounded scheme keeps each search linear without a word boundary, which
+# "1http://u:p@h" would not have)
 # a token alone as the user of a URL (https://<token>@github.com/...): long, with a digit
-_URL_TOKEN_USER = re.compile(r"(?P<pre>[a-z][a-z0-9+.-]*://)(?P<cred>(?=[^\s:/@'\"]*\d)[^\s:/@'\"]{16,})(?P<at>@)", re.I)
+_URL_TOKEN_USER = re.compile(r"(?P<pre>[a-z][a-z0-9+.-]{0,15}://)(?P<cred>(?=[^\s:/@'\"]*\d)[^\s:/@'\"]{16,})(?P<at>@)", re.I)
 # NAME=VALUE, NAME: VALUE, 'name': value, "name": value, \"name\": value; the value quoted,
 # a [list], a (tuple) or bare. (vLLM FrontendArgs, vllm/entrypoints/openai/cli_args.py, has
 # `api_key: list[str] | None`: its "non-default args" log line prints the keys as a list.)
@@ -64,10 +66,11 @@ _PAIR = re.compile(
     r"(?P<nq>\\?['\"]?)(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*)(?P=nq)(?P<sep>\s*[=:]\s*)"
     r"(?P<value>\\\"[^\"\n]*?\\\"|'[^'\n]*'|\"[^\"\n]*\"|\[[^\]\n]*\]|\([^)\n]*\)|[^\s'\",;&)}\]]+)"
 )
-_PAIR_HEAD = re.compile(r"(?P<nq>\\?['\"]?)(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*)(?P=nq)(?P<sep>\s*[=:]\s*)")
+# names are bounded (128): an unbounded one made every search quadratic on `a.a.a.a...`
+_PAIR_HEAD = re.compile(r"(?P<nq>\\?['\"]?)(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]{0,127})(?P=nq)(?P<sep>\s*[=:]\s*)")
 _PAIR_VALUE = re.compile(_PAIR.pattern[_PAIR.pattern.index("(?P<value>"):])
 _FLAG_VALUE = re.compile(
-    r"(?P<flag>--[A-Za-z0-9][A-Za-z0-9_.-]*)(?P<sep>\s+)(?P<value>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\"-][^\s]*)"
+    r"(?P<flag>--[A-Za-z0-9][A-Za-z0-9_.-]{0,127})(?P<sep>\s+)(?P<value>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\"-][^\s]*)"
 )
 _EMPTY = frozenset({"None", "null", "''", '""', "[]", "()", "false", "False", "\\\"\\\""})
 

@@ -280,3 +280,7 @@ def test_masking_reads_a_runaway_line_once():
     line = ":".join(["a"] * 200_000) + f" DB_PASS={SECRET}"
     masked = redact_text(line)
     assert SECRET not in masked and masked.startswith("a:a:a:")
+    # each of these took 15-30 s when a name, a flag or a URL scheme was matched without a bound
+    for runaway in ("a." * 20_000, "--a" * 13_000, "a1" * 20_000 + "://", "x" * 40_000 + "://u:p@h"):
+        line = runaway + f" --api-key {SECRET} https://u:{SECRET}@h"
+        assert SECRET not in redact_text(line)

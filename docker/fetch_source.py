@@ -101,12 +101,12 @@ def fetch_git(url: str, commit: str, dest: Path) -> None:
 
 def check_args(kind: str, what: str, pin: str, sha256: str) -> None:
     if kind == "git":
-        if not GIT_URL.match(what):
+        if not GIT_URL.fullmatch(what):
             sys.exit(f"fetch_source: {what!r} is not a git URL (https://, ssh:// or user@host:path)")
-        if not FULL_SHA.match(pin):
+        if not FULL_SHA.fullmatch(pin):
             sys.exit(f"fetch_source: {pin!r} is not a full 40-hex commit SHA")
     else:
-        if not NAME.match(what) or not VERSION.match(pin):
+        if not NAME.fullmatch(what) or not VERSION.fullmatch(pin):
             sys.exit(f"fetch_source: {what!r} {pin!r} is not a distribution name and version")
     if sha256 and not re.fullmatch(r"[0-9a-f]{64}", sha256):
         sys.exit(f"fetch_source: --sha256 {sha256!r} is not 64 hex characters")

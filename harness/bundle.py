@@ -26,13 +26,14 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import tomllib
 import zipfile
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.errors import ConfigError, HarnessError
+from harness.safety import grammar, paths, writes
+from harness.safety.readers import extract_flat_tar_xz, load_json, load_toml
 
 LOCK = "wheels.lock"
 MANIFEST = "bundle.json"
@@ -69,15 +70,21 @@ class BundleSpec(_Strict):
 
 
 def load_spec(path: Path) -> BundleSpec:
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the bundle spec: {exc}", hint="check the path and TOML syntax") from None
+    data = load_toml(path, what="bundle spec", hint="check the path and TOML syntax")
     try:
         spec = BundleSpec.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{path}: {problems}", hint="fix those keys (see harness/bundle.py BundleSpec)") from None
+    grammar.check("bundle_name", spec.name, where=f"{path}: name")
+    # every value below becomes an argument of `pip download`: none may read as an option
+    for i, plat in enumerate(spec.platforms):
+        if not re.fullmatch(r"[A-Za-z0-9_.]{1,64}", plat):
+            raise ConfigError(f"{path}: platforms[{i}] {plat!r} is not a platform tag", hint="e.g. manylinux_2_28_x86_64")
+    if not re.fullmatch(r"\d(?:\.\d{1,2})?", spec.python_version):
+        raise ConfigError(f"{path}: python_version {spec.python_version!r} is not a version", hint="e.g. '3.12'")
+    if not re.fullmatch(r"[a-z]{2}", spec.implementation):
+        raise ConfigError(f"{path}: implementation {spec.implementation!r} is not one", hint="'cp', 'pp' or 'py'")
     bad = [r for r in spec.requirements if not re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+\-!]+", r)]
     if bad:
         raise ConfigError(f"{path}: requirements must be exact pins 'name==version', not {', '.join(bad)}",
@@ -87,7 +94,7 @@ def load_spec(path: Path) -> BundleSpec:
 
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
-    with path.open("rb") as f:
+    with paths.open_regular(path) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -98,7 +105,7 @@ def norm(name: str) -> str:
 
 
 def wheel_name_version(filename: str) -> tuple[str, str]:
-    m = WHEEL_NAME.match(filename)
+    m = WHEEL_NAME.fullmatch(filename)
     if not m:
         raise HarnessError(f"{filename}: not a wheel file name")
     return norm(m["name"]), m["version"]
@@ -179,7 +186,7 @@ def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path) -> dic
     if missing:
         raise HarnessError(f"bundle {spec.name}: no wheel downloaded for {', '.join(missing)}")
     lock = {"bundle": spec.name, "python_version": spec.python_version, "wheels": entries}
-    (wheelhouse / LOCK).write_text(json.dumps(lock, indent=1, sort_keys=True) + "\n")
+    writes.write_text(wheelhouse / LOCK, json.dumps(lock, indent=1, sort_keys=True) + "\n", flag="wheel lock")
     return lock
 
 
@@ -187,9 +194,9 @@ def pack(wheelhouse: Path, out: Path, spec: BundleSpec) -> dict:
     """wheelhouse -> out/part_NN (each <= part size) + out/bundle.json."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("part_*"):
-        old.unlink()
+        writes.remove_file(old, flag="--out part")
     limit = int(spec.part_size_mb * 1_000_000)
-    archive = out / f".{spec.name}.tar.xz"
+    archive = writes.check_target(out / f".{spec.name}.tar.xz", "--out archive")
     xz = shutil.which("xz")
     files = sorted(p.name for p in wheelhouse.iterdir() if p.is_file())
     if xz:  # multi-threaded xz where there is one; same format as lzma's
@@ -214,14 +221,14 @@ def pack(wheelhouse: Path, out: Path, spec: BundleSpec) -> dict:
             if not chunk:
                 break
             p = out / PART.format(i)
-            p.write_bytes(chunk)
+            writes.write_bytes(p, chunk, flag="--out part")
             parts.append({"file": p.name, "bytes": len(chunk), "sha256": hashlib.sha256(chunk).hexdigest()})
     manifest = {"bundle": spec.name, "description": spec.description, "format": "tar.xz split",
                 "archive_sha256": sha256_file(archive), "archive_bytes": archive.stat().st_size,
                 "part_size_limit_bytes": limit, "parts": parts,
-                "lock": json.loads((wheelhouse / LOCK).read_text())}
-    archive.unlink()
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+                "lock": read_lock(wheelhouse)}
+    writes.remove_file(archive, flag="--out archive")
+    writes.write_text(out / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n", flag="--out manifest")
     return manifest
 
 
@@ -239,14 +246,67 @@ def make(spec_path: Path, out: Path, *, downloaded: Path | None = None, keep_whe
 # --- install ------------------------------------------------------------------------------------
 
 
-def check_parts(bundle_dir: Path) -> dict:
+class _Part(_Strict):
+    file: str
+    bytes: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class _Wheel(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str
+    version: str
+    file: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class _Lock(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    wheels: tuple[_Wheel, ...] = Field(max_length=10_000)
+
+
+class _Manifest(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    bundle: str
+    archive_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    archive_bytes: int = Field(ge=0)
+    parts: tuple[_Part, ...] = Field(min_length=1, max_length=10_000)
+    lock: _Lock
+
+
+def _validated(model, data, name: str, hint: str) -> dict:
+    """`data` checked against `model` (types, sizes, file names): a damaged manifest or lock is
+    exit 2 naming the file, never a KeyError in the middle of an install."""
     try:
-        manifest = json.loads((bundle_dir / MANIFEST).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{bundle_dir}: no readable {MANIFEST}: {exc}",
-                          hint="copy bundle.json beside the parts (it is written by `harness bundle make`)") from None
+        model.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()[:5])
+        raise ConfigError(f"{name}: {grammar.one_line(problems)}", hint=hint) from None
+    wheels = data["lock"]["wheels"] if model is _Manifest else data["wheels"]
+    for i, w in enumerate(wheels):
+        grammar.check("wheel_file", w["file"], where=f"{name}: wheels[{i}].file", hint=hint)
+    for i, p in enumerate(data.get("parts", ())):
+        grammar.check("part", p["file"], where=f"{name}: parts[{i}].file", hint=hint)
+    return data
+
+
+def read_manifest(bundle_dir: Path) -> dict:
+    hint = "copy bundle.json beside the parts (it is written by `harness bundle make`)"
+
+    data = load_json(bundle_dir / MANIFEST, limit=16 << 20, what="bundle manifest", hint=hint)
+    return _validated(_Manifest, data, f"{bundle_dir / MANIFEST}", hint)
+
+
+def read_lock(wheelhouse: Path) -> dict:
+    hint = "unpack the bundle again: `harness bundle install DIR --dest FOLDER`"
+    data = load_json(wheelhouse / LOCK, limit=16 << 20, what="wheel lock", hint=hint)
+    return _validated(_Lock, data, f"{wheelhouse / LOCK}", hint)
+
+
+def check_parts(bundle_dir: Path) -> dict:
+    manifest = read_manifest(bundle_dir)
     for p in manifest["parts"]:
-        path = bundle_dir / p["file"]
+        path = paths.under(bundle_dir, p["file"], what=f"{bundle_dir / MANIFEST}: part")
         if not path.is_file():
             raise ConfigError(f"{bundle_dir}: part {p['file']} is missing",
                               hint=f"copy all {len(manifest['parts'])} parts into {bundle_dir}")
@@ -257,9 +317,9 @@ def check_parts(bundle_dir: Path) -> dict:
 
 
 def check_lock(wheelhouse: Path) -> dict:
-    lock = json.loads((wheelhouse / LOCK).read_text())
+    lock = read_lock(wheelhouse)
     for w in lock["wheels"]:
-        path = wheelhouse / w["file"]
+        path = paths.under(wheelhouse, w["file"], what=f"{wheelhouse / LOCK}: wheel")
         if not path.is_file():
             raise HarnessError(f"{wheelhouse}: {w['file']} is missing (listed in {LOCK})")
         if (got := sha256_file(path)) != w["sha256"]:
@@ -274,7 +334,7 @@ def unpack(bundle_dir: Path, dest: Path) -> dict:
 
     class Joined:
         def __init__(self) -> None:
-            self.files = [(bundle_dir / p["file"]).open("rb") for p in manifest["parts"]]
+            self.files = [paths.open_regular(bundle_dir / p["file"], what="bundle part") for p in manifest["parts"]]
 
         def read(self, n: int = -1) -> bytes:
             buf = b""
@@ -288,8 +348,10 @@ def unpack(bundle_dir: Path, dest: Path) -> dict:
             return buf
 
     joined = Joined()
-    with lzma.open(joined) as xzf, tarfile.open(fileobj=xzf, mode="r|") as t:
-        t.extractall(dest, filter="data")
+    allowed = {LOCK} | {w["file"] for w in manifest["lock"]["wheels"]}
+    # wheels are zip files already: xz shrinks a wheelhouse a little, never a hundredfold
+    bound = 64 * 2**20 + 8 * int(manifest["archive_bytes"])
+    extract_flat_tar_xz(joined, dest, name=f"{bundle_dir}: the joined parts", allowed=allowed, max_bytes=bound)
     while joined.read(1 << 20):  # the xz stream may end before the last padding bytes
         pass
     if h.hexdigest() != manifest["archive_sha256"]:

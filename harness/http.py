@@ -169,8 +169,8 @@ def get_json(url: str, *, accept: str = "application/json", timeout: float = 60,
                wait_initial_s=wait_initial_s)
     try:
         return json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HttpError(f"GET {url}: the answer is not JSON ({exc})", hint="check the address") from None
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, a 5000-digit number, too deep
+        raise HttpError(f"GET {url}: the answer is not JSON ({str(exc)[:200]})", hint="check the address") from None
 
 
 def download(url: str, dest: Path, *, timeout: float = 600, max_bytes: int = 2 << 30,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -32,6 +31,8 @@ from harness import __version__
 from harness.errors import ConfigError, EnvironmentProblem
 from harness.matrix.load import Matrix
 from harness.matrix.model import DIGEST
+from harness.safety.readers import load_toml
+from harness.safety.writes import write_text
 
 # The production index. PyPI's per-version JSON first; the per-project JSON (its `releases`)
 # when that answers 404: both are PyPI's documented JSON API, and some mirrors serve only one.
@@ -152,8 +153,8 @@ def get_json(url: str, *, timeout: float = 60) -> dict:
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise PyPIError(url, None, f"cannot reach it ({reason})") from None
-    except ValueError as exc:
-        raise PyPIError(url, None, f"not JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise PyPIError(url, None, f"not JSON ({str(exc)[:200]})") from None
 
 
 class PyPIError(EnvironmentProblem):
@@ -294,22 +295,19 @@ def write_lock(lock: LockFile, path: Path) -> None:
     import tomli_w
 
     body = tomli_w.dumps(lock.model_dump(mode="json"))
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(HEADER.format(matrix=_shown(path.with_suffix(".toml"))) + "\n" + body)
-    tmp.replace(path)
+
+    write_text(path, HEADER.format(matrix=_shown(path.with_suffix(".toml"))) + "\n" + body, flag="lock file")
 
 
 def read_lock(path: Path) -> LockFile | None:
     """The lock at `path`, None when there is none; a broken one is bad input, named."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         return None
     fix = f"remove {path} and run `harness lock -m {_shown(path.with_suffix('.toml'))}`"
+    data = load_toml(path, what="lock file", hint=fix)  # regular, bounded in size and depth
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
         lock = LockFile.model_validate(data)
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValidationError) as exc:
+    except ValidationError as exc:
         first = str(exc).splitlines()[0]
         raise ConfigError(f"{path}: not a lock this version can read ({first})", hint=fix) from None
     if lock.lock.format != FORMAT:

@@ -13,26 +13,12 @@ import os
 import socket
 from functools import cache
 
+from harness.proc import start_ticks
 from harness.results.model import Controller
 
 LABEL_HOST = "harness.controller.host"
 LABEL_PID = "harness.controller.pid"
 LABEL_STARTED = "harness.controller.started"
-
-
-def start_ticks(pid: int) -> float | None:
-    """The process start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # the command name (field 2) is in parentheses and may hold spaces: split after it
-    rest = stat.rsplit(")", 1)[-1].split()
-    try:
-        return float(rest[19])
-    except (IndexError, ValueError):
-        return None
 
 
 @cache

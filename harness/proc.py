@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -47,11 +49,41 @@ def run(argv: Sequence[str], *, timeout: float = 60, cwd: str | None = None,
     return Result(tuple(argv), p.returncode, p.stdout, p.stderr)
 
 
+def start_ticks(pid: int) -> float | None:
+    """The process start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # the command name (field 2) is in parentheses and may hold spaces: split after it
+    rest = stat.rsplit(")", 1)[-1].split()
+    try:
+        return float(rest[19])
+    except (IndexError, ValueError):
+        return None
+
+
+
+# Every process the tool starts carries, in its environment, a marker naming the controller that
+# started it (host, pid, process start time): the kernel keeps that initial environment in
+# /proc/PID/environ, so a later reap can prove a process is the tool's (harness/serve/signals.py).
+MARKER = "HARNESS_STARTED_BY"
+
+
+def marker_env() -> dict[str, str]:
+    """The variables to give every process the tool starts (and may have to reap later)."""
+    pid = os.getpid()
+    started = start_ticks(pid)
+    return {MARKER: f"{socket.gethostname()}:{pid}:{started if started is not None else ''}"}
+
+
 def spawn(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None,
           stdout=None) -> subprocess.Popen:
     """Start a long-lived process in its own session, so it and its children stop together."""
     log.debug("spawn: %s", shlex.join(argv))
-    return subprocess.Popen(list(argv), env=dict(env) if env is not None else None, cwd=cwd,
+    env = {**(env if env is not None else os.environ), **marker_env()}  # what a later reap checks
+    return subprocess.Popen(list(argv), env=env, cwd=cwd,
                             stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
 
 

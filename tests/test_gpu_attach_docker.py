@@ -191,9 +191,13 @@ def test_doctor_rows_for_an_engine_without_toolkit(tmp_path):
     drv = tmp_path / "drv"
     (drv / "lib64").mkdir(parents=True)
     (drv / "lib64" / "libcuda.so.1").touch()
-    m = load(tmp_path, f'gpu_attach = "devices"\ndevices = {[str(n) for n in nodes]!r}\n'
-                       f'driver_dirs = ["{drv}"]\nnetwork = "host"'.replace("'", '"'))
-    rows = {c.name: c for c in attach_checks(engine_info(), m.spec.host, True, bridge=False)}
+    from harness.matrix.model import Host
+
+    # stand-ins for /dev/nvidia*: a matrix file may name GPU nodes under /dev only, so the
+    # [host] table is built directly here (doctor's checks take the table, not the file)
+    host = Host.model_validate({"gpu_attach": "devices", "devices": [str(n) for n in nodes],
+                                "driver_dirs": [str(drv)], "network": "host"})
+    rows = {c.name: c for c in attach_checks(engine_info(), host, True, bridge=False)}
     assert rows["gpu attach: devices"].ok and rows["gpu attach: devices"].required
     assert not rows["gpu attach: runtime"].ok and not rows["gpu attach: runtime"].required
     assert "could not select device driver" in rows["gpu attach: runtime"].detail
@@ -206,7 +210,7 @@ def test_doctor_rows_for_an_engine_without_toolkit(tmp_path):
     assert not rows["network: bridge"].ok and 'network = "host"' in rows["network: bridge"].fix
     # devices with a node missing: named
     (nodes[1]).unlink()
-    rows = {c.name: c for c in attach_checks(engine_info(), m.spec.host, True)}
+    rows = {c.name: c for c in attach_checks(engine_info(), host, True)}
     assert not rows["gpu attach: devices"].ok and str(nodes[1]) in rows["gpu attach: devices"].detail
 
 

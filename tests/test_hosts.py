@@ -245,7 +245,10 @@ gpus = [0]
     rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["family/qwen/pp2"]["slot"] == "spark+rtx" and rows["family/qwen/pp2"]["nodes"] == 2
     assert rows["family/qwen/pp2"]["wave"] > max(r["wave"] for r in rows.values() if r["nodes"] == 1)
-    assert main(["plan", "-m", str(path)]) == 0
+    # spark121a runs on spark alone: its pp2 cell (2 nodes) could never start, and plan says so
+    assert main(["plan", "-m", str(path)]) == 2
+    assert "configs.pp2.nodes = 2, but only 1 host(s) can take cell spark121a/qwen/pp2" in capsys.readouterr().err
+    assert main(["plan", "-m", str(path), "-k", "family"]) == 0
     text = capsys.readouterr().out
     assert "host rtx: tcp://rtx.lan:2376, hardware rtx (cc 12.0), gpus 0, 1 slot(s)" in text
 

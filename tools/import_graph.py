@@ -20,7 +20,8 @@ from pathlib import Path
 # points, on the top floor with the command line.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("harness", "errors"),
-    ("console", "tables", "redact", "proc", "http", "probe_image"),
+    ("safety", "redact"),
+    ("console", "tables", "proc", "http", "probe_image"),
     ("gpus", "fingerprint", "bundle", "matrix", "bench"),
     ("results", "hostenv", "audit"),
     ("owner",),

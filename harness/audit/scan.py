@@ -17,6 +17,7 @@ import re
 import struct
 import unicodedata
 import zipfile
+import zlib
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -39,6 +40,15 @@ from harness.audit.source import (
     tune_malloc,
 )
 from harness.errors import ConfigError
+from harness.safety.paths import special
+
+# a real wheel holds a few thousand files (vLLM 0.31.0: ~3,000; torch: ~15,000)
+MAX_WHEEL_MEMBERS = 65_536
+try:
+    from isal.isal_zlib import error as _IsalError
+except ImportError:  # pragma: no cover - isal is a dependency
+    _IsalError = zlib.error
+_INFLATE_ERRORS = (EOFError, zlib.error, _IsalError)
 
 # Files worth opening: shared objects (also versioned, libfoo.so.13), objects, archives,
 # and standalone device code. Everything else in a site-packages is Python or data.
@@ -179,6 +189,10 @@ def plan(path: Path) -> tuple[list[Task], list[UnreadableFile]]:
             hint="pass a directory (e.g. a site-packages exported from an image), a .whl, "
             "or a .so/.cubin/.fatbin/.o file",
         )
+    if (kind := special(path)) is not None and kind != "a folder":
+        raise ConfigError(f"{path}: is {kind}, not a file or folder to audit",
+                          hint="pass a directory, a .whl, or a .so/.cubin/.fatbin/.o file (FIFOs and devices "
+                          "are never read)")
     tasks: list[Task] = []
     bad: list[UnreadableFile] = []
     if path.is_file():
@@ -195,6 +209,10 @@ def plan(path: Path) -> tuple[list[Task], list[UnreadableFile]]:
             if full.is_symlink():
                 continue  # the target is audited under its own name
             rel = safe_name(full.relative_to(path).as_posix())
+            if (kind := special(full)) is not None:
+                if name.endswith(".whl") or _CANDIDATE_RE.search(name):
+                    bad.append(UnreadableFile(rel, f"is {kind}, not a regular file (never read)"))
+                continue
             if name.endswith(".whl"):
                 _plan_wheel(full, rel, tasks, bad)
             elif _CANDIDATE_RE.search(name):
@@ -219,6 +237,14 @@ def _plan_wheel(path: Path, display: str, tasks: list[Task], bad: list[Unreadabl
     overlapping = {
         name for (s1, e1, name), (s2, _e2, _n2) in zip(spans, spans[1:], strict=False) if s2 < e1
     }
+    if len(infos) > MAX_WHEEL_MEMBERS:
+        bad.append(UnreadableFile(display, f"{len(infos)} members: over {MAX_WHEEL_MEMBERS}, no real wheel has "
+                                  "that many (not audited)"))
+        return
+    empty = [i.filename for i in infos if not i.is_dir() and _CANDIDATE_RE.search(i.filename) and i.file_size == 0]
+    if empty:
+        # a library of 0 bytes cannot be loaded: the wheel is damaged, whatever else it holds
+        bad.append(UnreadableFile(display, f"{len(empty)} library member(s) of 0 bytes, e.g. {safe_name(empty[0])}"))
     total = 0
     for info in infos:
         name = info.filename
@@ -256,6 +282,8 @@ def scan_one(task: Task, policy: SassPolicy = NO_SASS) -> _Outcome:
         return _Outcome(task.display, unreadable=str(exc))
     except OSError as exc:
         return _Outcome(task.display, unreadable=f"cannot open: {exc.strerror or exc}")
+    except _INFLATE_ERRORS as exc:
+        return _Outcome(task.display, unreadable=f"compressed data damaged ({type(exc).__name__}: {exc})")
     try:
         loadable, relocatable = _read(reader, policy, counter)
         reader.finish()
@@ -263,6 +291,10 @@ def scan_one(task: Task, policy: SassPolicy = NO_SASS) -> _Outcome:
         return _Outcome(task.display, unreadable=str(exc), bytes_read=reader.size)
     except OSError as exc:
         return _Outcome(task.display, unreadable=f"read error: {exc.strerror or exc}")
+    except _INFLATE_ERRORS as exc:
+        # a deflate stream that ends early (ISA-L raises EOFError) or is corrupt: this member's problem
+        return _Outcome(task.display, unreadable=f"compressed data ends early or is damaged "
+                        f"({type(exc).__name__}: {exc})", bytes_read=reader.size)
     except (struct.error, ValueError, IndexError, OverflowError, MemoryError) as exc:
         # A shape no check above foresaw: still this file's problem, not the audit's end.
         return _Outcome(task.display, unreadable=f"malformed ({type(exc).__name__}: {exc})")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Figures(BaseModel):
@@ -13,6 +14,20 @@ class _Figures(BaseModel):
     a stored result of an older version still loads."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
+
+    @model_validator(mode="after")
+    def _measured(self) -> _Figures:
+        """Every figure is a finite number >= 0 (times, rates, counts, spreads): a negative latency
+        or a NaN in a results file is a damaged or forged file, refused on read. The server's own
+        counters and free-form extras are its figures, not ours, and are left as they came."""
+        for name, v in self.__dict__.items():
+            if name in ("server", "extra"):
+                continue
+            for x in (v.values() if isinstance(v, dict) else [v]):
+                for y in (x if isinstance(x, list | tuple) else [x]):
+                    if isinstance(y, int | float) and not isinstance(y, bool) and not (math.isfinite(y) and y >= 0):
+                        raise ValueError(f"{name} is {y!r}: times, rates and counts are finite and >= 0")
+        return self
 
 
 class LevelResult(_Figures):

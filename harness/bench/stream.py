@@ -202,7 +202,7 @@ async def stream_raw(
     def record(ok: bool, error: str | None) -> RequestRecord:
         try:
             sse.replay()
-        except (ValueError, AttributeError, TypeError) as exc:  # not JSON, or not an object
+        except (ValueError, AttributeError, TypeError, RecursionError) as exc:  # not JSON, not an object, too deep
             ok, error = False, error or f"unreadable SSE message: {type(exc).__name__}: {exc}"[:300]
         u = sse.usage or {}
         return RequestRecord(

@@ -23,6 +23,7 @@ import tomli_w
 
 from harness import http
 from harness.errors import ConfigError
+from harness.safety import writes
 
 REPOS = {"vllm": "vllm-project/vllm", "flashinfer": "flashinfer-ai/flashinfer"}
 API = "https://api.github.com"
@@ -70,7 +71,7 @@ def _head_of(meta: object, repo: str, number: int) -> tuple[str, str]:
     if not isinstance(meta, dict) or not isinstance(meta.get("head"), dict):
         raise ConfigError(f"{repo}#{number}: the PR answer has no head.sha", hint="is it a pull request number?")
     sha = meta["head"].get("sha")
-    if not isinstance(sha, str) or not HEAD_SHA.match(sha):
+    if not isinstance(sha, str) or not HEAD_SHA.fullmatch(sha):
         raise ConfigError(f"{repo}#{number}: head.sha {sha!r} is not a 40-hex commit SHA",
                           hint="the answer is not GitHub's: check --base-url")
     if meta.get("number") not in (None, number):
@@ -103,6 +104,11 @@ def provenance(repo: str, number: int, title: str, head_sha: str, url: str, when
     }})
 
 
+# GitHub answers a PR or its patch in a second or two: a server silent for this long gets one
+# more try, so a dead or hostile server costs half a minute, not minutes of retries
+ANSWER_TIMEOUT_S = 15.0
+
+
 def add_pr(project: str, number: int, *, base_url: str = API,
            patches_dir: Path = PATCHES_DIR, now: dt.datetime | None = None) -> AddedPr:
     if project not in REPOS:
@@ -111,15 +117,15 @@ def add_pr(project: str, number: int, *, base_url: str = API,
         raise ConfigError(f"PR number {number} is not a pull request number", hint="give the number after '#'")
     repo = REPOS[project]
     url = f"{_api_base(base_url)}/repos/{repo}/pulls/{number}"
-    meta = http.get_json(url, accept="application/vnd.github+json")
+    meta = http.get_json(url, accept="application/vnd.github+json", timeout=ANSWER_TIMEOUT_S, attempts=2)
     head_sha, title = _head_of(meta, repo, number)
-    body = http.get(url, accept="application/vnd.github.patch", max_bytes=PATCH_MAX_BYTES)
+    body = http.get(url, accept="application/vnd.github.patch", max_bytes=PATCH_MAX_BYTES, timeout=ANSWER_TIMEOUT_S, attempts=2)
     check_patch(body, head_sha, f"{repo}#{number}")
     when = (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     header = provenance(repo, number, title, head_sha, url, when, project)
     dest = patches_dir / project / f"pr{number}-{slug(title)}.patch"
     dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_bytes(header.encode() + b"\n" + body)
+    writes.write_bytes(dest, header.encode() + b"\n" + body, flag="patch file")
     return AddedPr(project, number, title, head_sha, dest, url)
 
 

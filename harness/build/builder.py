@@ -22,7 +22,9 @@ from harness.build.render import Rendered, context_tar
 from harness.errors import BuildFailed, ConfigError, EngineError
 from harness.lock import locked_matrix
 from harness.matrix.load import Matrix
+from harness.redact import redact_text
 from harness.results.model import BuildOutcome
+from harness.safety.writes import check_target
 
 SITE_PACKAGES = "/opt/venv/lib"
 VLLM_BUILD_LOG = "/opt/build/vllm-build.log"
@@ -125,8 +127,10 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
     log_path = log_dir / f"build-{name}.log"
     tail: list[str] = []
     emit(BuildEvent(name, "start", ref, 0.0))
-    with log_path.open("w") as log:
+
+    with check_target(log_path, "--log-dir file").open("w") as log:  # never through a planted link
         def on_line(line: str) -> None:
+            line = redact_text(line)  # a git URL or a build arg may carry a credential
             log.write(line + "\n")
             log.flush()
             tail.append(line)

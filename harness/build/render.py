@@ -19,6 +19,7 @@ from pathlib import Path
 from harness.errors import ConfigError
 from harness.matrix.load import Matrix
 from harness.matrix.model import Stack
+from harness.safety.paths import read_bytes
 
 IMAGE_REPO = "vllm-bw"
 
@@ -78,12 +79,12 @@ def patch_files(matrix: Matrix, stack: Stack) -> list[PatchFile]:
     if stack.vllm:
         for i, entry in enumerate(stack.vllm.patches):
             rel = entry.path
-            data = matrix.patch_path(rel).read_bytes()
+            data = read_bytes(matrix.patch_path(rel), limit=64 << 20, what="patch")
             out.append(PatchFile("vllm", rel, f"patches/vllm/{i:02d}-{Path(rel).name}",
                                  hashlib.sha256(data).hexdigest(), data))
     if stack.flashinfer:
         for i, pr in enumerate(stack.flashinfer.prs):
-            data = matrix.patch_path(pr.patch).read_bytes()
+            data = read_bytes(matrix.patch_path(pr.patch), limit=64 << 20, what="patch")
             out.append(PatchFile("flashinfer", pr.patch, f"patches/flashinfer/{i:02d}-{Path(pr.patch).name}",
                                  hashlib.sha256(data).hexdigest(), data, pr.number, pr.head_sha))
     return out

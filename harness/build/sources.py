@@ -52,14 +52,14 @@ def check_source(source: Source) -> Source:
     """The matrix model checked these shapes already; a Source built elsewhere is checked again
     here, because its fields become git arguments and cache paths."""
     if source.kind == "git":
-        if not GIT_URL.match(source.name) or source.name.startswith("-"):
+        if not GIT_URL.fullmatch(source.name) or source.name.startswith("-"):
             raise ConfigError(f"{source.project}: {source.name!r} is not a git URL (https://, ssh:// or user@host:path)",
                               hint="fix the `git` key of the stack")
-        if not FULL_SHA.match(source.pin):
+        if not FULL_SHA.fullmatch(source.pin):
             raise ConfigError(f"{source.project}: commit {source.pin!r} is not a full 40-hex SHA",
                               hint="run `git rev-parse <ref>` and pin the full SHA")
     elif source.kind == "pypi":
-        if not VERSION.match(source.pin):
+        if not VERSION.fullmatch(source.pin):
             raise ConfigError(f"{source.project}: {source.pin!r} is not a release version", hint="e.g. '0.33.0'")
     else:
         raise ConfigError(f"{source.project}: unknown source kind {source.kind!r}", hint="use 'pypi' or 'git'")

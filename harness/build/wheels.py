@@ -12,7 +12,6 @@ a label, and part of the hash.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from pathlib import Path
 
@@ -25,7 +24,9 @@ from harness.build.render import (
     content_hash,
     fill,
 )
+from harness.bundle import read_lock as read_bundle_lock
 from harness.errors import ConfigError
+from harness.safety.paths import read_bytes, under
 
 LOCK = "wheels.lock"
 PATCH_TARGET = re.compile(r"^\+\+\+ (?:b/)?(\S+)", re.MULTILINE)
@@ -43,13 +44,11 @@ def read_lock(matrix, stack_name: str) -> tuple[Path, dict] | None:
     where = wheelhouse_dir(matrix, stack_name)
     if where is None:
         return None
-    try:
-        lock = json.loads((where / LOCK).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"stacks.{stack_name}.wheels.wheelhouse: no readable {where / LOCK}: {exc}",
-                          hint="unpack the bundle there first: `harness bundle install DIR --dest "
-                          f"{where}`") from None
-    return where, lock
+
+    if not (where / LOCK).exists():
+        raise ConfigError(f"stacks.{stack_name}.wheels.wheelhouse: no {where / LOCK}",
+                          hint=f"unpack the bundle there first: `harness bundle install DIR --dest {where}`")
+    return where, read_bundle_lock(where)  # checked: types, wheel file names, bounded size and depth
 
 
 def wheel_patches(matrix, stack_name: str) -> list[PatchFile]:
@@ -60,7 +59,7 @@ def wheel_patches(matrix, stack_name: str) -> list[PatchFile]:
         where = f"stacks.{stack_name}.wheels.patches[{i}]"
         if not path.is_file():
             raise ConfigError(f"{where}: patch file not found: {path}", hint="add it under patches/, or fix the path")
-        data = path.read_bytes()
+        data = read_bytes(path, limit=64 << 20, what=f"{where}: patch")
         targets = PATCH_TARGET.findall(data.decode("utf-8", "replace"))
         if not targets:
             raise ConfigError(f"{where}: {rel} is not a unified diff (no '+++ ' line)")
@@ -114,9 +113,10 @@ def render_wheels(matrix, stack_name: str, *, template: Path | None = None, temp
         if vllm[0].get("repacked"):
             repacked_note = (f" re-packed from upstream sha256:{vllm[0]['upstream_sha256']}: "
                              f"{vllm[0].get('strip_reason', '')}")
-        files.append(("wheelhouse/" + LOCK, (where / LOCK).read_bytes()))
+        files.append(("wheelhouse/" + LOCK, read_bytes(where / LOCK, limit=16 << 20, what="wheel lock")))
         for e in lock["wheels"]:
-            data = (where / e["file"]).read_bytes()
+            wheel = under(where, e["file"], what=f"{where / LOCK}: wheel")  # never outside the wheelhouse
+            data = read_bytes(wheel, limit=8 << 30, what="wheel")
             if hashlib.sha256(data).hexdigest() != e["sha256"]:
                 raise ConfigError(f"{where / e['file']}: sha256 differs from {LOCK}",
                                   hint="the wheelhouse was changed after the bundle was made: install it again")

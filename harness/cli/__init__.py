@@ -45,8 +45,18 @@ EPILOG = """exit codes (every command):
   130  interrupted (Ctrl-C / SIGTERM); what finished is on disk"""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse echoes a bad argument in its error: masked like every other output (a token
+    given in the wrong place must not land in a CI log). Sub-parsers inherit the class."""
+
+    def error(self, message: str):
+        from harness.redact import redact_text
+
+        super().error(redact_text(message))
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="harness",
         description="Build, verify and measure vLLM stacks on Blackwell GPUs, in Docker.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -81,6 +81,15 @@ def parse_levels(text: str) -> tuple[int, ...]:
 
 def check_args(args: argparse.Namespace) -> tuple[int, ...]:
     """Every flag checked before anything is sent: one ConfigError naming the flag and the fix."""
+    from harness.safety.grammar import http_url_problem
+    from harness.safety.writes import target_problem
+
+    if getattr(args, "out", None) is not None and (why := target_problem(Path(args.out))) is not None:
+        raise ConfigError(f"--out {args.out}: {why}", hint="give --out a new file or a regular file")
+
+    if (why := http_url_problem(args.url)) is not None:
+        raise ConfigError(f"--url {args.url!r} {why}", hint="give the server's base address, e.g. "
+                          "--url http://127.0.0.1:8000")
     u = urlsplit(args.url)
     if u.scheme not in ("http", "https") or not u.hostname:
         raise ConfigError(
@@ -184,8 +193,9 @@ def main(args: argparse.Namespace) -> int:
         with bar:
             result = run_sync(run_bench(args.url, args.model, progress=update, **kwargs))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(result.to_json() + "\n")
+        from harness.safety.writes import write_text
+
+        write_text(args.out, result.to_json() + "\n", make_parents=True, flag="--out")  # never through a link
         err.print(f"wrote {args.out}")
     if args.json:
         out.print(result.to_json(), markup=False)

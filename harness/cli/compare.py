@@ -64,17 +64,33 @@ def check_output_file(path: Path, flag: str) -> Path:
         raise ConfigError(f"{flag} {path}: {parent} {why}", hint=hint)
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise ConfigError(f"{flag} {path}: not writable", hint=hint)
-    return path
+    from harness.safety.writes import check_target
+
+    return check_target(path, flag)  # never a symlink, a device or a FIFO at the target
 
 
 def write_output(path: Path, text: str, flag: str) -> None:
-    from harness.results.store import atomic_write_text
+    from harness.safety.writes import write_text
 
     try:
-        atomic_write_text(path, text)
+        write_text(path, text, flag=flag)
     except OSError as exc:
         raise ConfigError(f"{flag} {path}: cannot write it ({exc.strerror or exc})",
                           hint=f"give {flag} a file path in a folder you can write to") from None
+
+
+def _missing(cmp) -> str:
+    def few(ids) -> str:
+        return ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "") if ids else "none"
+    return (f"missing from the candidate: {few(list(cmp.only_baseline))}; "
+            f"missing from the baseline: {few(list(cmp.only_candidate))}")
+
+
+def _check_matched(cmp, baseline: str, candidate: str) -> None:
+    """Two runs that share no cell prove nothing: that is bad input (exit 2), never a pass."""
+    if not cmp.compared:
+        raise ConfigError(f"{baseline} and {candidate} share no cell: nothing to compare ({_missing(cmp)})",
+                          hint="compare two runs of the same matrix (same cell ids), e.g. with the same -k")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -85,6 +101,7 @@ def main(args: argparse.Namespace) -> int:
     md_path = check_output_file(args.md, "--md") if args.md else None
     base, cand = RunStore.open(args.baseline), RunStore.open(args.candidate)
     cmp = compare_runs(base, cand, floor=floor, kernel_changes_regress=not args.allow_kernel_changes)
+    _check_matched(cmp, args.baseline, args.candidate)
     md = to_markdown(cmp)
     if md_path:
         write_output(md_path, md, "--md")
@@ -102,5 +119,7 @@ def main(args: argparse.Namespace) -> int:
             hint="do not roll the candidate out; read the report, then `harness bug "
             f"{args.candidate} <cell id>` for an upstream report",
         )
+    if cmp.only_baseline or cmp.only_candidate:
+        err.print(f"not compared: {_missing(cmp)}", markup=False)
     err.print(f"no regression beyond noise over {len(cmp.compared)} cell(s)")
     return 0

@@ -288,7 +288,9 @@ def write_generic(gpu, dest: Path, template: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     head = (f"# Written by `harness doctor --pick-matrix` from {GENERIC_TEMPLATE} for {gpu.name} "
             f"(cc {gpu.cc}).\n# Edit {GENERIC_TEMPLATE} instead; this file is written again.\n\n")
-    dest.write_text(head + tomli_w.dumps(data))
+    from harness.safety.writes import write_text
+
+    write_text(dest, head + tomli_w.dumps(data), flag="matrix")  # never through a link
     return dest
 
 

@@ -53,10 +53,17 @@ _MAGIC = {
 }
 
 
+MAX_LOG_BYTES = 2 << 30  # a week of DEBUG logging; /dev/zero behind a symlink is not a log
+
+
 def read_log(path: Path) -> str:
     """The log's text; a missing, empty or binary file is a ConfigError naming it and the fix."""
+    from harness.safety.paths import read_bytes, special
+
+    if (kind := special(path)) is not None and kind != "a folder":
+        raise ConfigError(f"cannot read log {path}: it is {kind}", hint="pass the path of a saved server log")
     try:
-        data = path.read_bytes()
+        data = read_bytes(path, limit=MAX_LOG_BYTES, what="log") if kind is None and path.exists() else path.read_bytes()
     except IsADirectoryError as exc:
         raise ConfigError(
             f"cannot read log {path}: it is a directory", hint="pass the server log file inside it"

@@ -7,6 +7,7 @@ import json
 
 from harness.build.identity import image_ref
 from harness.console import out
+from harness.errors import ConfigError
 from harness.matrix.load import load_matrix
 from harness.matrix.plan import expand, group_by_stack
 
@@ -69,8 +70,13 @@ def host_rows(matrix, cells) -> list[dict]:
 
 
 def run(args) -> int:
+    from harness.matrix.mounts import node_problems
+
     matrix = load_matrix(args.matrix)
     rows = plan_rows(matrix, args.k)
+    if args.k and not rows:
+        raise ConfigError(f"{matrix.path}: no cell matches -k {args.k!r}", hint="see `harness plan -m ... --list`")
+    node_problems(rows, matrix)  # a cell spanning more machines than can take it is refused here
     if args.json:
         out.print_json(json.dumps(rows))
         return 0

@@ -25,6 +25,10 @@ def run(args) -> int:
     if target.exists() and not target.is_dir():
         raise ConfigError(f"{flag} {target}: is a file, and the report is two files",
                           hint="give --out a folder (it is made if missing)")
+    if not target.exists() and (target.suffix.lower() in (".html", ".htm", ".md") or not target.parent.is_dir()):
+        raise ConfigError(f"{flag} {target}: no such folder (the report is two files, report.md and report.html)",
+                          hint="give --out a folder; a missing one is made only inside an existing folder, "
+                          "and never from a file name")
     try:
         md, html = write_report(args.run_dir, args.out)
     except OSError as exc:

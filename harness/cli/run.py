@@ -110,10 +110,12 @@ class LiveProgress:
             head = f"{self.current}: {self.phase} {time.monotonic() - self.since:.0f} s"
         else:
             head = "starting"
-        text = self._Text(_fit(head, width), style="bold")
+        from harness.redact import redact_text  # a rich Text passes the console's mask
+
+        text = self._Text(_fit(redact_text(head), width), style="bold")
         last = self.log.tail(1) if self.log is not None else []
         if last:
-            text.append("\n" + _fit("  " + last[-1].strip(), width), style="dim")
+            text.append("\n" + _fit("  " + redact_text(last[-1].strip()), width), style="dim")
         return text
 
     def __enter__(self):
@@ -282,8 +284,7 @@ def rejudge(args) -> int:
                           hint="re-run the matrix") from None
     before = {c.id: c for c in store.cells()}
     for cell in before.values():
-        log = store.dir / cell.serve.log if cell.serve and cell.serve.log else None
-        text = log.read_text(errors="replace") if log is not None and log.is_file() else None
+        text = store.read_log(cell.serve.log) if cell.serve and cell.serve.log else None
         after = rejudge_cell(cell, expect, text)
         if after != cell:
             store.write_cell(after)

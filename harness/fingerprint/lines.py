@@ -84,7 +84,7 @@ def _from_json(line: str) -> tuple[str, str | None, str | None, bool] | None:
         return None
     try:
         obj = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # a log line is data: nested too deep is just text
         return None
     if not isinstance(obj, dict):
         return None

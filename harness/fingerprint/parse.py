@@ -538,7 +538,7 @@ def _spec_from_args(args: dict[str, Any]) -> dict[str, str]:
     if isinstance(spec, str):
         try:
             spec = json.loads(spec)
-        except ValueError:
+        except (ValueError, RecursionError):
             spec = None
     out: dict[str, str] = {}
     if isinstance(spec, dict):

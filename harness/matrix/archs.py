@@ -24,7 +24,7 @@ def split_arch_list(value: str) -> list[str]:
 
 def arch_entry_problem(entry: str) -> str | None:
     """None when nvcc would take `entry`, else why not and what would."""
-    m = _ENTRY.match(entry)
+    m = _ENTRY.fullmatch(entry)
     if not m:
         return f"'{entry}' is not an arch (expected forms: 12.0, 12.1a, 12.0f, 8.0+PTX)"
     cc, suffix = m["cc"], m["suffix"]

@@ -9,6 +9,7 @@ kept inside its repository here (harness.matrix.paths), before anything reads th
 
 from __future__ import annotations
 
+import collections
 import fnmatch
 import json
 import re
@@ -22,7 +23,9 @@ from pydantic.fields import FieldInfo
 
 from harness.errors import MatrixError
 from harness.matrix.model import MatrixFile, PatchRef, is_local_checkpoint
+from harness.matrix.mounts import matrix_problems
 from harness.matrix.paths import is_inside, mount_problem, repo_root, secret_part, system_folder
+from harness.matrix.problem import problem
 from harness.matrix.select import SelectionError, compile_expression
 
 MAX_FILE_BYTES = 4 << 20
@@ -36,7 +39,7 @@ def key_path(loc: tuple) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            text = str(part) if _PLAIN_KEY.match(str(part)) else json.dumps(str(part))
+            text = str(part) if _PLAIN_KEY.fullmatch(str(part)) else json.dumps(str(part))
             out += f".{text}" if out else text
     return out or "(top level)"
 
@@ -122,16 +125,6 @@ def _describe(error: dict) -> str:
     return problem(where, what, _fix_for(error, loc))
 
 
-def problem(where: str, what: str, fix: str) -> str:
-    """One problem of a matrix file: `<key path>: <what is wrong>` and a `fix:` line."""
-    return f"{where}: {_one_line(what)}\n      fix: {_one_line(fix)}"
-
-
-def _one_line(text: str) -> str:
-    # A key or value from the file may hold newlines; a message must not grow forged lines.
-    return " ".join(text.split()) if ("\n" in text or "\r" in text) else text
-
-
 def load_matrix(path: str | Path) -> Matrix:
     path = Path(path)
     fix_path = "check the -m path"
@@ -147,7 +140,7 @@ def load_matrix(path: str | Path) -> Matrix:
         raise MatrixError(str(path), [problem("(file)", f"cannot read the file: {exc.strerror}", fix_path)]) from None
     try:
         data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a 5000-digit int
         raise MatrixError(str(path), [problem("(file)", f"not valid TOML: {exc}",
                                               "correct the TOML syntax at the line named")]) from None
     except RecursionError:
@@ -160,7 +153,11 @@ def load_matrix(path: str | Path) -> Matrix:
     except RecursionError:
         raise MatrixError(str(path), [problem("(file)", "values nested too deep to check",
                                               "a matrix nests a few levels: remove the runaway nesting")]) from None
-    problems = _cross_check(spec, path)
+    try:
+        problems = _cross_check(spec, path)
+    except (OSError, RuntimeError) as exc:  # a symlink loop in a path the file names, ...
+        raise MatrixError(str(path), [problem("(file)", f"a path it names cannot be resolved: {exc}",
+                                              "point every path at a real file or folder")]) from None
     if problems:
         raise MatrixError(str(path), problems)
     return Matrix(path=path.resolve(), spec=spec, source_bytes=raw)
@@ -196,6 +193,8 @@ def _patch_series(name: str, stack) -> list[tuple[str, str, bool]]:
     if stack.flashinfer:
         series += [(f"stacks.{name}.flashinfer.prs[{i}].patch", pr.patch, pr.allow_outside)
                    for i, pr in enumerate(stack.flashinfer.prs)]
+    if stack.wheels:
+        series += [(f"stacks.{name}.wheels.patches[{i}]", p, False) for i, p in enumerate(stack.wheels.patches)]
     return series
 
 
@@ -232,7 +231,11 @@ def _checkpoint_problems(spec: MatrixFile, matrix_dir: Path, root: Path) -> list
             continue
         where = f"models.{name}.checkpoint"
         named = matrix_dir / model.checkpoint
-        folder = named.resolve()
+        try:
+            folder = named.resolve()
+        except (OSError, RuntimeError) as exc:  # a symlink loop
+            problems.append(problem(where, f"cannot resolve '{model.checkpoint}': {exc}", "point it at a real folder"))
+            continue
         if not model.allow_outside and not is_inside(folder, root):
             problems.append(problem(where, f"'{model.checkpoint}' resolves to {folder}, outside the matrix's "
                                     f"repository {root}",
@@ -268,7 +271,8 @@ def _cross_check(spec: MatrixFile, path: Path) -> list[str]:
                 problems.append(bad)
     problems += _checkpoint_problems(spec, path.resolve().parent, root)
     served = [m.served_name or k for k, m in spec.models.items()]
-    for dup in sorted({s for s in served if served.count(s) > 1}):
+    counts = collections.Counter(served)  # (not list.count: a 4 MiB file can name 40,000 models)
+    for dup in sorted(s for s, n in counts.items() if n > 1):
         problems.append(problem("models", f"served name '{dup}' is used by two models",
                                 "served names must differ: set served_name on one of them"))
     for key, names in (("stacks", spec.stacks), ("models", spec.models), ("configs", spec.configs)):
@@ -287,6 +291,8 @@ def _cross_check(spec: MatrixFile, path: Path) -> list[str]:
                     problems.append(problem(f"cells.{lname}[{i}].{key}",
                                             f"'{pat}' names no {key} (defined: {', '.join(names)})",
                                             f"use a name or glob of a defined {key}"))
+
+    problems += matrix_problems(spec, path.resolve().parent)
     if spec.hosts:
         problems += host_problems(spec)
     for i, rule in enumerate(spec.expect.select):

@@ -22,6 +22,8 @@ from pydantic import (
 )
 
 from harness.matrix.archs import arch_list_problems
+from harness.matrix.mounts import engine_url_problem
+from harness.safety.grammar import problem
 
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -60,6 +62,12 @@ def _no_nul(v: str) -> str:
     return v
 
 
+def _one_line(v: str) -> str:
+    if any(c in v for c in "\n\r\x00"):
+        raise ValueError(f"{v!r} holds a line break or NUL (it becomes a build argument)")
+    return v
+
+
 def _no_option(v: str) -> str:
     _no_nul(v)
     if v.startswith("-"):
@@ -68,9 +76,17 @@ def _no_option(v: str) -> str:
 
 
 def _env_name(v: str) -> str:
-    if not ENV_NAME.match(v):
+    if not ENV_NAME.fullmatch(v):
         raise ValueError(f"'{v}' is not an environment variable name (letters, digits, _; not first a digit)")
     return v
+
+
+def _grammar(field: str):
+    def check(v: str) -> str:
+        if (why := problem(field, v)) is not None:
+            raise ValueError(why)
+        return v
+    return check
 
 
 Text = Annotated[str, AfterValidator(_no_nul)]
@@ -82,7 +98,7 @@ Env = dict[EnvName, Text]
 def _shaped(pattern: re.Pattern[str], what: str, example: str):
     def check(v: str) -> str:
         _no_option(v)
-        if not pattern.match(v):
+        if not pattern.fullmatch(v):
             raise ValueError(f"'{v}' is not {what} (example: {example})")
         return v
     return AfterValidator(check)
@@ -96,7 +112,7 @@ Word = Annotated[str, _shaped(WORD, "a plain value (letters, digits, _ . : + -)"
 
 def docker_size(value: str) -> int:
     """Bytes in a Docker size string ('16g', '512m', '1.5g'), as docker-py reads it; ValueError if not one."""
-    m = DOCKER_SIZE.match(value)
+    m = DOCKER_SIZE.fullmatch(value)
     if not m:
         raise ValueError(f"'{value}' is not a Docker size (a number and one of b, k, m, g: '16g', '512m')")
     return int(float(m["num"]) * _UNITS[(m["unit"] or "b").lower()])
@@ -110,7 +126,7 @@ def _shm(v: str) -> str:
 
 
 def _gpus(v: str) -> str:
-    if not GPUS.match(v):
+    if not GPUS.fullmatch(v):
         raise ValueError(f"'{v}' is not a GPU choice: 'all', 'none', or device indices like '0' or '0,1'")
     ids = v.split(",") if v not in ("all", "none") else []
     if len(set(ids)) != len(ids):
@@ -130,7 +146,7 @@ def _sha256_hex(value: str | None) -> str | None:
 
 
 def _full_sha(value: str, what: str) -> str:
-    if not FULL_SHA.match(value):
+    if not FULL_SHA.fullmatch(value):
         raise ValueError(
             f"{what} must be a full 40-character lowercase hex commit SHA, got '{value}' "
             "(a branch, tag or short SHA moves or is ambiguous; run `git rev-parse <ref>`)"
@@ -172,14 +188,14 @@ class BaseImage(Strict):
     @field_validator("image_id")
     @classmethod
     def _image_id(cls, v: str | None) -> str | None:
-        if v is not None and not DIGEST.match(v):
+        if v is not None and not DIGEST.fullmatch(v):
             raise ValueError(f"image_id must look like 'sha256:<64 hex>' (`docker image inspect -f '{{{{.Id}}}}'`), got '{v}'")
         return v
 
     @field_validator("digest")
     @classmethod
     def _digest(cls, v: str | None) -> str | None:
-        if v is not None and not DIGEST.match(v):
+        if v is not None and not DIGEST.fullmatch(v):
             raise ValueError(f"digest must look like 'sha256:<64 hex>', got '{v}'")
         return v
 
@@ -282,7 +298,7 @@ class FlashInferSource(Strict):
 
 
 class WheelPin(Strict):
-    version: str = Field(description="Release version, e.g. '0.25.1'.")
+    version: Version = Field(description="Release version, e.g. '0.25.1'.")
     sha256: str | None = Field(
         None, description="sha256 of the wheel file installed (a re-packed wheel has its own: see wheels.lock)."
     )
@@ -299,7 +315,9 @@ class Wheels(Strict):
         "installed with no index; relative paths start at the matrix file. Without it, the vLLM wheel "
         "comes from PyPI (sha256 checked) and its dependencies from the index.",
     )
-    python: str = Field("python3", description="The base image's interpreter that gets the wheels.")
+    python: Annotated[str, AfterValidator(_grammar("python"))] = Field(
+        "python3", description="The base image's interpreter that gets the wheels: 'python3', 'python3.12' or "
+        "an absolute path.")
     patches: tuple[str, ...] = Field(
         (), description="Python-file patches applied, in order, to the installed package (paths under patches/, "
         "relative to site-packages: 'a/vllm/...'); checked by `harness build --preflight` like source patches.",
@@ -332,8 +350,10 @@ class Stack(Strict):
     torch: Torch | None = Field(None, description="torch pin (docker runner).")
     vllm: VllmSource | None = Field(None, description="vLLM source and its local patch series (docker runner).")
     flashinfer: FlashInferSource | None = Field(None, description="FlashInfer pin and upstream PR patches.")
-    torch_cuda_arch_list: str | None = Field(None, description="TORCH_CUDA_ARCH_LIST, e.g. '12.1a'.")
-    flashinfer_cuda_arch_list: str | None = Field(None, description="FLASHINFER_CUDA_ARCH_LIST, e.g. '12.1a'.")
+    torch_cuda_arch_list: Annotated[str, AfterValidator(_one_line)] | None = Field(
+        None, description="TORCH_CUDA_ARCH_LIST, e.g. '12.1a'.")
+    flashinfer_cuda_arch_list: Annotated[str, AfterValidator(_one_line)] | None = Field(
+        None, description="FLASHINFER_CUDA_ARCH_LIST, e.g. '12.1a'.")
     max_jobs: int = Field(2, ge=1, le=1024, description="MAX_JOBS for the vLLM build.")
     nvcc_threads: int = Field(1, ge=1, le=256, description="NVCC_THREADS for the vLLM build.")
     kernel_selection: Literal["flags", "env"] = Field(
@@ -407,7 +427,7 @@ class Model(Strict):
     def _checkpoint(cls, v: str) -> str:
         if v.startswith("~"):
             raise ValueError(f"'{v}': write the folder in full (no process expands '~' here)")
-        if not is_local_checkpoint(v) and (not HUB_ID.match(v) or ".." in v or "--" in v):
+        if not is_local_checkpoint(v) and (not HUB_ID.fullmatch(v) or ".." in v or "--" in v):
             raise ValueError(f"'{v}' is neither a hub id ('org/name') nor a local folder "
                              "(an absolute path, or ./ or ../ from the matrix file's folder)")
         return v
@@ -513,6 +533,9 @@ class Host(Strict):
         None, description="'devices' mode: LD_LIBRARY_PATH entries in the container; None = each driver "
         "dir's lib64 and lib.",
     )
+    allow_devices: tuple[str, ...] = Field(
+        (), description="Device nodes other than the GPU's own (/dev/nvidia*, /dev/dri/*) that `devices` may "
+        "list, each by its full path: a deliberate exception, say why in the description.")
     cdi_devices: tuple[str, ...] = Field(("nvidia.com/gpu=all",), description="'cdi' mode: CDI device names.")
     network: Literal["bridge", "host"] = Field(
         "bridge", description="Default container network on this host ('host' where the engine has no bridge).",
@@ -579,9 +602,8 @@ class EngineHost(Strict):
     @field_validator("engine")
     @classmethod
     def _engine_url(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^(unix|ssh|tcp|http|https|npipe)://.+", v):
-            raise ValueError(f"'{v}' is not a Docker engine URL (forms: unix:///var/run/docker.sock, "
-                             "ssh://user@host[:port], tcp://host:2376)")
+        if v is not None and (why := engine_url_problem(v)) is not None:
+            raise ValueError(why)
         return v
 
     @field_validator("ports")

@@ -15,6 +15,8 @@ from harness.matrix.load import Matrix
 from harness.matrix.model import Config, Model, Stack
 from harness.matrix.select import SelectionError, compile_expression
 
+MAX_CELLS = 20_000  # a real matrix has tens of cells; a 4 MiB file could name billions
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -47,6 +49,10 @@ def expand(matrix: Matrix, k: str | None = None) -> list[Cell]:
         keep = compile_expression(k) if k else (lambda _s: True)
     except SelectionError as exc:
         raise ConfigError(f"-k: {exc}", hint="use words joined by and/or/not, e.g. -k 'nvfp4 and not marlin'") from None
+    if (product := len(spec.stacks) * len(spec.models) * len(spec.configs)) > MAX_CELLS:
+        raise ConfigError(f"{matrix.path}: {len(spec.stacks)} stacks x {len(spec.models)} models x "
+                          f"{len(spec.configs)} configs is {product} cells, over {MAX_CELLS}",
+                          hint="split the matrix: a run of that many cells would take years")
     cells: list[Cell] = []
     for sname, stack in spec.stacks.items():
         if not _matches(sname, rule.stacks):

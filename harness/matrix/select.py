@@ -22,10 +22,27 @@ def compile_expression(expr: str) -> Predicate:
     tokens = _tokens(expr)
     if not tokens:
         raise SelectionError("empty -k expression (example: 'nvfp4 and not marlin')")
+    _bounded(tokens)
     pos, pred = _or(tokens, 0)
     if pos != len(tokens):
         raise SelectionError(f"unexpected '{tokens[pos]}' in -k expression '{expr}'")
     return pred
+
+
+MAX_TOKENS = 256
+MAX_NESTING = 32
+
+
+def _bounded(tokens: list[str]) -> None:
+    """A -k expression is a few words: a runaway one would exhaust the parser's recursion."""
+    if len(tokens) > MAX_TOKENS:
+        raise SelectionError(f"-k expression of {len(tokens)} words: at most {MAX_TOKENS}")
+    depth = nots = 0
+    for tok in tokens:
+        depth += (tok == "(") - (tok == ")")
+        nots = nots + 1 if tok == "not" else 0
+        if depth > MAX_NESTING or nots > MAX_NESTING:
+            raise SelectionError(f"-k expression nested deeper than {MAX_NESTING} levels")
 
 
 def _tokens(expr: str) -> list[str]:

@@ -20,7 +20,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> tupl
     """Write report.md and report.html into out_dir (default: the run dir); return both paths."""
     report = load(run_dir)
     out = Path(out_dir) if out_dir is not None else Path(run_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(exist_ok=True)  # one level: `harness report` checked its folder exists
     head, secs = header(report), sections(report)
     figs = {
         "decode": figures.decode(report.cells),

@@ -12,6 +12,7 @@ import re
 import matplotlib
 
 matplotlib.use("Agg")
+matplotlib.rcParams["text.parse_math"] = False  # labels are data (cell ids): a `$` is a dollar, not TeX
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 from matplotlib.patches import Patch  # noqa: E402
 

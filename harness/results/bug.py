@@ -30,7 +30,8 @@ from harness.results.model import (
     Status,
     VerdictStatus,
 )
-from harness.results.store import RunStore, atomic_write_text
+from harness.results.store import RunStore
+from harness.safety.writes import write_text
 
 LOG_TAIL_LINES = 40
 
@@ -374,10 +375,8 @@ def _log_tail(store: RunStore, cell: CellResult) -> list[str]:
     tail = cell.serve.log_tail if cell.serve else ()
     if tail:
         return [str(x) for x in tail[-LOG_TAIL_LINES:]]
-    path = store.log_path(cell.id)
-    if path.is_file():
-        return path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
-    return []
+    text = store.read_log(store.log_path(cell.id).relative_to(store.dir), max_bytes=1 << 20)
+    return text.splitlines()[-LOG_TAIL_LINES:] if text is not None else []
 
 
 def _evidence(store: RunStore, cell: CellResult) -> list[str]:
@@ -480,7 +479,7 @@ def write_report(store: RunStore, cell_id: str, out: Path | None, *, force: bool
     text = bug_report(store, cell_id, force=force)
     if out is not None:
         try:
-            atomic_write_text(out, text)
+            write_text(out, text, flag="--out")
         except OSError as exc:
             raise ConfigError(f"--out {out}: cannot write it ({exc.strerror or exc})",
                               hint="give --out a file path in a folder you can write to") from None

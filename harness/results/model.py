@@ -225,7 +225,10 @@ class CellResult(Record):
         if fmt not in READABLE_FORMATS:
             raise ValueError(f"results format {fmt!r}; this tool reads formats {READABLE_FORMATS}")
         if fmt == 1:
-            data = _lift_v1(data)
+            try:
+                data = _lift_v1(data)
+            except (TypeError, AttributeError, KeyError) as exc:  # a v1 field of the wrong type
+                raise ValueError(f"a v1 cell record with a field of the wrong type ({exc})") from None
         else:
             data = {k: v for k, v in data.items() if k != "reasons"}
         try:

@@ -23,6 +23,9 @@ from typing import Any
 from harness.errors import ConfigError, StorageError
 from harness.redact import redact_args, redact_env, redact_text
 from harness.results.model import BuildOutcome, CellResult, RunRecord, RunStatus
+from harness.safety.paths import tail_text, under
+from harness.safety.readers import load_json
+from harness.safety.writes import write_text
 
 RUN_FILE = "run.json"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=,+@-]")
@@ -33,27 +36,10 @@ def utc_now() -> str:
 
 
 def atomic_write_text(path: Path | str, text: str) -> None:
-    """Write `text` to `path` whole or not at all: a crash leaves the old file or none."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    # The rename itself must reach the disk too, or a power cut can undo it.
-    with contextlib.suppress(OSError):
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    """Write `text` to `path` whole or not at all: a crash leaves the old file or none; never
+    through a symlink or over a device (harness.safety.writes)."""
+
+    write_text(path, text, make_parents=True, flag="file")
 
 
 def atomic_write_json(path: Path | str, obj: Any) -> None:
@@ -133,7 +119,9 @@ class RunStore:
         if not run_dir.is_dir() or not path.is_file():
             raise ConfigError(f"{run_dir} is not a run directory: no {RUN_FILE} in it", hint=hint)
         try:
-            run = RunRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
+            run = RunRecord.from_json(_read_json(run_dir, RUN_FILE))
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: not a run file ({_short(Exception(exc.message))})", hint=hint) from None
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{path}: not a run file ({_short(exc)})", hint=hint) from None
         return cls(run_dir, run)
@@ -225,10 +213,21 @@ class RunStore:
         if not path.is_file():
             return None
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = _read_json(self._dir, path.relative_to(self._dir))
+        except (OSError, ValueError, ConfigError):
             return None
         return data if isinstance(data, dict) else None
+
+    def read_log(self, rel: str | Path, *, max_bytes: int = 16 << 20) -> str | None:
+        """The last `max_bytes` of a log named by the run folder (relative to it); None when it
+        is missing. A path that leaves the run folder (absolute, '..', a symlink out) or a file
+        that is not regular (a FIFO, a device) is a ConfigError: a run folder is data."""
+
+        path = under(self._dir, str(rel), what=f"{self._dir}: log path",
+                     hint="logs are files inside the run folder: this one was edited by hand")
+        if not path.exists():
+            return None
+        return tail_text(path, max_bytes=max_bytes, what="log")
 
     def read_cell(self, cell_id: str) -> CellResult | None:
         path = self.cell_path(cell_id)
@@ -287,12 +286,22 @@ class RunStore:
         except ValueError as exc:
             raise _bad_file(path, exc) from None
 
-    @staticmethod
-    def _load(path: Path) -> Any:
+    def _load(self, path: Path) -> Any:
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            return _read_json(self._dir, path.relative_to(self._dir))
         except (OSError, ValueError) as exc:
             raise _bad_file(path, exc) from None
+
+
+MAX_RESULT_BYTES = 64 << 20
+
+
+def _read_json(run_dir: Path, rel: str | Path) -> Any:
+    """A JSON file of a run folder: inside it (symlinks included), regular, bounded in size and depth."""
+    hint = ("files here are written atomically: this one was edited or truncated by hand, or is not "
+            "from `harness run`; delete it to have `harness run --resume` redo that part")
+    path = under(run_dir, str(rel), what=f"{run_dir}: result file", hint=hint)
+    return load_json(path, limit=MAX_RESULT_BYTES, what="result file", hint=hint)
 
 
 def _short(exc: BaseException) -> str:

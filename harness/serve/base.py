@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from harness.redact import redact_text
+from harness.safety.writes import check_target
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ class LogBuffer:
 
     def __init__(self, path: Path, header: tuple[str, ...] = ()) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = path.open("w", encoding="utf-8")
+        # a resumed run folder is data: a link planted at the log's place is never written through
+        self._f = check_target(path, "server log").open("w", encoding="utf-8")
         self._lines: list[str] = []
         self._lock = threading.Lock()
         self.last_line_at = time.monotonic()
@@ -96,7 +98,6 @@ class Server(Protocol):
 
     def state(self) -> ProcessState:
         """Is it still running, and if not, how did it end."""
-
     def mark_failed(self) -> None:
         """The cell failed: a runner with keep-on-failure keeps what it started."""
 

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from harness import proc
-from harness.owner import start_ticks
+from harness.proc import start_ticks
 from harness.serve.base import LogBuffer, ProcessState, ServeSpec, lines_of
+from harness.serve.signals import kill_orphan_group
 
 
 class LocalServer:
@@ -75,15 +76,12 @@ class LocalRunner:
 
 def kill_group(pgid: int, started: float | None) -> bool:
     """SIGKILL a server's process group left by a dead controller, if it is still the same
-    process (its start time matches); returns whether it was killed."""
+    process (its start time matches) and carries the tool's marker; returns whether it was killed."""
 
     if started is None or start_ticks(pgid) != started:
         return False
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
+    # the run folder only says where to look: the process itself must prove the tool started it
+    return kill_orphan_group(pgid)
 
 
 def _stop_group(popen: subprocess.Popen, timeout_s: float) -> None:

@@ -251,7 +251,12 @@ def scan_one(task: Task, policy: SassPolicy = NO_SASS) -> _Outcome:
     """Read one file or member; any problem with its bytes is an outcome, not an exception."""
     counter = [0]
     try:
-        reader: Reader = open_member(task.member) if task.member else Reader(task.path)
+        if task.member is not None:
+            reader: Reader = open_member(task.member)
+        elif task.path is not None:
+            reader = Reader(task.path)
+        else:  # plan() sets one of the two
+            raise Unreadable("neither a file nor a wheel member")
     except Unreadable as exc:
         return _Outcome(task.display, unreadable=str(exc))
     except OSError as exc:
@@ -377,7 +382,7 @@ def _entry_cubin(reader: Reader, entry: fatbin.Entry) -> bytes | bytearray:
     return zstd.decompress(stored, entry.uncompressed_size) if entry.compression == "zstd" else stored
 
 
-def _cubin_header(head: bytes) -> elf.Header:
+def _cubin_header(head: bytes | bytearray) -> elf.Header:
     if not elf.is_elf(head):
         raise Unreadable("payload is not an ELF cubin")
     return elf.header(head)
@@ -396,6 +401,7 @@ def _entry_kernels(stored: bytes, entry: fatbin.Entry) -> list[str]:
     zstd one (CUDA >= 12.8) is decoded only as far as its leading section-name table when
     nvcc's layout is there (elf.leading_name_table; 2.2 GB of cubins in vLLM 0.33.0 need not
     be inflated for their names), else whole."""
+    cubin: bytes | bytearray = stored
     if entry.compression == "zstd":
         size = NAME_PREFIX
         while True:
@@ -408,8 +414,8 @@ def _entry_kernels(stored: bytes, entry: fatbin.Entry) -> list[str]:
             if len(prefix) < size:
                 break  # the whole cubin is in hand and the fast layout is not there
             size *= 8
-        stored = zstd.decompress(stored, entry.uncompressed_size)
-    return elf.kernel_names(BytesReader(stored), _cubin_header(stored[:64]))
+        cubin = zstd.decompress(stored, entry.uncompressed_size)
+    return elf.kernel_names(BytesReader(cubin), _cubin_header(cubin[:64]))
 
 
 def _bare_cubin(data: bytes, hdr: elf.Header, policy: SassPolicy, counter: list[int]) -> CodeObject:

@@ -249,7 +249,7 @@ def _lift_v1(data: dict) -> dict:
         if r in said:
             continue
         check = {"build-failed": "build", "crashed": "serve.ready", "hung": "serve.ready",
-                 "timeout": "serve.ready"}.get(status, "reason")
+                 "timeout": "serve.ready"}.get(status or "", "reason")
         lifted.append({"check": check, "status": "fail", "message": r, "lines": []})
     data["verdicts"] = lifted + verdicts
     data["format"] = FORMAT

@@ -203,6 +203,7 @@ class CellResult(Record):
     finished_at: str | None = None
     host: str | None = Field(default=None, description="the engine / host that ran it")
 
+    # mypy refuses a decorator over @property; this is pydantic's documented form
     @computed_field  # type: ignore[prop-decorator]
     @property
     def reasons(self) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ from harness.matrix.model import Stack
 _T = TypeVar("_T")
 
 
-def _part(stack: Stack, key: str, value: _T | None) -> _T:
+def _part(key: str, value: _T | None) -> _T:
     """A source-build pin that Stack's validator requires of a docker stack with no `image`
     and no `wheels` (the only stacks rendered from this template); None means a caller
     rendered another kind of stack, which is bad input, not a crash further down."""
@@ -114,14 +114,14 @@ def _apply_lines(series: str, patches: list[PatchFile], src_dir: str) -> str:
 
 def vllm_source(stack: Stack) -> tuple[str, str]:
     """(fetch_source.py arguments, label value) for the vLLM pin."""
-    v = _part(stack, "vllm", stack.vllm)
+    v = _part("vllm", stack.vllm)
     if v.pypi:
         return f"pypi vllm {v.pypi}", f"pypi:vllm=={v.pypi} sdist_sha256:{v.sdist_sha256 or 'unchecked'}"
     return f"git {v.git} {v.commit}", f"git:{v.git}@{v.commit}"
 
 
 def flashinfer_source(stack: Stack) -> tuple[str, str]:
-    f = _part(stack, "flashinfer", stack.flashinfer)
+    f = _part("flashinfer", stack.flashinfer)
     if f.version:
         return (f"pypi flashinfer-python {f.version}",
                 f"pypi:flashinfer-python=={f.version} sdist_sha256:{f.sdist_sha256 or 'unchecked'}")
@@ -131,11 +131,11 @@ def flashinfer_source(stack: Stack) -> tuple[str, str]:
 def buildargs_for(stack: Stack) -> dict[str, str]:
     fi_args, _ = flashinfer_source(stack)
     vllm_args, _ = vllm_source(stack)
-    fi = _part(stack, "flashinfer", stack.flashinfer)
-    torch = _part(stack, "torch", stack.torch)
-    archs = _part(stack, "torch_cuda_arch_list", stack.torch_cuda_arch_list)
+    fi = _part("flashinfer", stack.flashinfer)
+    torch = _part("torch", stack.torch)
+    archs = _part("torch_cuda_arch_list", stack.torch_cuda_arch_list)
     return {
-        "BASE_IMAGE": _part(stack, "base_image", stack.base_image).reference,
+        "BASE_IMAGE": _part("base_image", stack.base_image).reference,
         "PYTHON_VERSION": stack.python,
         "TORCH_VERSION": torch.version,
         "TORCH_INDEX_URL": torch.index_url,
@@ -145,7 +145,7 @@ def buildargs_for(stack: Stack) -> dict[str, str]:
                                               .replace(";", " ").split()),
         "FLASHINFER_CUBIN_SPEC": f"flashinfer-cubin=={fi.version}" if fi.cubin and fi.version else "",
         "VLLM_SOURCE": vllm_args,
-        "VLLM_SDIST_SHA256": _part(stack, "vllm", stack.vllm).sdist_sha256 or "",
+        "VLLM_SDIST_SHA256": _part("vllm", stack.vllm).sdist_sha256 or "",
         "TORCH_CUDA_ARCH_LIST": archs,
         "MAX_JOBS": str(stack.max_jobs),
         "NVCC_THREADS": str(stack.nvcc_threads),
@@ -155,10 +155,10 @@ def buildargs_for(stack: Stack) -> dict[str, str]:
 def labels_for(stack_name: str, stack: Stack, patches: list[PatchFile], content_hash: str) -> dict[str, str]:
     _, vllm_label = vllm_source(stack)
     _, fi_label = flashinfer_source(stack)
-    base = _part(stack, "base_image", stack.base_image)
-    torch = _part(stack, "torch", stack.torch)
-    fi = _part(stack, "flashinfer", stack.flashinfer)
-    archs = _part(stack, "torch_cuda_arch_list", stack.torch_cuda_arch_list)
+    base = _part("base_image", stack.base_image)
+    torch = _part("torch", stack.torch)
+    fi = _part("flashinfer", stack.flashinfer)
+    archs = _part("torch_cuda_arch_list", stack.torch_cuda_arch_list)
     labels = {
         f"{LABEL}.role": "image",
         f"{LABEL}.stack": stack_name,

@@ -170,7 +170,8 @@ def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path) -> dic
             continue
         seen.add(name)
         upstream = sha256_file(whl)
-        entry = {"name": name, "version": version, "file": whl.name, "upstream_sha256": upstream}
+        entry: dict[str, str | bool | list[str]] = {"name": name, "version": version, "file": whl.name,
+                                                    "upstream_sha256": upstream}
         if name in strips:
             removed = repack(whl, wheelhouse / whl.name, strips[name].paths)
             if not removed:
@@ -202,13 +203,14 @@ def pack(wheelhouse: Path, out: Path, spec: BundleSpec) -> dict:
     if xz:  # multi-threaded xz where there is one; same format as lzma's
         tar = subprocess.Popen(["tar", "-C", str(wheelhouse), "--sort=name", "--mtime=@0", "--owner=0",
                                 "--group=0", "-cf", "-", *files], stdout=subprocess.PIPE)
-        with archive.open("wb") as f:
-            r = subprocess.run([xz, "-T0", f"-{spec.xz_preset}", "-c"], stdin=tar.stdout, stdout=f)
-        tar.stdout.close()
+        with archive.open("wb") as fw:
+            r = subprocess.run([xz, "-T0", f"-{spec.xz_preset}", "-c"], stdin=tar.stdout, stdout=fw)
+        if tar.stdout is not None:  # always: stdout=PIPE
+            tar.stdout.close()
         if tar.wait() != 0 or r.returncode != 0:
             raise HarnessError("packing the wheelhouse failed (tar | xz)")
     else:
-        with lzma.open(archive, "wb", preset=spec.xz_preset) as f, tarfile.open(fileobj=f, mode="w") as t:
+        with lzma.open(archive, "wb", preset=spec.xz_preset) as xw, tarfile.open(fileobj=xw, mode="w") as t:
             for name in files:
                 info = t.gettarinfo(str(wheelhouse / name), arcname=name)
                 info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""

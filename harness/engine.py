@@ -155,7 +155,7 @@ class Engine:
         want = _short_repo(repository)
         digests = [d.split("@", 1)[1] for d in attrs.get("RepoDigests") or ()
                    if _short_repo(d.split("@", 1)[0]) == want]
-        if told in digests or (told and not digests):
+        if told and (told in digests or not digests):
             return told
         if told is None and len(digests) == 1:
             return digests[0]
@@ -270,7 +270,7 @@ class Engine:
             failed = False
         finally:
             keep_it = keep() if callable(keep) else (keep and failed)
-            if created is None and not keep_it:
+            if created is None and not keep_it and spec.name is not None:  # named above
                 created = self._find(spec.name)
             if created is not None and not keep_it:
                 try:
@@ -401,7 +401,8 @@ def create_kwargs(spec: ContainerSpec) -> dict:
         environment=dict(spec.env),
         # who started it: a dead controller's containers are reaped by the next run
         labels={**dict(spec.labels), **owners.labels()},
-        ports=None if host_net else {f"{p}/tcp": (spec.publish_ip, hp) for p, hp in spec.ports.items()},
+        # `or {}`: __post_init__ already made a None ports {}, the type still says Optional
+        ports=None if host_net else {f"{p}/tcp": (spec.publish_ip, hp) for p, hp in (spec.ports or {}).items()},
         volumes={h: {"bind": c, "mode": m} for h, c, m in spec.volumes},
         device_requests=device_requests,
         devices=devices,

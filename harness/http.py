@@ -188,7 +188,8 @@ def download(url: str, dest: Path, *, timeout: float = 600, max_bytes: int = 2 <
 
     try:
         size = _fetch(url, "application/octet-stream", timeout, max_bytes, fresh, attempts, wait_initial_s)
-        handle.close()
+        if handle is not None:  # always: _fetch calls fresh() before the first byte
+            handle.close()
         tmp.replace(dest)
         return size
     finally:

@@ -23,7 +23,7 @@ import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -219,7 +219,13 @@ class Moved(ConfigError):
         super().__init__("\n  - ".join(["the lock no longer matches:", *problems]), hint=hint)
 
 
-def resolve(matrix: Matrix, *, engine_factory: Callable[[], object] | None = None,
+class _Puller(Protocol):
+    """What resolve() asks of an engine (harness.engine.Engine has it)."""
+
+    def pull_digest(self, repository: str, tag: str) -> str: ...
+
+
+def resolve(matrix: Matrix, *, engine_factory: Callable[[], _Puller] | None = None,
             fetch: JsonGetter | None = None, previous: LockFile | None = None, update: bool = False,
             say: Callable[[str], None] = lambda _s: None, arch: str = "x86_64") -> LockFile:
     """A lock for every docker stack of the matrix. With `previous`, a pin that resolves to a
@@ -232,10 +238,10 @@ def resolve(matrix: Matrix, *, engine_factory: Callable[[], object] | None = Non
     stacks: dict[str, dict[str, LockedImage | LockedFile]] = {}
     for w in wants(matrix):
         before = (previous.stacks.get(w.stack) or {}).get(w.key) if previous else None
+        pin: LockedImage | LockedFile
         if w.kind == "image":
             if w.given:
-                pin: LockedImage | LockedFile = LockedImage(reference=w.what, digest=w.given,
-                                                            source="matrix", locked=now)
+                pin = LockedImage(reference=w.what, digest=w.given, source="matrix", locked=now)
             else:
                 if w.what not in images:
                     if engine is None:
@@ -256,7 +262,7 @@ def resolve(matrix: Matrix, *, engine_factory: Callable[[], object] | None = Non
             files = pypi_files(w.project, w.version, fetch=fetch)
             if w.given:
                 fname = next((f["filename"] for f in files if f.get("packagetype") == "sdist"), "")
-                chosen = {"filename": fname, "digests": {"sha256": w.given}}
+                chosen: dict = {"filename": fname, "digests": {"sha256": w.given}}  # as pick_file's
                 listed = {f["digests"]["sha256"] for f in files if f.get("packagetype") == "sdist"}
                 if w.given not in listed:
                     raise ConfigError(f"{w.where}.sdist_sha256: {w.given} is not the sha256 of any "
@@ -347,7 +353,7 @@ def apply_lock(matrix: Matrix, lock: LockFile, stacks: list[str] | None = None) 
         s = new_stacks.get(name)
         if s is None or s.runner != "docker" or s.image or (stacks is not None and name not in stacks):
             continue
-        update = {}
+        update: dict[str, object] = {}
         img = pins.get("base_image")
         if isinstance(img, LockedImage) and s.base_image is not None and s.base_image.digest is None:
             update["base_image"] = s.base_image.model_copy(update={"digest": img.digest})
@@ -373,7 +379,7 @@ def pinned_lines(lock: LockFile) -> list[str]:
 
 def locked_matrix(matrix: Matrix, stacks: list[str] | None = None, *, lock_if_missing: bool = False,
                   say: Callable[[str], None] = lambda _s: None,
-                  engine_factory: Callable[[], object] | None = None) -> Matrix:
+                  engine_factory: Callable[[], _Puller] | None = None) -> Matrix:
     """What `harness run` and `harness build` build from: the matrix with its lock applied.
     Without a lock, and with `lock_if_missing`, lock first (and say what was pinned) when some
     stack lacks a pin; otherwise the matrix as it is (the build then refuses what is unpinned)."""

@@ -73,11 +73,11 @@ class Section:
         return self.offset + self.size
 
 
-def is_elf(head: bytes) -> bool:
+def is_elf(head: bytes | bytearray) -> bool:
     return head[:4] == ELF_MAGIC
 
 
-def header(head: bytes) -> Header:
+def header(head: bytes | bytearray) -> Header:
     """The ELF header from a file's first 64 bytes; raises Unreadable."""
     if len(head) < _EHDR.size:
         raise Unreadable(f"truncated ELF header ({len(head)} of {_EHDR.size} bytes)")
@@ -191,13 +191,13 @@ def function_symbols(reader, hdr: Header) -> dict[str, int]:
     return out
 
 
-def kernel_names_from_table(names: bytes) -> list[str]:
+def kernel_names_from_table(names: bytes | bytearray) -> list[str]:
     """Kernel (entry function) names in a section-name table, each once (a table may hold a
     name twice when two sections share it)."""
     return list(dict.fromkeys(m.decode("utf-8", "replace") for m in _KERNEL_RE.findall(names)))
 
 
-def leading_name_table(prefix: bytes, ehsize: int = 64) -> bytes | None:
+def leading_name_table(prefix: bytes | bytearray, ehsize: int = 64) -> bytes | bytearray | None:
     """The section-name table of a cubin whose first section it is (nvcc/ptxas lay it out
     so: `.shstrtab` right after the ELF header), read from the file's first bytes alone;
     None when that layout is not there or the table runs past `prefix`.
@@ -211,7 +211,9 @@ def leading_name_table(prefix: bytes, ehsize: int = 64) -> bytes | None:
     if prefix[ehsize : ehsize + len(_SHSTRTAB_FIRST)] != _SHSTRTAB_FIRST:
         return None
     # One C-level pass over the names (a CUTLASS cubin has thousands), not a find per name.
-    pos = _NAME_RUN_RE.match(prefix, ehsize + 1).end()
+    run = _NAME_RUN_RE.match(prefix, ehsize + 1)
+    assert run is not None  # the pattern matches the empty string, so it always matches
+    pos = run.end()
     if pos >= len(prefix) or prefix[pos] == 0x2E or prefix.find(b"\x00", pos) < 0:
         return None  # runs past the prefix: decode more
     return prefix[ehsize:pos]

@@ -44,11 +44,14 @@ from harness.safety.paths import special
 
 # a real wheel holds a few thousand files (vLLM 0.31.0: ~3,000; torch: ~15,000)
 MAX_WHEEL_MEMBERS = 65_536
+_INFLATE_ERRORS: tuple[type[Exception], ...] = (EOFError, zlib.error)
 try:
-    from isal.isal_zlib import error as _IsalError
+    from isal.isal_zlib import error as _isal_error
+
+    if isinstance(_isal_error, type) and issubclass(_isal_error, Exception):  # its stub says instance
+        _INFLATE_ERRORS += (_isal_error,)
 except ImportError:  # pragma: no cover - isal is a dependency
-    _IsalError = zlib.error
-_INFLATE_ERRORS = (EOFError, zlib.error, _IsalError)
+    pass
 
 # Files worth opening: shared objects (also versioned, libfoo.so.13), objects, archives,
 # and standalone device code. Everything else in a site-packages is Python or data.
@@ -277,7 +280,12 @@ def scan_one(task: Task, policy: SassPolicy = NO_SASS) -> _Outcome:
     """Read one file or member; any problem with its bytes is an outcome, not an exception."""
     counter = [0]
     try:
-        reader: Reader = open_member(task.member) if task.member else Reader(task.path)
+        if task.member is not None:
+            reader: Reader = open_member(task.member)
+        elif task.path is not None:
+            reader = Reader(task.path)
+        else:  # plan() sets one of the two
+            raise Unreadable("neither a file nor a wheel member")
     except Unreadable as exc:
         return _Outcome(task.display, unreadable=str(exc))
     except OSError as exc:
@@ -409,7 +417,7 @@ def _entry_cubin(reader: Reader, entry: fatbin.Entry) -> bytes | bytearray:
     return zstd.decompress(stored, entry.uncompressed_size) if entry.compression == "zstd" else stored
 
 
-def _cubin_header(head: bytes) -> elf.Header:
+def _cubin_header(head: bytes | bytearray) -> elf.Header:
     if not elf.is_elf(head):
         raise Unreadable("payload is not an ELF cubin")
     return elf.header(head)
@@ -428,6 +436,7 @@ def _entry_kernels(stored: bytes, entry: fatbin.Entry) -> list[str]:
     zstd one (CUDA >= 12.8) is decoded only as far as its leading section-name table when
     nvcc's layout is there (elf.leading_name_table; 2.2 GB of cubins in vLLM 0.33.0 need not
     be inflated for their names), else whole."""
+    cubin: bytes | bytearray = stored
     if entry.compression == "zstd":
         size = NAME_PREFIX
         while True:
@@ -440,8 +449,8 @@ def _entry_kernels(stored: bytes, entry: fatbin.Entry) -> list[str]:
             if len(prefix) < size:
                 break  # the whole cubin is in hand and the fast layout is not there
             size *= 8
-        stored = zstd.decompress(stored, entry.uncompressed_size)
-    return elf.kernel_names(BytesReader(stored), _cubin_header(stored[:64]))
+        cubin = zstd.decompress(stored, entry.uncompressed_size)
+    return elf.kernel_names(BytesReader(cubin), _cubin_header(cubin[:64]))
 
 
 def _bare_cubin(data: bytes, hdr: elf.Header, policy: SassPolicy, counter: list[int]) -> CodeObject:

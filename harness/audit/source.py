@@ -20,7 +20,10 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import ModuleType
 
+_igzip: ModuleType | None  # isal's modules, or None / zlib where isal is missing
+_crc_mod: ModuleType
 try:  # ISA-L inflates 2.3x faster than zlib (0.93 s vs 2.15 s for sgl-kernel's 813 MB library)
     from isal import igzip_lib as _igzip
     from isal import isal_zlib as _crc_mod
@@ -97,7 +100,7 @@ class Reader:
 class BytesReader(Reader):
     """The same interface over bytes already in memory (a bare cubin, a decoded payload)."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | bytearray) -> None:
         self._data = data
         self.size = len(data)
 
@@ -107,7 +110,7 @@ class BytesReader(Reader):
     def read_at(self, offset: int, n: int) -> bytes:
         if offset < 0 or n < 0 or offset + n > self.size:
             raise Unreadable(f"truncated: needs bytes {offset}..{offset + n}, there are {self.size}")
-        return self._data[offset : offset + n]
+        return bytes(memoryview(self._data)[offset : offset + n])  # one copy, as slicing bytes makes
 
     def find(self, needle: bytes, start: int, end: int) -> int:
         return self._data.find(needle, start, min(end, self.size))
@@ -297,11 +300,15 @@ class _Inflater:
 
     @property
     def eof(self) -> bool:
-        return self._isal.eof if self._isal else self._zlib.eof
+        if self._isal:
+            return self._isal.eof
+        assert self._zlib is not None  # __init__ sets exactly one of the two
+        return self._zlib.eof
 
-    def inflate(self, raw: bytes, max_length: int) -> bytes:
+    def inflate(self, raw: bytes | memoryview, max_length: int) -> bytes:
         if self._isal:
             return self._isal.decompress(raw, max_length)
+        assert self._zlib is not None  # __init__ sets exactly one of the two
         out = self._zlib.decompress(self._tail + raw if self._tail else raw, max_length)
         self._tail = self._zlib.unconsumed_tail
         return out
@@ -343,7 +350,7 @@ def member_chunks(m: Member) -> Iterator[bytes]:
             if inflater is None or inflater.needs_input:
                 if left_in <= 0:
                     break
-                if inflater is None:
+                if buf is None:  # stored, not deflated (buf is made for an inflater only)
                     raw = os.pread(fd, min(step, left_in), pos)  # handed on as is: a new buffer
                 else:
                     raw = buf[: os.preadv(fd, [buf[: min(step, left_in)]], pos)]

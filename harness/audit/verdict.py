@@ -63,9 +63,9 @@ def worst(statuses: Sequence[str]) -> str:
 
 def judge(files: Sequence[FileAudit], target: Target, sass_checked: bool) -> Verdict:
     cc = target.capability
-    checks = [_nvfp4_check(files, target, sass_checked)]
-    checks += [_family_check(files, target, fam) for fam in CHECKED_FAMILIES if fam != NVFP4]
-    checks = [c for c in checks if c is not None]
+    found = [_nvfp4_check(files, target, sass_checked)]
+    found += [_family_check(files, target, fam) for fam in CHECKED_FAMILIES if fam != NVFP4]
+    checks = [c for c in found if c is not None]
     dead = [f.path for f in files if not any(o.arch.load_on(cc) is not Load.NO for o in f.objects)]
     status = worst([c.status for c in checks])
     lead = next((c for c in checks if c.status == status), None)
@@ -156,7 +156,9 @@ def _family_check(files: Sequence[FileAudit], target: Target, family: str) -> Ch
             SKIP,
             f"{target.name}: no native FP4; {TITLES[family]} kernels not used on this chip",
         )
-    native_files, jit_only, none = [], [], []
+    native_files: list[FileAudit] = []
+    jit_only: list[FileAudit] = []
+    none: list[FileAudit] = []
     for f in present:
         loads = {o.arch.load_on(cc) for o in f.objects if o.families.get(family)}
         (native_files if Load.NATIVE in loads else jit_only if Load.JIT in loads else none).append(

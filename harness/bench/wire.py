@@ -141,7 +141,7 @@ class _Response:
             return
         if self.sink is not None:
             self.sink(data, t)
-        else:
+        elif self.body is not None:  # always: body is kept exactly when there is no sink
             self.body.append(data)
 
     def _chunked(self, data: bytes, t: float) -> None:
@@ -261,6 +261,8 @@ class Connection(asyncio.Protocol):
         self.resp = resp = _Response(sink)
         self.waiter = waiter = asyncio.get_running_loop().create_future()
         start = _now()
+        if self.transport is None:  # create_connection calls connection_made before it returns
+            raise HTTPError("send on a connection that was never made")
         self.transport.write(head.encode() + b"\r\n" + (body or b""))
         self.last_byte = start
         return start, resp, waiter

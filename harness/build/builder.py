@@ -39,11 +39,12 @@ class BuildEvent:
 
 
 def unpinned(matrix: Matrix, stack_names: list[str]) -> list[str]:
-    """Base images with no digest; a local base (pinned by its image ID at build time) is pinned."""
-    return [f"stacks.{n}.base_image: {matrix.spec.stacks[n].base_image.reference} has no digest"
-            + (f" ({r})" if (r := matrix.spec.stacks[n].base_image.unpinned_reason) else "")
-            for n in stack_names if matrix.spec.stacks[n].base_image.digest is None
-            and not matrix.spec.stacks[n].base_image.local]
+    """Base images with no digest; a local base (pinned by its image ID at build time) is pinned.
+    A stack with no base image (a prebuilt `image`) builds nothing, so it has nothing to pin."""
+    return [f"stacks.{n}.base_image: {b.reference} has no digest"
+            + (f" ({b.unpinned_reason})" if b.unpinned_reason else "")
+            for n in stack_names if (b := matrix.spec.stacks[n].base_image) is not None and b.digest is None
+            and not b.local]
 
 
 def local_base_id(matrix: Matrix, stack_name: str, engine) -> str | None:

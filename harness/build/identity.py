@@ -24,7 +24,7 @@ def image_ref(matrix: Matrix, stack_name: str, dockerfile_text: str | None = Non
     `dockerfile_text` replaces the template's text (tests, experiments); it is rendered the same way.
     """
     stack = matrix.spec.stacks[stack_name]
-    if stack.runner == "local":
+    if stack.runner == "local" and stack.local is not None:  # Stack's validator: a local stack has [local]
         return f"local:{stack.local.python}"
     if stack.image is not None:
         return stack.image

@@ -97,7 +97,7 @@ def apply_series(tree: Path, patches: list[tuple[str, Path]], *, project: str = 
     results: list[PatchResult] = []
     scratch_parent = None if in_place else Path(tempfile.mkdtemp(prefix="harness-preflight-"))
     try:
-        work = tree if in_place else scratch_parent / "src"
+        work = tree if scratch_parent is None else scratch_parent / "src"
         if not in_place and patches:
             _copy_touched(tree, work, [path for _n, path in patches])
             proc.run(["git", "init", "-q", "--", str(work)], timeout=60)

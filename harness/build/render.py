@@ -15,11 +15,24 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import TypeVar
 
 from harness.errors import ConfigError
 from harness.matrix.load import Matrix
 from harness.matrix.model import Stack
 from harness.safety.paths import read_bytes
+
+_T = TypeVar("_T")
+
+
+def _part(key: str, value: _T | None) -> _T:
+    """A source-build pin that Stack's validator requires of a docker stack with no `image`
+    and no `wheels` (the only stacks rendered from this template); None means a caller
+    rendered another kind of stack, which is bad input, not a crash further down."""
+    if value is None:
+        raise ConfigError(f"stacks: a stack built from source needs `{key}`",
+                          hint=f"set `{key}` in the stack, or give it `image` or `wheels` instead")
+    return value
 
 IMAGE_REPO = "vllm-bw"
 
@@ -102,14 +115,14 @@ def _apply_lines(series: str, patches: list[PatchFile], src_dir: str) -> str:
 
 def vllm_source(stack: Stack) -> tuple[str, str]:
     """(fetch_source.py arguments, label value) for the vLLM pin."""
-    v = stack.vllm
+    v = _part("vllm", stack.vllm)
     if v.pypi:
         return f"pypi vllm {v.pypi}", f"pypi:vllm=={v.pypi} sdist_sha256:{v.sdist_sha256 or 'unchecked'}"
     return f"git {v.git} {v.commit}", f"git:{v.git}@{v.commit}"
 
 
 def flashinfer_source(stack: Stack) -> tuple[str, str]:
-    f = stack.flashinfer
+    f = _part("flashinfer", stack.flashinfer)
     if f.version:
         return (f"pypi flashinfer-python {f.version}",
                 f"pypi:flashinfer-python=={f.version} sdist_sha256:{f.sdist_sha256 or 'unchecked'}")
@@ -119,20 +132,22 @@ def flashinfer_source(stack: Stack) -> tuple[str, str]:
 def buildargs_for(stack: Stack) -> dict[str, str]:
     fi_args, _ = flashinfer_source(stack)
     vllm_args, _ = vllm_source(stack)
-    fi = stack.flashinfer
+    fi = _part("flashinfer", stack.flashinfer)
+    torch = _part("torch", stack.torch)
+    archs = _part("torch_cuda_arch_list", stack.torch_cuda_arch_list)
     return {
-        "BASE_IMAGE": stack.base_image.reference,
+        "BASE_IMAGE": _part("base_image", stack.base_image).reference,
         "PYTHON_VERSION": stack.python,
-        "TORCH_VERSION": stack.torch.version,
-        "TORCH_INDEX_URL": stack.torch.index_url,
+        "TORCH_VERSION": torch.version,
+        "TORCH_INDEX_URL": torch.index_url,
         "FLASHINFER_SOURCE": fi_args,
         "FLASHINFER_SDIST_SHA256": fi.sdist_sha256 or "",
-        "FLASHINFER_CUDA_ARCH_LIST": " ".join((stack.flashinfer_cuda_arch_list or stack.torch_cuda_arch_list)
+        "FLASHINFER_CUDA_ARCH_LIST": " ".join((stack.flashinfer_cuda_arch_list or archs)
                                               .replace(";", " ").split()),
         "FLASHINFER_CUBIN_SPEC": f"flashinfer-cubin=={fi.version}" if fi.cubin and fi.version else "",
         "VLLM_SOURCE": vllm_args,
-        "VLLM_SDIST_SHA256": stack.vllm.sdist_sha256 or "",
-        "TORCH_CUDA_ARCH_LIST": stack.torch_cuda_arch_list,
+        "VLLM_SDIST_SHA256": _part("vllm", stack.vllm).sdist_sha256 or "",
+        "TORCH_CUDA_ARCH_LIST": archs,
         "MAX_JOBS": str(stack.max_jobs),
         "NVCC_THREADS": str(stack.nvcc_threads),
     }
@@ -141,23 +156,27 @@ def buildargs_for(stack: Stack) -> dict[str, str]:
 def labels_for(stack_name: str, stack: Stack, patches: list[PatchFile], content_hash: str) -> dict[str, str]:
     _, vllm_label = vllm_source(stack)
     _, fi_label = flashinfer_source(stack)
+    base = _part("base_image", stack.base_image)
+    torch = _part("torch", stack.torch)
+    fi = _part("flashinfer", stack.flashinfer)
+    archs = _part("torch_cuda_arch_list", stack.torch_cuda_arch_list)
     labels = {
         f"{LABEL}.role": "image",
         f"{LABEL}.stack": stack_name,
         f"{LABEL}.content-hash": content_hash,
-        f"{LABEL}.base-image": stack.base_image.reference,
-        f"{LABEL}.cuda": stack.base_image.tag,
+        f"{LABEL}.base-image": base.reference,
+        f"{LABEL}.cuda": base.tag,
         f"{LABEL}.python": stack.python,
-        f"{LABEL}.torch": f"{stack.torch.version} {stack.torch.index_url}",
-        f"{LABEL}.torch-cuda-arch-list": stack.torch_cuda_arch_list,
-        f"{LABEL}.flashinfer-cuda-arch-list": stack.flashinfer_cuda_arch_list or stack.torch_cuda_arch_list,
+        f"{LABEL}.torch": f"{torch.version} {torch.index_url}",
+        f"{LABEL}.torch-cuda-arch-list": archs,
+        f"{LABEL}.flashinfer-cuda-arch-list": stack.flashinfer_cuda_arch_list or archs,
         f"{LABEL}.max-jobs": str(stack.max_jobs),
         f"{LABEL}.nvcc-threads": str(stack.nvcc_threads),
         f"{LABEL}.vllm.source": vllm_label,
         f"{LABEL}.vllm.patches": ",".join(Path(p.rel).name for p in patches if p.series == "vllm"),
         f"{LABEL}.flashinfer.source": fi_label,
-        f"{LABEL}.flashinfer.version": stack.flashinfer.version or "",
-        f"{LABEL}.flashinfer.commit": stack.flashinfer.commit or "",
+        f"{LABEL}.flashinfer.version": fi.version or "",
+        f"{LABEL}.flashinfer.commit": fi.commit or "",
         f"{LABEL}.flashinfer.prs": ",".join(f"#{p.pr_number}@{p.head_sha}" for p in patches
                                             if p.series == "flashinfer"),
     }

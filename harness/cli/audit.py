@@ -111,8 +111,10 @@ def _targets(ccs: list[str] | None, matrix: str | None) -> list[Target]:
         spec = load_matrix(matrix).spec
         hw = spec.hardware[spec.matrix.hardware]
         out.append(Target(f"{spec.matrix.hardware} ({CC.parse(hw.cc).sm})", hw.cc))
-    seen: set[str] = set()
-    return [t for t in out if not (t.cc in seen or seen.add(t.cc))]
+    first: dict[str, Target] = {}  # each capability once, the first named
+    for t in out:
+        first.setdefault(t.cc, t)
+    return list(first.values())
 
 
 

@@ -91,8 +91,8 @@ def check(name: str, expect: Expect, fp: Fingerprint) -> list[Fact]:
             for sig in want:
                 # An id the table does not have can never fire: that is a corpus mistake.
                 ok = sig in known and sig not in fp.signatures
-                got = "unknown id" if sig not in known else ("fired" if not ok else "absent")
-                facts.append(Fact(name, f"signatures_absent:{sig}", "absent", got, ok))
+                state = "unknown id" if sig not in known else ("fired" if not ok else "absent")
+                facts.append(Fact(name, f"signatures_absent:{sig}", "absent", state, ok))
             continue
         got = _got(fp, key)
         if key == "autotuner_skipped":

@@ -12,6 +12,7 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -105,7 +106,7 @@ class Indexed:
             self.starts.append(pos)
             pos += len(ln.message) + 1
         self._phase_events: list[tuple[int, str]] | None = None
-        self.cut: CutTraceback | None | bool = False  # cut_traceback's answer, once computed
+        self.cut: CutTraceback | None | Literal[False] = False  # cut_traceback's answer, once computed
 
     def index_of(self, pos: int) -> int:
         return bisect_right(self.starts, pos) - 1
@@ -309,7 +310,7 @@ def cut_traceback(ix: Indexed) -> CutTraceback | None:
     each process's last traceback counts: an earlier unfinished one was a reporter's elision."""
     if ix.cut is False:
         ix.cut = _cut_traceback(ix)
-    return ix.cut  # type: ignore[return-value]
+    return ix.cut
 
 
 def _cut_traceback(ix: Indexed) -> CutTraceback | None:

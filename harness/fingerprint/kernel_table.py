@@ -30,7 +30,7 @@ def _function_mapping(path: Path, func: str) -> dict[str, str]:
                     return {
                         k.value: v.attr
                         for k, v in zip(sub.keys, sub.values, strict=True)
-                        if isinstance(k, ast.Constant) and isinstance(v, ast.Attribute)
+                        if isinstance(k, ast.Constant) and isinstance(k.value, str) and isinstance(v, ast.Attribute)
                     }
     return {}
 
@@ -46,7 +46,7 @@ def _linear_map(path: Path) -> dict[str, set[str]]:
             return {
                 k.value: {e.id for e in v.elts if isinstance(e, ast.Name)}
                 for k, v in zip(node.value.keys, node.value.values, strict=True)
-                if isinstance(k, ast.Constant) and isinstance(v, ast.Set)
+                if isinstance(k, ast.Constant) and isinstance(k.value, str) and isinstance(v, ast.Set)
             }
     return {}
 

@@ -784,11 +784,11 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
             cause = f"traceback cut off after {where} ({cut.process or 'unprefixed process'})"
             cause_line = lines[cut.index].number
         if explained is not None and explained.sig.failure_class == "backend-refused":
-            key = explained.sig.asked_from
-            asked = requested.get(key) if key else None
+            asked_from = explained.sig.asked_from
+            asked = requested.get(asked_from) if asked_from else None
             if asked is None and explained.asked:
                 asked = names.moe_flag(explained.asked) or explained.asked.lower()
-            if asked is None and key == "moe_backend":
+            if asked is None and asked_from == "moe_backend":
                 line = lines[explained.index].message
                 asked = next((flag for shown, flag in names.moe_display if shown in line), None)
 

@@ -174,10 +174,10 @@ def _build(t: _Template, node: ast.AST, env: Mapping[str, ast.AST], depth: int =
                 t.text(str(v.value))
             elif isinstance(v, ast.FormattedValue):
                 spec = ""
-                if v.format_spec is not None:
+                if isinstance(v.format_spec, ast.JoinedStr):  # what ast makes of a format spec
                     spec = "".join(
                         str(p.value) if isinstance(p, ast.Constant) else "*"
-                        for p in v.format_spec.values  # type: ignore[attr-defined]
+                        for p in v.format_spec.values
                     )
                 conv = {114: "r", 115: "", 97: "a"}.get(v.conversion, "")
                 t.field((conv + spec) or "s", v.value)
@@ -205,8 +205,8 @@ def _build(t: _Template, node: ast.AST, env: Mapping[str, ast.AST], depth: int =
 def _literal(node: ast.AST, env: Mapping[str, ast.AST]) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
-    if isinstance(node, ast.Name) and isinstance(env.get(node.id), ast.Constant):
-        value = env[node.id].value  # type: ignore[attr-defined]
+    if isinstance(node, ast.Name) and isinstance(bound := env.get(node.id), ast.Constant):
+        value = bound.value
         return value if isinstance(value, str) else None
     return None
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 
 from harness.errors import MatrixError
 from harness.matrix.model import MatrixFile, PatchRef, is_local_checkpoint
@@ -91,7 +92,7 @@ def _field_at(loc: tuple) -> FieldInfo | None:
     return None
 
 
-def _fix_for(error: dict, loc: tuple) -> str:
+def _fix_for(error: ErrorDetails, loc: tuple) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
         return "remove the key, or correct its spelling to one of the valid keys"
@@ -110,7 +111,7 @@ def _fix_for(error: dict, loc: tuple) -> str:
     return "change the value as the message says (README 'Matrix format' describes every key)"
 
 
-def _describe(error: dict) -> str:
+def _describe(error: ErrorDetails) -> str:
     loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     where = key_path(loc)
     kind = error["type"]
@@ -272,8 +273,8 @@ def _cross_check(spec: MatrixFile, path: Path) -> list[str]:
     problems += _checkpoint_problems(spec, path.resolve().parent, root)
     served = [m.served_name or k for k, m in spec.models.items()]
     counts = collections.Counter(served)  # (not list.count: a 4 MiB file can name 40,000 models)
-    for dup in sorted(s for s, n in counts.items() if n > 1):
-        problems.append(problem("models", f"served name '{dup}' is used by two models",
+    for twice in sorted(served_as for served_as, uses in counts.items() if uses > 1):
+        problems.append(problem("models", f"served name '{twice}' is used by two models",
                                 "served names must differ: set served_name on one of them"))
     for key, names in (("stacks", spec.stacks), ("models", spec.models), ("configs", spec.configs)):
         patterns = getattr(spec.cells, key)

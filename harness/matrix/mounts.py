@@ -215,10 +215,10 @@ def matrix_problems(spec, matrix_dir: Path) -> list[str]:
                 if (why := read_only_mount_problem(str(where))) is not None:
                     problems.append(problem(f"stacks.{name}.wheels.wheelhouse", why,
                                             "name the folder `harness bundle install --dest` wrote"))
-        for where, rel in named:
+        for key, rel in named:
             # the file name becomes a Dockerfile COPY line and a build-context path
             if (why := grammar.problem("file_name", Path(rel).name if "\n" not in rel else rel)) is not None:
-                problems.append(problem(where, f"patch file name: {why}", "rename the file: letters, digits and "
+                problems.append(problem(key, f"patch file name: {why}", "rename the file: letters, digits and "
                                         ". _ + = , @ - only"))
     return problems
 

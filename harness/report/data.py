@@ -144,7 +144,7 @@ def read_run_dir(run_dir: Path) -> tuple[RunRecord, list[CellResult], dict[str, 
 
 def _stat(level: BenchLevel | None, key: str) -> Stat | None:
     value = getattr(level, key, None) if level else None
-    if value is None:
+    if value is None or level is None:
         return None
     value = float(value)
     samples = [float(s) for s in level.samples.get(key) or () if s is not None]

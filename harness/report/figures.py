@@ -81,14 +81,13 @@ def decode(cells: tuple[Cell, ...]) -> str | None:
 
 def fp8_vs_nvfp4(pairs: tuple[Pair, ...]) -> str | None:
     """FP8 and NVFP4 per-stream decode side by side for each stack/config, ratio on top."""
-    drawn = [p for p in pairs if p.fp8.per_stream_c1 and p.nvfp4.per_stream_c1]
+    drawn = [(p, f8, f4) for p in pairs if (f8 := p.fp8.per_stream_c1) and (f4 := p.nvfp4.per_stream_c1)]
     if not drawn:
         return None
     fig, ax = plt.subplots(figsize=(max(4.5, 2.2 * len(drawn)), 3.2))
     width = 0.38
-    for i, p in enumerate(drawn):
-        for dx, cell, color in ((-width / 2, p.fp8, FP8_COLOR), (width / 2, p.nvfp4, NVFP4_COLOR)):
-            s = cell.per_stream_c1
+    for i, (p, f8, f4) in enumerate(drawn):
+        for dx, s, color in ((-width / 2, f8, FP8_COLOR), (width / 2, f4, NVFP4_COLOR)):
             ax.bar(
                 i + dx,
                 s.value,
@@ -98,7 +97,7 @@ def fp8_vs_nvfp4(pairs: tuple[Pair, ...]) -> str | None:
                 capsize=3,
                 ecolor="#333333",
             )
-        top = max(p.fp8.per_stream_c1.hi, p.nvfp4.per_stream_c1.hi)
+        top = max(f8.hi, f4.hi)
         mark = f"{p.ratio:.2f}x {p.verdict}" if p.ratio is not None else p.verdict
         ax.text(
             i,
@@ -109,16 +108,16 @@ def fp8_vs_nvfp4(pairs: tuple[Pair, ...]) -> str | None:
             color="#b00020" if p.verdict.startswith("FAIL") else "#1b5e20",
         )
     ax.set_xticks(
-        range(len(drawn)), [redact_text(f"{p.stack}\n{p.config}") for p in drawn], fontsize=8
+        range(len(drawn)), [redact_text(f"{p.stack}\n{p.config}") for p, _, _ in drawn], fontsize=8
     )
     ax.set_ylabel("decode tok/s per stream, c=1", fontsize=9)
-    ax.set_ylim(0, max(max(p.fp8.per_stream_c1.hi, p.nvfp4.per_stream_c1.hi) for p in drawn) * 1.18)
+    ax.set_ylim(0, max(max(f8.hi, f4.hi) for _, f8, f4 in drawn) * 1.18)
     ax.legend(
         handles=[Patch(color=FP8_COLOR, label="FP8"), Patch(color=NVFP4_COLOR, label="NVFP4")],
         fontsize=8,
         loc="lower right",
     )
-    rule = drawn[0].min_ratio
+    rule = drawn[0][0].min_ratio
     ax.set_title(
         "NVFP4 vs FP8" + (f" (rule: NVFP4 >= {rule:g} x FP8)" if rule else ""), fontsize=10
     )
@@ -129,20 +128,20 @@ def fp8_vs_nvfp4(pairs: tuple[Pair, ...]) -> str | None:
 
 def roofline(cells: tuple[Cell, ...]) -> str | None:
     """Per-stream decode at c=1 as a share of the weight-bandwidth roofline."""
-    known = [c for c in cells if c.efficiency_c1 is not None]
+    known = [(c, e) for c in cells if (e := c.efficiency_c1) is not None]
     if not known:
         return None
     fig, ax = plt.subplots(figsize=(11, 1.0 + 0.4 * len(known)))
     y = list(range(len(known)))
-    ax.barh(y, [100 * c.efficiency_c1 for c in known], color="#64b5cd")
-    ax.set_yticks(y, [redact_text(c.id) for c in known], fontsize=8)
+    ax.barh(y, [100 * e for _, e in known], color="#64b5cd")
+    ax.set_yticks(y, [redact_text(c.id) for c, _ in known], fontsize=8)
     ax.invert_yaxis()
     ax.axvline(100, color="#b00020", lw=1)
     ax.set_xlabel("% of roofline (c=1)", fontsize=9)
     ax.set_title("roofline efficiency: active weight bytes/token x tok/s / bandwidth", fontsize=10)
-    for yi, c in zip(y, known, strict=True):
+    for yi, (_, e) in zip(y, known, strict=True):
         ax.text(
-            100 * c.efficiency_c1, yi, f" {100 * c.efficiency_c1:.0f}%", va="center", fontsize=7
+            100 * e, yi, f" {100 * e:.0f}%", va="center", fontsize=7
         )
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()

@@ -178,7 +178,7 @@ def _pairs(r: Report) -> Section:
         )
         for p in r.pairs
     )
-    notes = (f"Rule (run.json matrix.expect.nvfp4_over_fp8_min_ratio): {rule}.",)
+    notes: tuple[str, ...] = (f"Rule (run.json matrix.expect.nvfp4_over_fp8_min_ratio): {rule}.",)
     if not rows:
         notes += ("No stack/config has both an FP8 and an NVFP4 cell.",)
     return Section(

@@ -138,8 +138,10 @@ def trackers(cell: CellResult) -> list[Tracker]:
         found.append(Tracker("vllm", "the image build failed (vLLM's CMake / kernels)"))
     if not found:
         found.append(Tracker("vllm", "no signature names another project"))
-    seen: set[tuple[str, str]] = set()
-    return [t for t in found if (t.key, t.why) not in seen and not seen.add((t.key, t.why))]
+    first: dict[tuple[str, str], Tracker] = {}  # each (key, why) once, in the order found
+    for t in found:
+        first.setdefault((t.key, t.why), t)
+    return list(first.values())
 
 
 def _kv(rows: list[tuple[str, object]]) -> list[str]:

@@ -357,13 +357,14 @@ def to_markdown(cmp: Comparison) -> str:
         _host_row("OS", "os", b.host, c.host),
         "",
     ]
-    for kind, title in (
+    sections: tuple[tuple[Kind, str], ...] = (
         ("regression", "Regressions"),
         ("gain", "Gains"),
         ("change", "Other changes"),
         ("note", "Notes"),
-    ):
-        items = cmp.of(kind)  # type: ignore[arg-type]
+    )
+    for kind, title in sections:
+        items = cmp.of(kind)
         if not items:
             continue
         lines += [

@@ -55,7 +55,7 @@ def fit(points: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
     return slope, r2
 
 
-def analyse(samples: Sequence[Sequence[float | None]], interval_s: float | None = None) -> dict:
+def analyse(samples: Sequence[Sample | tuple[float, float | None]], interval_s: float | None = None) -> dict:
     """The `memory` record of a cell (docs/results-format.md) from raw samples."""
     rows = [(float(s[0]), s[1], s[2] if len(s) > 2 else None) for s in samples]
     host = [(t, float(h)) for t, h, _ in rows if h is not None]

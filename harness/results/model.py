@@ -203,6 +203,7 @@ class CellResult(Record):
     finished_at: str | None = None
     host: str | None = Field(default=None, description="the engine / host that ran it")
 
+    # mypy refuses a decorator over @property; this is pydantic's documented form
     @computed_field  # type: ignore[prop-decorator]
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -252,7 +253,7 @@ def _lift_v1(data: dict) -> dict:
         if r in said:
             continue
         check = {"build-failed": "build", "crashed": "serve.ready", "hung": "serve.ready",
-                 "timeout": "serve.ready"}.get(status, "reason")
+                 "timeout": "serve.ready"}.get(status or "", "reason")
         lifted.append({"check": check, "status": "fail", "message": r, "lines": []})
     data["verdicts"] = lifted + verdicts
     data["format"] = FORMAT

@@ -122,7 +122,8 @@ def extract_flat_tar_xz(stream, dest: Path, *, name: str, allowed: set[str] | No
     written: list[str] = []
     total = 0
     try:
-        with tarfile.open(fileobj=_Xz(stream), mode="r|") as tar:
+        # a stream ("r|") tar only calls read(); typeshed asks for a whole IO[bytes]
+        with tarfile.open(fileobj=_Xz(stream), mode="r|") as tar:  # type: ignore[call-overload]
             for member in tar:
                 if len(written) >= max_members:
                     raise _bad(name, f"more than {max_members} files in the archive", hint)

@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("harness.doctor", "check this host against a matrix"),
     "env": ("harness.hostenv", "this host's fingerprint"),
     "lock": ("harness.lock", "pin base-image digests and PyPI sha256s next to the matrix"),
+    "sources": ("harness.build.sources_cli", "fetch the pinned sources a source build needs (offline builds)"),
     "build": ("harness.build.cli", "build the stack images"),
     "audit": ("harness.audit.cli", "the GPU archs really compiled in a binary, wheel or image"),
     "run": ("harness.run_cli", "build, serve, fingerprint, benchmark and judge every cell"),

@@ -2,6 +2,7 @@
 
     fetch_source.py pypi <name> <version> --sha256 <hex> --dest DIR
     fetch_source.py git <url> <commit> --dest DIR
+    fetch_source.py file <path> <version> --sha256 <hex> --dest DIR   (an sdist in the build context)
 
 The sdist comes from PyPI's simple index and must match the sha256 pinned in the matrix; a
 git source is checked out at the full commit SHA. The tree lands in DIR with no top folder.
@@ -86,6 +87,18 @@ def fetch_pypi(name: str, version: str, sha256: str, dest: Path) -> None:
         shutil.move(str(top), dest)
 
 
+def unpack_sdist(path: Path, sha256: str, dest: Path) -> None:
+    """An sdist already in the build context (offline builds): checked, then unpacked like a download."""
+    got = hashlib.sha256(path.read_bytes()).hexdigest()
+    if got != sha256:
+        sys.exit(f"fetch_source: {path}: sha256 {got} != pinned {sha256}")
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(path) as tar:
+            tar.extractall(tmp, filter="data")
+        (top,) = [p for p in Path(tmp).iterdir() if p.is_dir()]
+        shutil.move(str(top), dest)
+
+
 def fetch_git(url: str, commit: str, dest: Path) -> None:
     subprocess.run(["git", "init", "-q", "--", str(dest)], check=True)
     subprocess.run(["git", *GIT_SAFE, "-C", str(dest), "fetch", "--depth", "1", "--", url, commit], check=True)
@@ -100,7 +113,12 @@ def fetch_git(url: str, commit: str, dest: Path) -> None:
 
 
 def check_args(kind: str, what: str, pin: str, sha256: str) -> None:
-    if kind == "git":
+    if kind == "file":
+        if not re.fullmatch(r"/opt/build/sources/[A-Za-z0-9._+-]+\.tar\.gz", what) or not VERSION.match(pin):
+            sys.exit(f"fetch_source: {what!r} is not an sdist under /opt/build/sources/")
+        if not sha256:
+            sys.exit("fetch_source: a file source needs --sha256")
+    elif kind == "git":
         if not GIT_URL.match(what):
             sys.exit(f"fetch_source: {what!r} is not a git URL (https://, ssh:// or user@host:path)")
         if not FULL_SHA.match(pin):
@@ -114,14 +132,16 @@ def check_args(kind: str, what: str, pin: str, sha256: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("kind", choices=["pypi", "git"])
+    ap.add_argument("kind", choices=["pypi", "git", "file"])
     ap.add_argument("what")
     ap.add_argument("pin")
     ap.add_argument("--sha256", default="")
     ap.add_argument("--dest", type=Path, required=True)
     a = ap.parse_args()
     check_args(a.kind, a.what, a.pin, a.sha256)
-    if a.kind == "pypi":
+    if a.kind == "file":
+        unpack_sdist(Path(a.what), a.sha256, a.dest)
+    elif a.kind == "pypi":
         fetch_pypi(a.what, a.pin, a.sha256, a.dest)
     else:
         fetch_git(a.what, a.pin, a.dest)

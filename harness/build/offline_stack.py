@@ -38,6 +38,8 @@ LOCAL_BASE = '''# Local base: Python, torch and the CUDA toolchain are the base'
 ENV PATH=${PATH}:/usr/local/cuda/bin:/usr/local/cuda-13.0/bin
 RUN python -c "import sys, torch; v = torch.__version__.split('+')[0]; \\
 sys.exit(0 if v == '${TORCH_VERSION}' else f'the base has torch {v}, the stack pins ${TORCH_VERSION}')" \\
+ && python -c "import os, sys, sysconfig; h = sysconfig.get_paths()['include']; \\
+sys.exit(0 if os.path.isfile(h + '/Python.h') else 'no Python.h in ' + h + ': the base needs Python headers')" \\
  && echo "nvcc: $(command -v nvcc)" && nvcc --version | tail -1 && cmake --version | head -1 \\
  && echo "ninja $(ninja --version)" && python --version && gcc --version | head -1'''
 

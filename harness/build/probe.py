@@ -114,9 +114,10 @@ def collect(engine, ref: str, labels: dict[str, str], units: tuple[Unit, ...], c
     out = engine.export_path(ref, OUT, dest, labels=labels)
     data = json.loads((out / "probe.json").read_text())
     rows = []
-    targets = [Target.from_cc(cc) for cc in ccs]
     for u, row in zip(units, data["units"], strict=False):
         archs, verdicts = "not compiled", ()
+        # judged for the chips the unit was built for (an SM12x kernel has nothing for a 9.0 chip)
+        targets = [Target.from_cc(cc) for cc in sorted(_ccs_of(row.get("patched") or "") & set(ccs)) or ccs]
         if row.get("object"):
             with tempfile.TemporaryDirectory() as one:
                 shutil.copyfile(out / "objects" / row["object"], Path(one) / row["object"])

@@ -72,6 +72,20 @@ def sdist_url(name: str, version: str, index: str = INDEX) -> tuple[str, str | N
     sys.exit(f"fetch_source: no {want} on {index.format(name=_normalize(name))}")
 
 
+def _extract(tar: tarfile.TarFile, dest: str) -> None:
+    """extractall with the "data" filter, or (Pythons before 3.11.4 have none) after refusing
+    absolute paths, `..` and links that leave the tree, which is what that filter refuses."""
+    try:
+        tar.extractall(dest, filter="data")
+    except TypeError:
+        for m in tar.getmembers():
+            parts = Path(m.name).parts
+            if m.name.startswith("/") or ".." in parts or m.isdev() or (
+                    (m.issym() or m.islnk()) and (m.linkname.startswith("/") or ".." in Path(m.linkname).parts)):
+                sys.exit(f"fetch_source: refusing archive member {m.name!r}")
+        tar.extractall(dest)
+
+
 def fetch_pypi(name: str, version: str, sha256: str, dest: Path) -> None:
     url, _listed = sdist_url(name, version)
     with tempfile.TemporaryDirectory() as tmp:
@@ -82,7 +96,7 @@ def fetch_pypi(name: str, version: str, sha256: str, dest: Path) -> None:
         if sha256 and got != sha256:
             sys.exit(f"fetch_source: {url}: sha256 {got} != pinned {sha256}")
         with tarfile.open(path) as tar:
-            tar.extractall(tmp, filter="data")
+            _extract(tar, tmp)
         (top,) = [p for p in Path(tmp).iterdir() if p.is_dir()]
         shutil.move(str(top), dest)
 
@@ -94,7 +108,7 @@ def unpack_sdist(path: Path, sha256: str, dest: Path) -> None:
         sys.exit(f"fetch_source: {path}: sha256 {got} != pinned {sha256}")
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(path) as tar:
-            tar.extractall(tmp, filter="data")
+            _extract(tar, tmp)
         (top,) = [p for p in Path(tmp).iterdir() if p.is_dir()]
         shutil.move(str(top), dest)
 

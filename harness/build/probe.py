@@ -139,12 +139,14 @@ def judge(rows: list[ProbeRow], data: dict) -> tuple[str, str]:
     return "pass", ""
 
 
-def probe_stack(matrix, stack_name: str, *, engine, log_dir: Path, on_event=None, force: bool = False) -> ProbeOutcome:
+def probe_stack(matrix, stack_name: str, *, engine, log_dir: Path, on_event=None, force: bool = False,
+                units: tuple[Unit, ...] | None = None) -> ProbeOutcome:
     from harness.build.builder import build_one, local_base_id
     from harness.build.render import render
 
     stack = matrix.spec.stacks[stack_name]
-    units = load_units(stack.vllm.pypi or "") if stack.vllm and stack.vllm.pypi else None
+    if units is None:
+        units = load_units(stack.vllm.pypi or "") if stack.vllm and stack.vllm.pypi else None
     if not units:
         raise ConfigError(f"stacks.{stack_name}: no probe units for this vLLM ({UNITS.name})",
                           hint="add the release's translation units to the units table")

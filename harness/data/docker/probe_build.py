@@ -22,6 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+KEY_LINE = re.compile(r"harness cut|arch-specific|CUDA supported target|-- Building |Not building|CMake Error|"
+                      r"FETCHCONTENT_FULLY_DISCONNECTED|Populating|fatal:")
+
 
 def configure(src: Path, build: Path, log: Path) -> tuple[int, float]:
     args = ["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
@@ -65,6 +68,9 @@ def main() -> int:
         rc, secs = configure(src, a.out / f"{name}-build", a.out / f"{name}-configure.log")
         result["configure_s"][name], result["configure_rc"][name] = secs, rc
         logs[name] = (a.out / f"{name}-configure.log").read_text(errors="replace")
+        for line in logs[name].splitlines():  # the decisions (and errors) into the build log
+            if KEY_LINE.search(line):
+                print(f"[{name}] {line}")
         print(f"probe: {name} configure exit {rc} in {secs} s", flush=True)
     shutil.rmtree(stock, ignore_errors=True)
     if result["configure_rc"]["patched"] != 0:

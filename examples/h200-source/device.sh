@@ -27,7 +27,7 @@ finish_build() {  # the image, its labels, the audit: once `harness build` has e
   [ -n "$img" ] || { echo "no image: the build failed"; tail -40 /tmp/build.out; return 1; }
   docker image inspect "$img" > "$OUT/image.json"
   docker run --rm --entrypoint cat "$img" /opt/build/vllm-build.log | gzip > "$OUT/vllm-build.log.gz"
-  site=$(docker run --rm --entrypoint python "$img" -c 'import vllm,os;print(os.path.dirname(os.path.dirname(vllm.__file__)))')
+  site=$(docker run --rm --entrypoint python "$img" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   harness audit "$img" --image-path "$site/vllm" --cc 12.1 --cc 9.0 --fail-on never 2>&1 | tee "$OUT/audit.txt" | tail -40
   docker run --rm --entrypoint python "$img" -c 'import flashinfer; print("flashinfer import", flashinfer.__version__)' 2>&1 | tail -3
 }

@@ -111,7 +111,7 @@ def collect(engine, ref: str, labels: dict[str, str], units: tuple[Unit, ...], c
     """probe.json and the audit of each object, copied out of the probe image (never started)."""
     from harness.audit import Target, audit_path
 
-    out = engine.export_path(ref, OUT, dest, labels=labels)
+    out = engine.export_path(ref, OUT, dest, labels=labels) / Path(OUT).name
     data = json.loads((out / "probe.json").read_text())
     rows = []
     for u, row in zip(units, data["units"], strict=False):

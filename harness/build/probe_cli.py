@@ -26,8 +26,10 @@ def run_probes(matrix, stacks: list[str], *, engine, log_dir: Path, force: bool 
             table.add_row(r.family, r.stock or "-", r.patched or "-", r.archs, "\n".join(r.verdicts) or "-")
         out.print(table)
         t = o.timings
-        out.print(f"{name}: configure {t.get('configure_s')} s, probed units compiled in {t.get('compile_s')} s, "
-                  f"probe image {t.get('image_build_s', 0):.0f} s" + (f"; {o.reason}" if o.reason else ""),
+        conf = t.get("configure_s") or {}
+        out.print(f"{name}: configure stock {conf.get('stock')} s, patched {conf.get('patched')} s; probed units "
+                  f"compiled in {t.get('compile_s')} s; "
+                  f"probe image {t.get('image_build_s') or 0:.0f} s" + (f"; {o.reason}" if o.reason else ""),
                   markup=False)
         log_dir.mkdir(parents=True, exist_ok=True)
         (log_dir / f"probe-{name}.json").write_text(json.dumps(

@@ -23,7 +23,7 @@ left() { echo $(( $1 - ($(date +%s) - T_START) - 25 )); }
 progress() { grep -ao '\[[0-9]*/[0-9]*\]' /tmp/blog/build-src-0251.log 2>/dev/null | tail -1; }
 finish_build() {  # the image, its labels, the audit: once `harness build` has ended
   cp /tmp/build.out "$OUT/build.out"; tar czf "$OUT/build-logs.tgz" -C /tmp blog
-  img=$(docker images vllm-bw --format '{{.Repository}}:{{.Tag}}' | grep src-0251 | head -1)
+  img=$(docker images vllm-bw --format '{{.Repository}}:{{.Tag}}' | grep src-0251- | grep -v probe | head -1)
   [ -n "$img" ] || { echo "no image: the build failed"; tail -40 /tmp/build.out; return 1; }
   docker image inspect "$img" > "$OUT/image.json"
   docker run --rm --entrypoint cat "$img" /opt/build/vllm-build.log | gzip > "$OUT/vllm-build.log.gz"
@@ -36,7 +36,8 @@ case "${1:-}" in
 up)
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/hsite "$DEV"/hwhl/*.whl || exit 8
   nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
-  nvcc --version | tail -1; gcc --version | head -1; cmake --version | head -1; command -v ccache || echo "no ccache"
+  echo "nvcc: $(command -v nvcc) $(ls -d /usr/local/cuda* 2>/dev/null | tr '\n' ' ')"; gcc --version | head -1
+  cmake --version | head -1; command -v git ccache; ls /usr/include/python3.12/Python.h; nproc; df -h /tmp | tail -1
   source tools/device-docker-up.sh "$DEV/kit/docker-kit.tar.xz" || exit 7
   # the base import takes ~2 minutes: it runs on while the next commands carry their inputs
   setsid bash -c "s=\$(date +%s); bash tools/device-base-image.sh h200-root:local > /tmp/base.log 2>&1; \

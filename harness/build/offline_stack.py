@@ -29,14 +29,16 @@ RUN apt-get update \\
  && rm -rf /var/lib/apt/lists/* \\
  && python${PYTHON_VERSION} -m venv /opt/venv
 ENV PATH=/opt/venv/bin:${PATH} VIRTUAL_ENV=/opt/venv
-RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}" \\
- && pip install "cmake>=3.26" ninja packaging "setuptools>=77" setuptools-scm wheel build'''
+RUN python -m pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}" \\
+ && python -m pip install "cmake>=3.26" ninja packaging "setuptools>=77" setuptools-scm wheel build'''
 
 # A local base has no package index behind it: what the build needs must already be there.
 LOCAL_BASE = '''# Local base: Python, torch and the CUDA toolchain are the base's own (no index reachable).
-# (nvcc where a CUDA install puts it, if the base's PATH lacks it; torch finds CUDA through it)
+# (nvcc where a CUDA install puts it, if the base's PATH lacks it; torch finds CUDA through it;
+# /tmp, which a root file system imported without it lacks and nvcc needs; `python -m pip`: a
+# venv may have no pip script, and the system pip refuses to install, PEP 668)
 ENV PATH=${PATH}:/usr/local/cuda/bin:/usr/local/cuda-13.0/bin
-RUN python -c "import sys, torch; v = torch.__version__.split('+')[0]; \\
+RUN mkdir -p -m 1777 /tmp && python -c "import sys, torch; v = torch.__version__.split('+')[0]; \\
 sys.exit(0 if v == '${TORCH_VERSION}' else f'the base has torch {v}, the stack pins ${TORCH_VERSION}')" \\
  && python -c "import os, sys, sysconfig; h = sysconfig.get_paths()['include']; \\
 sys.exit(0 if os.path.isfile(h + '/Python.h') else 'no Python.h in ' + h + ': the base needs Python headers')" \\
@@ -178,7 +180,7 @@ def offline_parts(matrix, stack_name: str, stack: Stack, patch_texts: list[bytes
         files += wfiles
         values["DEPS_WHEELHOUSE"] = ("# dependencies (and build requirements) from the pinned wheelhouse, no index\n"
                                      "COPY wheelhouse/ /opt/build/wheelhouse/\n"
-                                     "RUN pip install --no-index --no-deps --no-compile /opt/build/wheelhouse/*.whl")
+                                     "RUN python -m pip install --no-index --no-deps --no-compile /opt/build/wheelhouse/*.whl")
         labels["harness.vllm.deps-wheelhouse"] = what
     else:
         values["DEPS_WHEELHOUSE"] = "# no dependency wheelhouse: the base must hold vLLM's dependencies"

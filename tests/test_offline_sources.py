@@ -86,10 +86,10 @@ def test_fetch_checks_the_pin_and_hands_archives_to_an_air_gapped_cache(repos):
     assert archive.name == f"demo-{top[:12]}.tar.xz"
     with tarfile.open(archive) as t:
         assert {m.uid for m in t.getmembers()} == {0} and {m.mtime for m in t.getmembers()} == {0}
-    carried = tmp / "carried"
-    carried.mkdir()
-    shutil.copy(archive, carried)
-    got = offline.fetch(pin, from_dir=carried, cache=tmp / "c2")  # no git, no network: checked archive
+    usb = tmp / "usb"
+    usb.mkdir()
+    shutil.copy(archive, usb)
+    got = offline.fetch(pin, from_dir=usb, cache=tmp / "c2")  # no git, no network: checked archive
     assert got.read_bytes() == archive.read_bytes()
     # a tampered archive is refused by its content
     bad = tmp / "bad"

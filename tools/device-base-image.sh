@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the lent H200 test machine, after device-docker-up.sh: a base image from the machine's own
+# On the H200 test machine, after device-docker-up.sh: a base image from the machine's own
 # root file system (Ubuntu 24.04; Python 3.12 and torch 2.11.0+cu130 in /opt/torch/.venv), the
 # stand-in for a CUDA base image that no registry here can serve. The driver folder is left out
 # (it is mounted read-only at run time: [host].driver_dirs). A wheel stack names it with

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a host with no Docker (the lent H200 test machine): unpack the kit from
+# On a host with no Docker (the H200 test machine): unpack the kit from
 # tools/make-docker-kit.sh and start dockerd detached (setsid), so it lives until the machine
 # goes back. The VM has no iptables, so no bridge: --bridge=none --iptables=false; containers
 # use the host network ([host].network = "host"). Idempotent.

@@ -7,7 +7,7 @@
 #            would fetch (`harness sources fetch --out`)                             ~49 MB
 #   OUT/p3/  deps/: the dependency bundle (bundles/vllm-0.25.1-h200-deps.toml)         ~30 MB
 # usage: tools/device-inputs.sh OUT [MATRIX]   (default matrix/h200-source.toml)
-# Each folder is carried by one command of examples/h200-source/device.sh (DEV=that folder).
+# Each folder goes with one command of examples/h200-source/device.sh (DEV=that folder).
 set -euo pipefail
 out=$(realpath -m "${1:?usage: device-inputs.sh OUT [MATRIX]}"); matrix=${2:-matrix/h200-source.toml}
 cd "$(dirname "$0")/.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pack a Docker engine for a host with neither Docker nor a package index (the lent H200 test
+# Pack a Docker engine for a host with neither Docker nor a package index (the H200 test
 # machine): Debian's dockerd, docker CLI, containerd, the runc shim, runc, docker-init, and the
 # shared libraries dockerd needs, from this machine's Debian packages (apt-get download; nothing
 # is installed here). Output: OUTDIR/docker-kit.tar.xz (~47 MB) and its sha256 beside it.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # How examples/h200-source was made on the H200 test machine (no Docker, no package index,
-# 64 MiB carried per command, released 30 s after a command ends: run these back to back).
+# at most 64 MiB sent with each command, released 30 s after a command ends: run these back to back).
 # Inputs come from tools/device-inputs.sh OUT (one folder per command; DEV names the folder
-# carried with this command, default ./inputs beside the checkout copy):
+# sent with this command, default ./inputs beside the checkout copy):
 #   device.sh up                 # p1: harness deps, dockerd, base import started (setsid)
 #   device.sh stage              # p2: the sdists and pinned sources, into the harness cache
 #   device.sh build DEADLINE     # p3: dependency bundle, models, `harness build` started (setsid)
@@ -39,7 +39,7 @@ up)
   echo "nvcc: $(command -v nvcc) $(ls -d /usr/local/cuda* 2>/dev/null | tr '\n' ' ')"; gcc --version | head -1
   cmake --version | head -1; command -v git ccache; ls /usr/include/python3.12/Python.h; nproc; df -h /tmp | tail -1
   source tools/device-docker-up.sh "$DEV/kit/docker-kit.tar.xz" || exit 7
-  # the base import takes ~2 minutes: it runs on while the next commands carry their inputs
+  # the base import takes ~2 minutes: it runs on while the next commands bring their inputs
   setsid bash -c "s=\$(date +%s); bash tools/device-base-image.sh h200-root:local > /tmp/base.log 2>&1; \
     echo \"base import: \$(( \$(date +%s) - s )) s, exit \$?\" >> /tmp/base.log; touch /tmp/base.done" \
     < /dev/null > /dev/null 2>&1 &

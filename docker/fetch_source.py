@@ -2,6 +2,7 @@
 
     fetch_source.py pypi <name> <version> --sha256 <hex> --dest DIR
     fetch_source.py git <url> <commit> --dest DIR
+    fetch_source.py file <path> <version> --sha256 <hex> --dest DIR   (an sdist in the build context)
 
 The sdist comes from PyPI's simple index and must match the sha256 pinned in the matrix; a
 git source is checked out at the full commit SHA. The tree lands in DIR with no top folder.
@@ -71,6 +72,20 @@ def sdist_url(name: str, version: str, index: str = INDEX) -> tuple[str, str | N
     sys.exit(f"fetch_source: no {want} on {index.format(name=_normalize(name))}")
 
 
+def _extract(tar: tarfile.TarFile, dest: str) -> None:
+    """extractall with the "data" filter, or (Pythons before 3.11.4 have none) after refusing
+    absolute paths, `..` and links that leave the tree, which is what that filter refuses."""
+    try:
+        tar.extractall(dest, filter="data")
+    except TypeError:
+        for m in tar.getmembers():
+            parts = Path(m.name).parts
+            if m.name.startswith("/") or ".." in parts or m.isdev() or (
+                    (m.issym() or m.islnk()) and (m.linkname.startswith("/") or ".." in Path(m.linkname).parts)):
+                sys.exit(f"fetch_source: refusing archive member {m.name!r}")
+        tar.extractall(dest)
+
+
 def fetch_pypi(name: str, version: str, sha256: str, dest: Path) -> None:
     url, _listed = sdist_url(name, version)
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,7 +96,19 @@ def fetch_pypi(name: str, version: str, sha256: str, dest: Path) -> None:
         if sha256 and got != sha256:
             sys.exit(f"fetch_source: {url}: sha256 {got} != pinned {sha256}")
         with tarfile.open(path) as tar:
-            tar.extractall(tmp, filter="data")
+            _extract(tar, tmp)
+        (top,) = [p for p in Path(tmp).iterdir() if p.is_dir()]
+        shutil.move(str(top), dest)
+
+
+def unpack_sdist(path: Path, sha256: str, dest: Path) -> None:
+    """An sdist already in the build context (offline builds): checked, then unpacked like a download."""
+    got = hashlib.sha256(path.read_bytes()).hexdigest()
+    if got != sha256:
+        sys.exit(f"fetch_source: {path}: sha256 {got} != pinned {sha256}")
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(path) as tar:
+            _extract(tar, tmp)
         (top,) = [p for p in Path(tmp).iterdir() if p.is_dir()]
         shutil.move(str(top), dest)
 
@@ -100,7 +127,12 @@ def fetch_git(url: str, commit: str, dest: Path) -> None:
 
 
 def check_args(kind: str, what: str, pin: str, sha256: str) -> None:
-    if kind == "git":
+    if kind == "file":
+        if not re.fullmatch(r"/opt/build/sources/[A-Za-z0-9._+-]+\.tar\.gz", what) or not VERSION.fullmatch(pin):
+            sys.exit(f"fetch_source: {what!r} is not an sdist under /opt/build/sources/")
+        if not sha256:
+            sys.exit("fetch_source: a file source needs --sha256")
+    elif kind == "git":
         if not GIT_URL.fullmatch(what):
             sys.exit(f"fetch_source: {what!r} is not a git URL (https://, ssh:// or user@host:path)")
         if not FULL_SHA.fullmatch(pin):
@@ -114,14 +146,16 @@ def check_args(kind: str, what: str, pin: str, sha256: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("kind", choices=["pypi", "git"])
+    ap.add_argument("kind", choices=["pypi", "git", "file"])
     ap.add_argument("what")
     ap.add_argument("pin")
     ap.add_argument("--sha256", default="")
     ap.add_argument("--dest", type=Path, required=True)
     a = ap.parse_args()
     check_args(a.kind, a.what, a.pin, a.sha256)
-    if a.kind == "pypi":
+    if a.kind == "file":
+        unpack_sdist(Path(a.what), a.sha256, a.dest)
+    elif a.kind == "pypi":
         fetch_pypi(a.what, a.pin, a.sha256, a.dest)
     else:
         fetch_git(a.what, a.pin, a.dest)

@@ -4,7 +4,9 @@
 #   docker-registry  the lock test's registry on localhost                      ~5 MB
 #   openssh-server   the ssh:// engine test (sshd on a free localhost port)    ~2 MB
 # and, where a Docker engine answers, harness-test/ray (tools/ray-image.sh: ray from PyPI) for
-# the multi-node tests.
+# the multi-node tests, and where nvcc is also there, harness-test/toolchain:cu130
+# (tools/toolchain-base.sh: torch 2.11.0 + CUDA libraries from PyPI, ~4 GB of wheels cached the
+# first time, ~6 GB image) for the source-build probe test.
 # Elsewhere nothing is installed: those tests skip, and the last lines of `make test` say which
 # and why. Idempotent: what is there is kept.
 set -euo pipefail
@@ -30,6 +32,10 @@ ray_image() {
   if docker info >/dev/null 2>&1; then
     PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/ray-image.sh" \
       || echo "test-deps: the Ray image could not be built: the multi-node tests will skip"
+    if [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then
+      PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/toolchain-base.sh" \
+        || echo "test-deps: the toolchain base could not be built: the source-build probe test will skip"
+    fi
   fi
 }
 [ ${#want[@]} -eq 0 ] && { echo "test-deps: chromium, docker-registry and sshd are installed"; ray_image; exit 0; }

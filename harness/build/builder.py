@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from harness.audit import Target, audit_path
+from harness.build import offline
 from harness.build.buildlog import check_build_log
 from harness.build.dockerfile import render
 from harness.build.render import Rendered, context_tar
@@ -178,4 +179,23 @@ def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Pat
         out[name] = build_one(rendered, engine=engine, log_dir=log_dir, force=force, on_event=on_event,
                               audit=audit, torch_cuda_arch_list=matrix.spec.stacks[name].torch_cuda_arch_list,
                               audit_ccs=(matrix.spec.hardware[matrix.spec.matrix.hardware].cc,))
+        if out[name].failed and matrix.spec.stacks[name].offline:
+            out[name] = name_fetch_attempts(matrix, name, out[name])
     return out
+
+
+def name_fetch_attempts(matrix: Matrix, name: str, outcome: BuildOutcome) -> BuildOutcome:
+    """An offline build that failed because CMake still tried to fetch: say which source."""
+    stack = matrix.spec.stacks[name]
+    table = offline.load_table(stack.vllm.pypi) if stack.vllm and stack.vllm.pypi else None
+    if table is None:
+        return outcome
+    text = "\n".join(outcome.log_tail)
+    if outcome.log_path and Path(outcome.log_path).is_file():
+        text = Path(outcome.log_path).read_text(errors="replace")
+    tried = offline.fetch_attempts(text, table)
+    if not tried:
+        return outcome
+    why = (f"vLLM's CMake tried to fetch {', '.join(tried)} with the network off: pin it in "
+           f"{table.path.name} and `harness sources fetch`, or leave it out with a patch (Leaves-out:)")
+    return outcome.model_copy(update={"reason": why + (f"; {outcome.reason}" if outcome.reason else "")})

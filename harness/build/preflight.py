@@ -28,6 +28,7 @@ CHECKING = re.compile(r"^Checking patch (?P<file>.+)\.\.\.$", re.MULTILINE)
 # Inside an enclosing git repo, paths outside the cwd are skipped without an error: a patch
 # that touches nothing must not pass, so preflight works in its own repo and still checks this.
 DIFF_PATHS = re.compile(r"^diff --git a/(?P<a>\S+) b/(?P<b>\S+)$", re.MULTILINE)
+PLAIN_PATHS = re.compile(r"^(?:---|\+\+\+) [ab]/(\S+)", re.MULTILINE)
 SKIPPED = re.compile(r"^Skipped patch '(?P<file>.+)'\.$", re.MULTILINE)
 
 
@@ -80,12 +81,15 @@ def _copy_touched(tree: Path, work: Path, patches: list[Path]) -> None:
     """Copy only the files the series touches: a vLLM tree is ~10k files, a series a handful."""
     work.mkdir(parents=True)
     for patch in patches:
-        for m in DIFF_PATHS.finditer(patch.read_text(errors="replace")):
-            for rel in (m["a"], m["b"]):
-                src, dst = tree / rel, work / rel
-                if src.is_file() and not dst.exists():
-                    dst.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(src, dst)
+        text = patch.read_text(errors="replace")
+        # `diff --git` headers, and the ---/+++ lines of a plain unified diff (no git header)
+        rels = [r for m in DIFF_PATHS.finditer(text) for r in (m["a"], m["b"])]
+        rels += PLAIN_PATHS.findall(text)
+        for rel in rels:
+            src, dst = tree / rel, work / rel
+            if src.is_file() and not dst.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dst)
 
 
 def apply_series(tree: Path, patches: list[tuple[str, Path]], *, project: str = "", source: str = "",

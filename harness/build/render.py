@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TypeVar
 
+from harness.build.offline_stack import offline_parts, online
 from harness.errors import ConfigError
 from harness.matrix.load import Matrix
 from harness.matrix.model import Stack
@@ -214,21 +215,31 @@ def render_source(matrix: Matrix, stack_name: str, *, template: Path | None = No
     template = template or DEFAULT_TEMPLATE
     text = template_text if template_text is not None else template.read_text()
     patches = patch_files(matrix, stack)
+    parts = (offline_parts(matrix, stack_name, stack, [p.data for p in patches if p.series == "vllm"])
+             if stack.offline else online(stack))
     mount, ccache_dir = CCACHE_BUILDKIT if buildkit else CCACHE_LEGACY
+    fi_aot = stack.flashinfer is None or stack.flashinfer.aot
     dockerfile = fill(text, {
         "SYNTAX": "# syntax=docker/dockerfile:1.7" if buildkit else "# legacy builder: no RUN --mount",
         "VLLM_PATCHES": _apply_lines("vllm", patches, "/opt/build/src/vllm"),
         "FLASHINFER_PATCHES": _apply_lines("flashinfer", patches, "/opt/build/src/flashinfer"),
+        "FLASHINFER_AOT": (' && FLASHINFER_CUDA_ARCH_LIST="${FLASHINFER_CUDA_ARCH_LIST}" MAX_JOBS="${MAX_JOBS}" \\\n'
+                           '      python -m flashinfer.aot --out-dir /opt/build/flashinfer-aot 2>&1 '
+                           '| tee -a /opt/build/flashinfer-build.log \\') if fi_aot
+                          else " && echo 'FlashInfer: no AOT kernels (aot = false): JIT on first use' \\",
         "CCACHE_MOUNT": mount,
         "CCACHE_DIR": ccache_dir,
+        **parts.values,
         **(extra or {}),
     }, str(template))
-    buildargs = buildargs_for(stack)
+    buildargs = {**buildargs_for(stack), **parts.buildargs}
     files = tuple(_context_support_files(template.parent, dockerfile)
-                  + [(p.context_path, p.data) for p in patches])
+                  + [(p.context_path, p.data) for p in patches] + list(parts.files))
     digest = content_hash(dockerfile, buildargs, files, stack)
-    return Rendered(stack_name, dockerfile, buildargs, labels_for(stack_name, stack, patches, digest),
-                    files, tuple(patches), digest)
+    labels = {**labels_for(stack_name, stack, patches, digest), **parts.labels}
+    if not fi_aot:
+        labels[f"{LABEL}.flashinfer.aot"] = "false"
+    return Rendered(stack_name, dockerfile, buildargs, labels, files, tuple(patches), digest)
 
 
 def content_hash(dockerfile: str, buildargs: dict[str, str], files: tuple[tuple[str, bytes], ...],

@@ -24,11 +24,11 @@ from harness.build.render import (
     content_hash,
     fill,
 )
+from harness.bundle import LOCK
 from harness.bundle import read_lock as read_bundle_lock
 from harness.errors import ConfigError
 from harness.safety.paths import read_bytes, under
 
-LOCK = "wheels.lock"
 PATCH_TARGET = re.compile(r"^\+\+\+ (?:b/)?(\S+)", re.MULTILINE)
 
 

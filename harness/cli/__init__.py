@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("harness.cli.doctor", "check this host against a matrix"),
     "env": ("harness.cli.env", "this host's fingerprint"),
     "lock": ("harness.cli.lock", "pin base-image digests and PyPI sha256s next to the matrix"),
+    "sources": ("harness.cli.sources", "fetch the pinned sources a source build needs (offline builds)"),
     "build": ("harness.cli.build", "build the stack images"),
     "audit": ("harness.cli.audit", "the GPU archs really compiled in a binary, wheel or image"),
     "run": ("harness.cli.run", "build, serve, fingerprint, benchmark and judge every cell"),

@@ -32,6 +32,11 @@ def register(sub) -> None:
     p.add_argument("--allow-unpinned", action="store_true", help="accept a base image without a digest")
     p.add_argument("--log-dir", default="runs/build-logs", help="where build-<stack>.log files go")
     p.add_argument("--no-preflight", action="store_true", help="skip the patch preflight before building")
+    p.add_argument("--probe", action="store_true",
+                   help="configure and compile only the kernels the arch verdict depends on, then audit them "
+                   "(minutes); no image to serve")
+    p.add_argument("--probe-first", action="store_true",
+                   help="probe each stack, then fully build only the stacks whose probe passed")
     p.set_defaults(func=run)
 
 
@@ -93,6 +98,12 @@ def _check_patches(matrix, stacks: list[str]) -> None:
                          hint="fix or refresh the named patch; `harness build --dry-run` shows every series")
 
 
+def _probe_failed(stacks: list[str], passed: list[str]) -> int:
+    bad = [s for s in stacks if s not in passed]
+    raise CellsFailed(f"probe failed for {', '.join(bad)}: not fully built",
+                      hint="read the probe table above and build-<stack>-probe.log")
+
+
 def run(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     stacks = _stacks(matrix, args.k)
@@ -113,6 +124,15 @@ def run(args: argparse.Namespace) -> int:
     from harness.engine import connect
 
     engine = connect()
+    if args.probe or args.probe_first:
+        from harness.build.probe_cli import run_probes
+
+        passed = run_probes(matrix, stacks, engine=engine, log_dir=Path(args.log_dir), force=args.force)
+        if args.probe:
+            return 0 if len(passed) == len(stacks) else _probe_failed(stacks, passed)
+        if not passed:
+            return _probe_failed(stacks, passed)
+        stacks = passed
     state: dict[str, tuple[str, float]] = {}
 
     def view() -> Table:

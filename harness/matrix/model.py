@@ -246,6 +246,11 @@ class VllmSource(Strict):
         (), description="Ordered patch series: paths under patches_dir, or { path = \"...\", "
         "allow_outside = true } for a file outside the matrix's repository."
     )
+    deps_wheelhouse: str | None = Field(
+        None, description="Offline builds: a folder of wheels for vLLM's runtime (and build) dependencies, "
+        "with its wheels.lock (`harness bundle install --dest`), installed with no index; relative paths "
+        "start at the matrix file."
+    )
 
     _sdist = field_validator("sdist_sha256")(classmethod(lambda cls, v: _sha256_hex(v)))
 
@@ -283,6 +288,8 @@ class FlashInferSource(Strict):
     commit: str | None = Field(None, description="Full 40-hex commit SHA when built from git.")
     prs: tuple[UpstreamPr, ...] = Field((), description="Upstream PR patches applied in order.")
     cubin: bool = Field(True, description="Also install flashinfer-cubin (prebuilt kernels) at the same version.")
+    aot: bool = Field(True, description="Compile FlashInfer's kernels ahead of time (`python -m flashinfer.aot`); "
+                      "false: the package only, kernels JIT-compiled on first use (minutes instead of an hour).")
 
     _sdist = field_validator("sdist_sha256")(classmethod(lambda cls, v: _sha256_hex(v)))
 
@@ -354,6 +361,10 @@ class Stack(Strict):
         None, description="TORCH_CUDA_ARCH_LIST, e.g. '12.1a'.")
     flashinfer_cuda_arch_list: Annotated[str, AfterValidator(_one_line)] | None = Field(
         None, description="FLASHINFER_CUDA_ARCH_LIST, e.g. '12.1a'.")
+    offline: bool = Field(
+        False, description="Build with no network: the sdists from the cache, what vLLM's CMake fetches as "
+        "pinned archives (harness/data/sources/, `harness sources fetch`), dependencies from "
+        "vllm.deps_wheelhouse. A local base image must then hold Python, torch and the CUDA toolchain.")
     max_jobs: int = Field(2, ge=1, le=1024, description="MAX_JOBS for the vLLM build.")
     nvcc_threads: int = Field(1, ge=1, le=256, description="NVCC_THREADS for the vLLM build.")
     kernel_selection: Literal["flags", "env"] = Field(

@@ -37,8 +37,9 @@ class DockerServer:
         return {"kind": "docker", "container": self.container.name}
 
     def run_python(self, source: bytes, *, timeout_s: float = 120) -> tuple[int, str]:
-        self.container.put_file("/tmp", "harness_program.py", source)
-        return self.container.exec(["python3", "/tmp/harness_program.py"], timeout_s=timeout_s)
+        # The program travels on the command line: an image may have no /tmp (a VM's root
+        # imported as a base has none) and no shell, and `-c` needs neither.
+        return self.container.exec(["python3", "-c", source.decode()], timeout_s=timeout_s)
 
     def state(self) -> ProcessState:
         st = self.container.state()

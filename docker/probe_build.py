@@ -1,0 +1,108 @@
+"""The probe of a vLLM source build, inside the image build (stdlib only; `harness build --probe`).
+
+    probe_build.py --units JSON --patched DIR --stock-source "KIND WHAT PIN" --sha256 HEX --out DIR
+
+CMake-configures the stock source and the patched one as setup.py would (Ninja, the same
+TORCH_CUDA_ARCH_LIST, CMAKE_ARGS and override variables from the environment), reads each
+unit's arch decision from both configure logs, then compiles only the units' translation
+units of the patched tree (their object targets found in build.ninja) and copies the objects
+to OUT/objects/. OUT/probe.json holds the decisions, the object names and the timings; the
+harness audits the objects (arch, SASS) after the build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+KEY_LINE = re.compile(r"harness cut|arch-specific|CUDA supported target|-- Building |Not building|CMake Error|"
+                      r"FETCHCONTENT_FULLY_DISCONNECTED|Populating|fatal:")
+
+
+def configure(src: Path, build: Path, log: Path) -> tuple[int, float]:
+    args = ["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+            "-DVLLM_TARGET_DEVICE=cuda", f"-DVLLM_PYTHON_EXECUTABLE={sys.executable}",
+            f"-DFETCHCONTENT_BASE_DIR={build}/deps", f"-DNVCC_THREADS={os.environ.get('NVCC_THREADS', '1')}",
+            *os.environ.get("CMAKE_ARGS", "").split()]
+    t0 = time.monotonic()
+    with log.open("w") as f:
+        rc = subprocess.run(args, stdout=f, stderr=subprocess.STDOUT, cwd=src).returncode
+    return rc, round(time.monotonic() - t0, 1)
+
+
+def decision(log_text: str, prefix: str) -> str | None:
+    m = re.search(re.escape(prefix) + r"\s*(\S*)", log_text)
+    return m.group(1) if m else None
+
+
+def object_target(build_ninja: str, source: str) -> str | None:
+    m = re.search(r"^build (\S+?/" + re.escape(source) + r"\.o):", build_ninja, re.MULTILINE)
+    return m.group(1) if m else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--units", required=True, help="JSON list of {family, source, decision}")
+    ap.add_argument("--patched", type=Path, required=True)
+    ap.add_argument("--stock-source", required=True)
+    ap.add_argument("--sha256", default="")
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args()
+    units = json.loads(a.units)
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "objects").mkdir(exist_ok=True)
+    result = {"units": [], "configure_s": {}, "configure_rc": {}}
+    stock = a.out / "stock-src"
+    kind, what, pin = a.stock_source.split()
+    fetch = [sys.executable, "/opt/build/fetch_source.py", kind, what, pin, "--dest", str(stock)]
+    subprocess.run(fetch + (["--sha256", a.sha256] if a.sha256 else []), check=True)
+    logs = {}
+    for name, src in (("stock", stock), ("patched", a.patched)):
+        rc, secs = configure(src, a.out / f"{name}-build", a.out / f"{name}-configure.log")
+        result["configure_s"][name], result["configure_rc"][name] = secs, rc
+        logs[name] = (a.out / f"{name}-configure.log").read_text(errors="replace")
+        for line in logs[name].splitlines():  # the decisions (and errors) into the build log
+            if KEY_LINE.search(line):
+                print(f"[{name}] {line}")
+        print(f"probe: {name} configure exit {rc} in {secs} s", flush=True)
+    shutil.rmtree(stock, ignore_errors=True)
+    if result["configure_rc"]["patched"] != 0:
+        print(logs["patched"][-3000:])
+        (a.out / "probe.json").write_text(json.dumps(result, indent=1))
+        return 1
+    ninja_text = (a.out / "patched-build" / "build.ninja").read_text()
+    targets = []
+    for u in units:
+        target = object_target(ninja_text, u["source"])
+        row = {**u, "stock": decision(logs["stock"], u["decision"]), "patched": decision(logs["patched"], u["decision"]),
+               "target": target, "object": None}
+        result["units"].append(row)
+        print(f"probe: {u['family']}: stock {row['stock']} | patched {row['patched']} | "
+              f"{'compiled: ' + target if target else 'not in this build'}", flush=True)
+        if target:
+            targets.append(target)
+    t0 = time.monotonic()
+    rc = subprocess.run(["ninja", "-C", str(a.out / "patched-build"), f"-j{os.environ.get('MAX_JOBS', '2')}",
+                         *targets]).returncode if targets else 0
+    result["compile_s"], result["compile_rc"] = round(time.monotonic() - t0, 1), rc
+    for row in result["units"]:
+        obj = a.out / "patched-build" / row["target"] if row["target"] else None
+        if obj and obj.is_file():
+            row["object"] = Path(row["source"]).name + ".o"
+            shutil.copyfile(obj, a.out / "objects" / row["object"])
+    shutil.rmtree(a.out / "stock-build", ignore_errors=True)
+    shutil.rmtree(a.out / "patched-build", ignore_errors=True)
+    (a.out / "probe.json").write_text(json.dumps(result, indent=1))
+    print(f"probe: compiled {len(targets)} unit(s) in {result['compile_s']} s, exit {rc}", flush=True)
+    return 1 if rc else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

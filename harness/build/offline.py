@@ -1,0 +1,259 @@
+"""What a vLLM source build fetches from GitHub, pinned, fetched once, handed over offline.
+
+vLLM's CMake clones CUTLASS, vllm-flash-attn, FlashMLA, QuTLASS, DeepGEMM, triton_kernels and
+fmha_sm100 at configure time. Each has an override variable naming a local tree; with those set
+and `FETCHCONTENT_FULLY_DISCONNECTED=ON` the build reaches no network. The table of what a
+release fetches lives in harness/data/sources/vllm-<version>.toml (commit, override variable,
+the paths the build reads, and the sha256 of that trimmed tree).
+
+The sha256 is of the tree's content, not of an archive: sorted `path NUL mode NUL sha256(file)`
+lines, so the same commit trimmed on any host, packed by any tar or xz, gives the same pin.
+Archives live in CACHE_ROOT/offline/; `harness sources fetch --out DIR` copies them for an
+air-gapped host and `--from DIR` (there) checks and takes them in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness import proc
+from harness.build.sources import CACHE_ROOT, GIT_SAFE
+from harness.errors import ConfigError, EnvironmentProblem
+
+OFFLINE = CACHE_ROOT / "offline"
+TABLES = Path(str(resources.files("harness").joinpath("data", "sources")))
+SHA = re.compile(r"^[0-9a-f]{40}$")
+NAME = re.compile(r"^[a-z][a-z0-9_-]{0,40}$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SubmoduleEntry(_Strict):
+    path: str = Field(description="Where the submodule sits in the parent tree.")
+    url: str = Field(description="Its git URL (https).")
+    commit: str = Field(pattern=SHA.pattern, description="The commit the parent pins (git ls-tree).")
+
+
+class SourceEntry(_Strict):
+    name: str = Field(pattern=NAME.pattern, description="Short name, used in errors and file names.")
+    url: str = Field(description="The git URL vLLM's CMake would clone.")
+    commit: str = Field(pattern=SHA.pattern, description="The commit it pins (a tag is resolved to its commit).")
+    ref: str = Field("", description="The tag or branch vLLM names, when it names one (for humans).")
+    env: str = Field(pattern=r"^[A-Z][A-Z0-9_]+$", description="The override variable (an env var CMake reads).")
+    declared_in: str = Field(description="The file of the vLLM source that declares the fetch.")
+    keep: list[str] = Field(min_length=1, description="Paths of the tree the build reads; the rest is dropped.")
+    submodules: list[SubmoduleEntry] = Field(default_factory=list, description="Submodules the build reads.")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of the trimmed tree's content (see module doc).")
+    note: str = Field("", description="Why this source is needed, or what reads it.")
+
+
+class Unpinned(_Strict):
+    name: str = Field(pattern=NAME.pattern, description="Short name, as in a patch's Leaves-out line.")
+    url: str = Field(description="The git URL vLLM's CMake would clone.")
+    commit: str = Field("", description="The commit it names, if it names one.")
+    ref: str = Field("", description="The tag it names, if it names one.")
+    env: str = Field(pattern=r"^[A-Z][A-Z0-9_]+$", description="The override variable.")
+    declared_in: str = Field(description="The file of the vLLM source that declares the fetch.")
+
+
+class SourceTable(_Strict):
+    vllm: str = Field(description="The vLLM release this table was read from.")
+    read_from: str = Field(description="Where the table was read (sdist file and its sha256).")
+    sources: list[SourceEntry]
+    unpinned: list[Unpinned] = Field(default_factory=list, description="Fetched by the build, not pinned here.")
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str
+    url: str
+    commit: str
+    env: str
+    keep: tuple[str, ...]
+    submodules: tuple[tuple[str, str, str], ...]
+    sha256: str
+
+    @property
+    def archive_name(self) -> str:
+        return f"{self.name}-{self.commit[:12]}.tar.xz"
+
+
+def table_path(vllm_version: str) -> Path:
+    return TABLES / f"vllm-{vllm_version}.toml"
+
+
+@dataclass(frozen=True)
+class Table:
+    vllm: str
+    pins: tuple[Pin, ...]
+    unpinned: tuple[tuple[str, str, str], ...]  # (name, url, env): declared by vLLM, no pin here
+    path: Path
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.pins) + tuple(u[0] for u in self.unpinned)
+
+
+def load_table(vllm_version: str, path: Path | None = None) -> Table | None:
+    """What a vLLM release fetches, or None when no table exists for it."""
+    path = path or table_path(vllm_version)
+    if not path.is_file():
+        return None
+    try:
+        table = SourceTable.model_validate(tomllib.loads(path.read_text()))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the file") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"{path}: {where}: {first['msg']}", hint="fix the source table") from None
+    pins = tuple(Pin(s.name, s.url, s.commit, s.env, tuple(s.keep),
+                     tuple((m.path, m.url, m.commit) for m in s.submodules), s.sha256) for s in table.sources)
+    return Table(table.vllm, pins, tuple((u.name, u.url, u.env) for u in table.unpinned), path)
+
+
+def tree_sha256(root: Path) -> str:
+    """Content digest of a tree: sorted `path NUL mode NUL sha256` lines (mode 'x', '-' or 'l')."""
+    lines = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            lines.append(f"{rel}\0l\0{os.readlink(path)}\n")
+        elif path.is_file():
+            mode = "x" if os.access(path, os.X_OK) else "-"
+            lines.append(f"{rel}\0{mode}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n")
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+def _git(argv: list[str], what: str) -> str:
+    res = proc.run(["git", *GIT_SAFE, *argv], timeout=1800)
+    if not res.ok:
+        raise EnvironmentProblem(f"{what}: git {argv[2] if len(argv) > 2 else argv[0]} failed: "
+                                 f"{res.stderr.strip()[-300:]}", hint="check the URL, the commit and the network")
+    return res.stdout
+
+
+def _export(repo: str, commit: str, dest: Path, what: str, paths: list[str]) -> None:
+    """`paths` of the tree of `commit` into dest: from a local git folder (a mirror) or a URL
+    (depth-1 fetch). Only the kept paths are read: a mirror may lack the blobs of the rest."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if Path(repo).is_dir():
+            git_dir = repo
+        else:
+            git_dir = str(Path(tmp) / "g")
+            _git(["init", "-q", "--bare", "--", git_dir], what)
+            _git(["-C", git_dir, "fetch", "-q", "--depth", "1", "--", repo, commit], what)
+        tar_path = Path(tmp) / "tree.tar"
+        res = proc.run(["git", "-C", git_dir, "archive", "--format=tar", "-o", str(tar_path), commit, "--", *paths],
+                       timeout=1800)
+        if not res.ok:
+            raise EnvironmentProblem(f"{what}: cannot export {commit} from {repo}: {res.stderr.strip()[-300:]}",
+                                     hint="fetch that commit into the mirror, or give its URL")
+        with tarfile.open(tar_path) as tar:
+            tar.extractall(dest, filter="data")
+
+
+def assemble(pin: Pin, repos: dict[str, str], dest: Path) -> None:
+    """The trimmed tree of `pin` into dest. `repos` maps a URL to a local mirror to read instead."""
+    subs = [path for path, _u, _c in pin.submodules]
+
+    def under(rel: str, sub: str) -> bool:
+        return rel == sub or rel.startswith(sub + "/")
+
+    own = [k for k in pin.keep if not any(under(k, s) for s in subs)]
+    _export(repos.get(pin.url, pin.url), pin.commit, dest, pin.name, own)
+    for path, url, commit in pin.submodules:
+        inner = [k[len(path) + 1:] for k in pin.keep if under(k, path) and k != path]
+        _export(repos.get(url, url), commit, dest / path, f"{pin.name}/{path}", inner or ["."])
+    for rel in pin.keep:
+        if not (dest / rel).exists():
+            raise ConfigError(f"{pin.name}: kept path {rel!r} is not in the tree", hint="fix `keep` in the source table")
+
+
+def pack(tree: Path, archive: Path) -> None:
+    """tar.xz with fixed owner and mtime (the pin is of the content; this keeps archives stable too)."""
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    tmp = archive.with_suffix(".part")
+
+    def norm(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.mtime = 0
+        return info
+
+    with tarfile.open(tmp, "w:xz", preset=6) as tar:
+        for path in sorted(tree.rglob("*")):
+            tar.add(path, arcname=path.relative_to(tree).as_posix(), recursive=False, filter=norm)
+    tmp.rename(archive)
+
+
+def check_archive(pin: Pin, archive: Path) -> None:
+    """Unpack to a scratch folder and compare the content digest with the pin."""
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            with tarfile.open(archive) as tar:
+                tar.extractall(tmp, filter="data")
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            raise EnvironmentProblem(f"{archive}: not a readable archive ({exc})",
+                                     hint="delete it and run `harness sources fetch` again") from None
+        got = tree_sha256(Path(tmp))
+    if got != pin.sha256:
+        raise ConfigError(f"{archive.name}: content sha256 {got} does not match the pin {pin.sha256} "
+                          f"({pin.name} @ {pin.commit[:12]})",
+                          hint="the archive is of another commit or trimmed differently: fetch it again")
+
+
+def fetch(pin: Pin, *, repos: dict[str, str] | None = None, from_dir: Path | None = None,
+          cache: Path = OFFLINE) -> Path:
+    """The checked archive of `pin` in the cache: already there, from `from_dir` (archives another
+    host made), or assembled from git (a mirror in `repos`, else the URL)."""
+    archive = cache / pin.archive_name
+    if archive.is_file():
+        return archive
+    if from_dir is not None:
+        src = from_dir / pin.archive_name
+        if not src.is_file():
+            raise EnvironmentProblem(f"{pin.name}: {src} does not exist",
+                                     hint="on a host with network: `harness sources fetch -m MATRIX --out DIR`")
+        check_archive(pin, src)
+        cache.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, archive)
+        return archive
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "tree"
+        assemble(pin, repos or {}, tree)
+        got = tree_sha256(tree)
+        if got != pin.sha256:
+            raise ConfigError(f"{pin.name} @ {pin.commit[:12]}: trimmed tree sha256 {got} does not match the pin "
+                              f"{pin.sha256}", hint="the commit or the keep list changed: fix the source table")
+        pack(tree, archive)
+    return archive
+
+
+def missing(pins: tuple[Pin, ...], cache: Path = OFFLINE) -> list[Pin]:
+    return [p for p in pins if not (cache / p.archive_name).is_file()]
+
+
+def fetch_attempts(log_text: str, table: Table) -> list[str]:
+    """Names of the sources the configure log shows CMake trying to download (with the network
+    off, failing to): a build that would fetch anyway is named, not guessed."""
+    found = []
+    lowered = log_text.lower()
+    for name, url in [(p.name, p.url) for p in table.pins] + [(u[0], u[1]) for u in table.unpinned]:
+        repo = url.removesuffix(".git").lower()
+        if repo in lowered or re.search(rf"populating {re.escape(name.lower())}\b", lowered):
+            found.append(name)
+    return found

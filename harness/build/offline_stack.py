@@ -1,0 +1,184 @@
+"""The structure of a stack's Dockerfile that depends on where its inputs come from.
+
+Online (the default): the base stage installs Python from apt and torch from its index, the
+sdists are downloaded inside the build (sha256 checked) and vLLM's CMake clones what it needs.
+Offline (`offline = true`): everything arrives in the build context, pinned: the sdists from the
+cache, each source vLLM's CMake would fetch as a checked archive unpacked to the path its
+override variable names (with FETCHCONTENT_FULLY_DISCONNECTED=ON), and the dependencies from
+`vllm.deps_wheelhouse`. A local base (a `docker import`ed root) must hold Python, torch, nvcc,
+cmake and ninja; the base stage checks them instead of installing them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.build import offline, sources
+from harness.bundle import LOCK
+from harness.bundle import read_lock as read_bundle_lock
+from harness.errors import ConfigError
+from harness.matrix.model import Stack
+from harness.safety.paths import read_bytes, under
+
+LEAVES_OUT = re.compile(r"^Leaves-out:\s*(.+)$", re.MULTILINE)
+
+REGISTRY_BASE = '''# deadsnakes is not needed on ubuntu24.04 for 3.12; other versions fail here, loudly.
+RUN apt-get update \\
+ && apt-get install -y --no-install-recommends \\
+      python${PYTHON_VERSION} python${PYTHON_VERSION}-venv python${PYTHON_VERSION}-dev \\
+      git ccache ca-certificates build-essential ninja-build \\
+ && rm -rf /var/lib/apt/lists/* \\
+ && python${PYTHON_VERSION} -m venv /opt/venv
+ENV PATH=/opt/venv/bin:${PATH} VIRTUAL_ENV=/opt/venv
+RUN python -m pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}" \\
+ && python -m pip install "cmake>=3.26" ninja packaging "setuptools>=77" setuptools-scm wheel build'''
+
+# A local base has no package index behind it: what the build needs must already be there.
+LOCAL_BASE = '''# Local base: Python, torch and the CUDA toolchain are the base's own (no index reachable).
+# (nvcc where a CUDA install puts it, if the base's PATH lacks it; torch finds CUDA through it;
+# /tmp, which a root file system imported without it lacks and nvcc needs; `python -m pip`: a
+# venv may have no pip script, and the system pip refuses to install, PEP 668)
+ENV PATH=${PATH}:/usr/local/cuda/bin:/usr/local/cuda-13.0/bin
+RUN mkdir -p -m 1777 /tmp && python -c "import sys, torch; v = torch.__version__.split('+')[0]; \\
+sys.exit(0 if v == '${TORCH_VERSION}' else f'the base has torch {v}, the stack pins ${TORCH_VERSION}')" \\
+ && python -c "import os, sys, sysconfig; h = sysconfig.get_paths()['include']; \\
+sys.exit(0 if os.path.isfile(h + '/Python.h') else 'no Python.h in ' + h + ': the base needs Python headers')" \\
+ && echo "nvcc: $(command -v nvcc)" && nvcc --version | tail -1 && cmake --version | head -1 \\
+ && echo "ninja $(ninja --version)" && python --version && gcc --version | head -1'''
+
+
+@dataclass(frozen=True)
+class OfflineParts:
+    values: dict[str, str]  # template placeholders
+    files: tuple[tuple[str, bytes], ...]  # build-context files
+    buildargs: dict[str, str]  # overrides of render.buildargs_for
+    labels: dict[str, str]
+
+
+def left_out(patch_texts: list[bytes]) -> set[str]:
+    """Sources a patch series removes from the build: `Leaves-out: a, b` in a patch's header."""
+    names: set[str] = set()
+    for data in patch_texts:
+        head = data.decode("utf-8", "replace").split("\ndiff --git", 1)[0]
+        for m in LEAVES_OUT.finditer(head):
+            names |= {n.strip() for n in m.group(1).split(",") if n.strip()}
+    return names
+
+
+def online(stack: Stack) -> OfflineParts:
+    base = LOCAL_BASE if stack.base_image and stack.base_image.local else REGISTRY_BASE
+    return OfflineParts({
+        "BASE_SETUP": base,
+        "DEPS_WHEELHOUSE": "# dependencies come from the package index",
+        "SOURCES_COPY": "# sources are downloaded during the build (sha256 checked)",
+        "PIP_OFFLINE": "",
+        "OFFLINE_SOURCES": "# vLLM's CMake fetches what it needs from GitHub",
+        "OFFLINE_ENV": " && true \\",
+    }, (), {}, {})
+
+
+def _wheelhouse(matrix, stack_name: str, deps_wheelhouse: str) -> tuple[list[tuple[str, bytes]], str]:
+    """The dependency wheels and their lock, each checked against the lock's sha256. The lock is
+    read as the wheel stacks read it (types, wheel file names, bounded size and depth) and every
+    wheel must lie inside the wheelhouse."""
+    key = f"stacks.{stack_name}.vllm.deps_wheelhouse"
+    rel = Path(deps_wheelhouse)
+    where = rel if rel.is_absolute() else (matrix.path.parent / rel).resolve()
+    if not (where / LOCK).is_file():
+        raise ConfigError(f"{key}: no {where / LOCK}",
+                          hint=f"unpack the bundle there first: `harness bundle install DIR --dest {where}`")
+    lock = read_bundle_lock(where)
+    files = [("wheelhouse/" + LOCK, read_bytes(where / LOCK, limit=16 << 20, what="wheel lock"))]
+    for e in lock["wheels"]:
+        wheel = under(where, e["file"], what=f"{where / LOCK}: wheel")  # never outside the wheelhouse
+        data = read_bytes(wheel, limit=8 << 30, what="wheel")
+        if hashlib.sha256(data).hexdigest() != e["sha256"]:
+            raise ConfigError(f"{wheel}: sha256 differs from {LOCK}",
+                              hint="the wheelhouse was changed after the bundle was made: install it again")
+        files.append(("wheelhouse/" + e["file"], data))
+    return files, f"{len(files) - 1} wheels, {LOCK} sha256 checked"
+
+
+def _cached_sdist(src) -> Path | None:
+    want = sources.sdist_filename(src.name, src.pin)
+    for candidate in (sources.SDIST_CACHE / want, sources.CACHE / want):
+        if candidate.is_file():
+            return sources.sdist(src)  # checks the pinned sha256
+    return None
+
+
+def offline_parts(matrix, stack_name: str, stack: Stack, patch_texts: list[bytes]) -> OfflineParts:
+    """Everything an offline build of this stack needs, from the cache; a missing piece is an
+    error naming it and the command that fetches it."""
+    where = f"stacks.{stack_name}"
+    if stack.vllm is None or not stack.vllm.pypi:
+        raise ConfigError(f"{where}: an offline build needs vllm.pypi (a release sdist)",
+                          hint="pin a release, or drop `offline`")
+    if stack.flashinfer is not None and stack.flashinfer.cubin:
+        raise ConfigError(f"{where}.flashinfer.cubin: flashinfer-cubin comes from the package index",
+                          hint="set cubin = false for an offline build (the AOT kernels, or JIT, instead)")
+    fetch_hint = f"run `harness sources fetch -m {matrix.path}` (with network, or --from DIR)"
+    files: list[tuple[str, bytes]] = []
+    buildargs: dict[str, str] = {}
+    for project, src in (("vllm", sources.vllm_source(stack)), ("flashinfer", sources.flashinfer_source(stack))):
+        if src.kind != "pypi" or not src.sha256:
+            raise ConfigError(f"{where}.{project}: an offline build needs a PyPI release with sdist_sha256",
+                              hint="pin the sdist's sha256 (the index lists it)")
+        path = _cached_sdist(src)
+        if path is None:
+            raise ConfigError(f"{where}.{project}: {sources.sdist_filename(src.name, src.pin)} is not in the cache",
+                              hint=fetch_hint)
+        files.append((f"sources/{path.name}", path.read_bytes()))
+        buildargs[f"{project.upper()}_SOURCE"] = f"file /opt/build/sources/{path.name} {src.pin}"
+    table = offline.load_table(stack.vllm.pypi)
+    if table is None:
+        raise ConfigError(f"{where}: no table of what vLLM {stack.vllm.pypi}'s CMake fetches "
+                          f"({offline.table_path(stack.vllm.pypi).name})",
+                          hint="write one (harness/data/sources/), or drop `offline`")
+    cut = left_out(patch_texts)
+    unknown = cut - set(table.names)
+    if unknown:
+        raise ConfigError(f"{where}: a patch leaves out {', '.join(sorted(unknown))}, which vLLM "
+                          f"{table.vllm} does not fetch", hint=f"use names from {table.path.name}")
+    needed_unpinned = [u for u in table.unpinned if u[0] not in cut]
+    if needed_unpinned:
+        raise ConfigError(f"{where}: vLLM {table.vllm}'s CMake fetches "
+                          f"{', '.join(u[0] for u in needed_unpinned)}, which {table.path.name} does not pin",
+                          hint="pin it there (tools/pin-offline-sources.py), or apply a patch that leaves it out")
+    pins = [p for p in table.pins if p.name not in cut]
+    lines, envs = [], ['-DFETCHCONTENT_FULLY_DISCONNECTED=ON']
+    exports = []
+    for pin in pins:
+        archive = offline.OFFLINE / pin.archive_name
+        if not archive.is_file():
+            raise ConfigError(f"{where}: the pinned source {pin.name} ({pin.commit[:12]}) is not in the cache",
+                              hint=fetch_hint)
+        files.append((f"sources/{pin.archive_name}", archive.read_bytes()))
+        lines.append(f"mkdir -p /opt/build/deps/{pin.name} && tar -C /opt/build/deps/{pin.name} "
+                     f"-xJf /opt/build/sources/{pin.archive_name}")
+        exports.append(f"{pin.env}=/opt/build/deps/{pin.name}")
+    values = {
+        "BASE_SETUP": LOCAL_BASE if stack.base_image and stack.base_image.local else REGISTRY_BASE,
+        "SOURCES_COPY": "COPY sources/ /opt/build/sources/",
+        "PIP_OFFLINE": "--no-index --no-deps ",
+        "OFFLINE_SOURCES": ("# what vLLM's CMake would fetch, from pinned archives (content sha256 checked "
+                            "when they entered the cache)\nRUN " + " \\\n && ".join(lines)) if lines
+                           else "# every fetched source is left out by a patch",
+        "OFFLINE_ENV": (f' && export CMAKE_ARGS="{" ".join(envs)}" ' + " ".join(exports) + " \\"),
+    }
+    labels = {"harness.offline": "true",
+              "harness.vllm.offline-sources": ",".join(f"{p.name}@{p.commit[:12]} sha256:{p.sha256}" for p in pins),
+              "harness.vllm.left-out": ",".join(sorted(cut))}
+    if stack.vllm.deps_wheelhouse:
+        wfiles, what = _wheelhouse(matrix, stack_name, stack.vllm.deps_wheelhouse)
+        files += wfiles
+        values["DEPS_WHEELHOUSE"] = ("# dependencies (and build requirements) from the pinned wheelhouse, no index\n"
+                                     "COPY wheelhouse/ /opt/build/wheelhouse/\n"
+                                     "RUN python -m pip install --no-index --no-deps --no-compile /opt/build/wheelhouse/*.whl")
+        labels["harness.vllm.deps-wheelhouse"] = what
+    else:
+        values["DEPS_WHEELHOUSE"] = "# no dependency wheelhouse: the base must hold vLLM's dependencies"
+    return OfflineParts(values, tuple(files), buildargs, labels)

@@ -1,0 +1,226 @@
+"""Pinned offline sources for vLLM source builds: the table, the content pin, the cache, the
+air-gap hand-over, the offline render and the configure-log check.
+
+Real pieces: git repositories made here with the real `git` (a parent with a submodule-like
+second repository), the vLLM 0.25.1 PyPI sdist (its CMake files hold every name and override
+variable the table declares), and configure logs of that sdist captured with nvcc 13.0
+(tests/fixtures/build/cmake/vllm-0.25.1-*.configure.log).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from harness.build import offline, sources
+from harness.build.offline_stack import left_out, offline_parts
+from harness.errors import ConfigError, EnvironmentProblem
+from harness.matrix.load import load_matrix
+
+ROOT = Path(__file__).resolve().parent.parent
+CMAKE = ROOT / "tests" / "fixtures" / "build" / "cmake"
+VLLM_0251_SHA = "ddbdec3f1c0f21afa70b7eb6ddf3faa29d26b1302ee4b5d5e00ec3af41b0c2e4"
+
+
+def _git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=cwd, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def _repo(path: Path, files: dict[str, str]) -> str:
+    path.mkdir(parents=True)
+    _git("init", "-q", cwd=path)
+    for rel, text in files.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(text)
+    _git("add", "-A", cwd=path)
+    _git("commit", "-qm", "x", cwd=path)
+    return _git("rev-parse", "HEAD", cwd=path)
+
+
+@pytest.fixture()
+def repos(tmp_path):
+    sub = _repo(tmp_path / "sub", {"include/a.h": "int a;\n", "docs/big.md": "not kept\n"})
+    top = _repo(tmp_path / "top", {"CMakeLists.txt": "project(x)\n", "src/k.cu": "__global__ void k(){}\n",
+                                   "tests/t.py": "not kept\n"})
+    return tmp_path, top, sub
+
+
+def _pin(top: str, sub: str, sha: str = "0" * 64) -> offline.Pin:
+    return offline.Pin("demo", "https://example.invalid/top.git", top, "DEMO_SRC_DIR",
+                       ("CMakeLists.txt", "src", "third/sub/include"),
+                       (("third/sub", "https://example.invalid/sub.git", sub),), sha)
+
+
+def _mirrors(tmp: Path) -> dict[str, str]:
+    return {"https://example.invalid/top.git": str(tmp / "top"), "https://example.invalid/sub.git": str(tmp / "sub")}
+
+
+def test_trim_keeps_only_what_the_build_reads_and_the_pin_is_of_content(repos):
+    tmp, top, sub = repos
+    tree = tmp / "tree"
+    offline.assemble(_pin(top, sub), _mirrors(tmp), tree)
+    got = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file())
+    assert got == ["CMakeLists.txt", "src/k.cu", "third/sub/include/a.h"]
+    digest = offline.tree_sha256(tree)
+    (tree / "src" / "k.cu").write_text("__global__ void k(){ }\n")
+    assert offline.tree_sha256(tree) != digest
+    (tree / "src" / "k.cu").write_text("__global__ void k(){}\n")
+    assert offline.tree_sha256(tree) == digest
+    (tree / "src" / "k.cu").chmod(0o755)
+    assert offline.tree_sha256(tree) != digest
+
+
+def test_fetch_checks_the_pin_and_hands_archives_to_an_air_gapped_cache(repos):
+    tmp, top, sub = repos
+    tree = tmp / "t"
+    offline.assemble(_pin(top, sub), _mirrors(tmp), tree)
+    pin = _pin(top, sub, offline.tree_sha256(tree))
+    with pytest.raises(ConfigError, match="does not match the pin"):
+        offline.fetch(_pin(top, sub), repos=_mirrors(tmp), cache=tmp / "c0")
+    archive = offline.fetch(pin, repos=_mirrors(tmp), cache=tmp / "c1")
+    assert archive.name == f"demo-{top[:12]}.tar.xz"
+    with tarfile.open(archive) as t:
+        assert {m.uid for m in t.getmembers()} == {0} and {m.mtime for m in t.getmembers()} == {0}
+    usb = tmp / "usb"
+    usb.mkdir()
+    shutil.copy(archive, usb)
+    got = offline.fetch(pin, from_dir=usb, cache=tmp / "c2")  # no git, no network: checked archive
+    assert got.read_bytes() == archive.read_bytes()
+    # a tampered archive is refused by its content
+    bad = tmp / "bad"
+    shutil.copytree(tree, bad / "x")
+    (bad / "x" / "src" / "k.cu").write_text("evil\n")
+    offline.pack(bad / "x", tmp / "evil" / pin.archive_name)
+    with pytest.raises(ConfigError, match="content sha256"):
+        offline.fetch(pin, from_dir=tmp / "evil", cache=tmp / "c3")
+    with pytest.raises(EnvironmentProblem, match="does not exist"):
+        offline.fetch(pin, from_dir=tmp / "nothing-here", cache=tmp / "c4")
+
+
+def test_a_commit_missing_from_the_mirror_is_named(repos):
+    tmp, top, sub = repos
+    pin = _pin("1" * 40, sub)
+    with pytest.raises(EnvironmentProblem, match="cannot export 1111111111"):
+        offline.fetch(pin, repos=_mirrors(tmp), cache=tmp / "c")
+
+
+@pytest.fixture(scope="module")
+def vllm_0251_tree():
+    return sources.tree(sources.Source("vllm", "pypi", "vllm", "0.25.1", VLLM_0251_SHA))
+
+
+@pytest.mark.network
+def test_table_matches_what_vllm_0251_cmake_fetches(vllm_0251_tree):
+    """Every declared source: its override variable and its pin appear in the vLLM file named."""
+    table = offline.load_table("0.25.1")
+    raw = __import__("tomllib").loads(table.path.read_text())
+    entries = raw["sources"] + raw["unpinned"]
+    assert {e["name"] for e in entries} == {"cutlass", "flash-attention", "qutlass", "flashmla", "deepgemm",
+                                            "triton_kernels", "fmha_sm100"}
+    for e in entries:
+        declared = vllm_0251_tree / e["declared_in"].split(" ")[0]
+        text = declared.read_text()
+        assert f"ENV{{{e['env']}}}" in text, (e["name"], declared)
+        assert (e.get("commit") and e["commit"] in text) or (e.get("ref") and e["ref"] in text), e["name"]
+        repo = e["url"].removesuffix(".git").lower()
+        assert repo in text.lower(), e["name"]
+    # and nothing else is fetched: every FetchContent/ExternalProject source is in the table
+    declared_files = {e["declared_in"].split(" ")[0] for e in entries}
+    cmake_files = ["CMakeLists.txt", *(f"cmake/external_projects/{p.name}"
+                                       for p in (vllm_0251_tree / "cmake" / "external_projects").glob("*.cmake"))]
+    fetching = {f for f in cmake_files if "GIT_REPOSITORY" in (vllm_0251_tree / f).read_text()}
+    assert fetching == declared_files
+
+
+def test_configure_log_names_the_sources_cmake_tried_to_fetch():
+    table = offline.load_table("0.25.1")
+    tried = offline.fetch_attempts((CMAKE / "vllm-0.25.1-uncut-no-network.configure.log").read_text(), table)
+    assert tried == ["deepgemm", "triton_kernels"]
+    assert offline.fetch_attempts((CMAKE / "vllm-0.25.1-cut-9.0a_12.1a.configure.log").read_text(), table) == []
+
+
+def test_cut_patch_declares_what_it_leaves_out():
+    cut = (ROOT / "patches" / "vllm" / "0002-vllm-0.25.1-cut-for-a-short-build.patch").read_bytes()
+    arch = (ROOT / "patches" / "vllm" / "0001-vllm-0.25.1-cmake-sm121a-on-cuda13.patch").read_bytes()
+    assert left_out([arch]) == set()
+    assert left_out([arch, cut]) == {"flash-attention", "flashmla", "qutlass", "deepgemm", "triton_kernels",
+                                     "fmha_sm100"}
+    assert left_out([cut]) <= set(offline.load_table("0.25.1").names)
+
+
+def _offline_matrix(tmp_path: Path, patches: str, wheelhouse: str = "") -> Path:
+    text = (ROOT / "matrix" / "h200-source.toml").read_text()
+    text = text.replace('deps_wheelhouse = "/tmp/wheelhouse"', wheelhouse)
+    old = text[text.index("patches = [\"vllm/0001"):text.index("]", text.index("patches = [\"vllm/0001")) + 1]
+    path = ROOT / "matrix" / f".test-offline-{tmp_path.name}.toml"  # patches resolve from matrix/
+    path.write_text(text.replace(old, patches))
+    return path
+
+
+@pytest.fixture(scope="module")
+def offline_sdists():
+    """The two sdists an offline render reads from the cache (downloaded once, sha256 checked)."""
+    sources.sdist(sources.Source("vllm", "pypi", "vllm", "0.25.1", VLLM_0251_SHA))
+    sources.sdist(sources.Source("flashinfer", "pypi", "flashinfer-python", "0.6.13",
+                                 "8a6d7d3708c7c87952390ec4e3aabe6e1c356defa8c7211b26bccaa355a61c59"))
+
+
+ARCH = ROOT / "patches" / "vllm" / "0001-vllm-0.25.1-cmake-sm121a-on-cuda13.patch"
+CUT = ROOT / "patches" / "vllm" / "0002-vllm-0.25.1-cut-for-a-short-build.patch"
+
+
+@pytest.mark.network
+def test_offline_render_errors_name_the_missing_piece_and_the_fix(offline_sdists, tmp_path, monkeypatch):
+    monkeypatch.setattr(offline, "OFFLINE", tmp_path / "empty-cache")
+    path = _offline_matrix(tmp_path, 'patches = ["vllm/0001-vllm-0.25.1-cmake-sm121a-on-cuda13.patch"]')
+    try:
+        m = load_matrix(path)
+        stack = m.spec.stacks["src-0251"]
+        with pytest.raises(ConfigError, match="flashmla, deepgemm, triton_kernels, fmha_sm100, which "
+                                              "vllm-0.25.1.toml does not pin"):
+            offline_parts(m, "src-0251", stack, [ARCH.read_bytes()])
+        with pytest.raises(ConfigError, match="cutlass .* is not in the cache") as exc:
+            offline_parts(m, "src-0251", stack, [ARCH.read_bytes(), CUT.read_bytes()])
+        assert "harness sources fetch" in exc.value.hint
+    finally:
+        path.unlink()
+
+
+@pytest.mark.network
+def test_offline_render_hands_every_input_over_in_the_context(offline_sdists, tmp_path, monkeypatch):
+    from harness.build.dockerfile import render
+    from harness.build.probe import load_units, render_probe
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    pin = offline.load_table("0.25.1").pins[0]
+    (cache / pin.archive_name).write_bytes(b"archive bytes")  # content was checked on entering the cache
+    monkeypatch.setattr(offline, "OFFLINE", cache)
+    path = _offline_matrix(tmp_path, 'patches = ["vllm/0001-vllm-0.25.1-cmake-sm121a-on-cuda13.patch", '
+                                     '"vllm/0002-vllm-0.25.1-cut-for-a-short-build.patch"]')
+    try:
+        m = load_matrix(path)
+        r = render(m, "src-0251")
+    finally:
+        path.unlink()
+    text = r.dockerfile
+    names = dict(r.files)
+    assert names[f"sources/{pin.archive_name}"] == b"archive bytes"
+    assert "sources/vllm-0.25.1.tar.gz" in names and "sources/flashinfer_python-0.6.13.tar.gz" in names
+    assert r.buildargs["VLLM_SOURCE"] == "file /opt/build/sources/vllm-0.25.1.tar.gz 0.25.1"
+    assert 'export CMAKE_ARGS="-DFETCHCONTENT_FULLY_DISCONNECTED=ON" VLLM_CUTLASS_SRC_DIR=/opt/build/deps/cutlass' in text
+    assert "pip install --no-build-isolation --no-index --no-deps -v ." in text
+    assert "apt-get" not in text and "--index-url" not in text  # a local base: nothing from an index
+    assert "python -m flashinfer.aot" not in text  # aot = false
+    assert r.labels["harness.vllm.left-out"] == "deepgemm,flash-attention,flashmla,fmha_sm100,qutlass,triton_kernels"
+    assert r.labels["harness.vllm.offline-sources"].startswith(f"cutlass@{pin.commit[:12]} sha256:{pin.sha256}")
+    p = render_probe(r, m, load_units("0.25.1"))
+    assert "FROM flashinfer" not in p.dockerfile and "FROM base AS vllm" in p.dockerfile
+    assert "probe_build.py --units" in p.dockerfile and "pip install --no-build-isolation" not in p.dockerfile.split(
+        "--- vLLM build")[1]
+    assert p.content_hash != r.content_hash and p.labels["harness.role"] == "probe"

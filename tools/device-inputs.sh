@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Everything a source-build visit to a host with no network, no Docker and no package index needs
+# (the H200 test machine: at most 64 MiB per command), made here, one folder per command:
+#   OUT/p1/  kit/docker-kit.tar.xz (tools/make-docker-kit.sh) + hwhl/ (the harness's own
+#            dependencies that host lacks, cp312 wheels)                             ~55 MB
+#   OUT/p2/  src/: the vLLM and FlashInfer sdists and the pinned sources vLLM's CMake
+#            would fetch (`harness sources fetch --out`)                             ~49 MB
+#   OUT/p3/  deps/: the dependency bundle (bundles/vllm-0.25.1-h200-deps.toml)         ~30 MB
+# usage: tools/device-inputs.sh OUT [MATRIX]   (default matrix/h200-source.toml)
+# Each folder goes with one command of examples/h200-source/device.sh (DEV=that folder).
+set -euo pipefail
+out=$(realpath -m "${1:?usage: device-inputs.sh OUT [MATRIX]}"); matrix=${2:-matrix/h200-source.toml}
+cd "$(dirname "$0")/.."
+PY=${PY:-python3}
+# the harness's runtime dependencies the host's Python 3.12 lacks (it has rich, requests, urllib3,
+# matplotlib, uvloop, nvidia-ml-py, typing-extensions); versions as installed here
+HWHL="docker==7.2.0 tenacity==9.2.1 pydantic==2.14.4 pydantic_core==2.50.5 annotated_types==0.8.0 \
+typing_inspection==0.4.5 tomli_w==1.2.0 isal==1.9.1"
+mkdir -p "$out"/p1/kit "$out"/p1/hwhl "$out"/p2/src "$out"/p3
+[ -f "$out/p1/kit/docker-kit.tar.xz" ] || bash tools/make-docker-kit.sh "$out/p1/kit" >/dev/null
+# shellcheck disable=SC2086
+"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  -d "$out/p1/hwhl" $HWHL
+harness() { "$PY" -m harness "$@"; }
+harness sources fetch -m "$matrix" --out "$out/p2/src"
+[ -f "$out/p3/deps/part_00" ] || harness bundle make bundles/vllm-0.25.1-h200-deps.toml --out "$out/p3/deps"
+du -sh "$out"/p1 "$out"/p2 "$out"/p3

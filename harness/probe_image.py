@@ -11,8 +11,14 @@ import platform
 import re
 import sys
 
-_SECRET = re.compile(r"token(?!s|izer)|key|secret|passw(?:or)?d", re.IGNORECASE)
+# the same names harness.redact masks (this file runs alone inside images: no harness import)
+_SECRET = re.compile(r"token(?!s|izer)|key|secret|pass|credential|private|session|cookie|_pw$",
+                     re.IGNORECASE)
 _HF = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
+# credentials inside a URL: the user part (user:password@, token@) and token-like query parameters
+_URL_USER = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]{0,30}://)[^/@\s:]{1,256}(?::[^/@\s]{0,256})?@", re.IGNORECASE)
+_URL_PARAM = re.compile(r"(?P<key>[?&;](?:access_token|token|api_key|apikey|key|secret|password|passwd|sig|"
+                        r"signature|auth)=)[^&#\s,)]{1,4096}", re.IGNORECASE)
 _ENV_PREFIXES = ("FLASHINFER_", "VLLM_", "CUDA_", "NVIDIA_", "TORCH_CUDA_ARCH_LIST", "TRITON_")
 _DISTS = (
     "vllm",
@@ -30,6 +36,8 @@ _DISTS = (
 def _redact(name, value):
     if name == "HF_TOKEN" or _SECRET.search(name):
         return "***"
+    value = _URL_USER.sub(lambda m: m.group("scheme") + "***@", value)
+    value = _URL_PARAM.sub(lambda m: m.group("key") + "***", value)
     return _HF.sub("***", value)
 
 

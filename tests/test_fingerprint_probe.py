@@ -28,6 +28,10 @@ def test_probe_runs_standalone_and_redacts():
         "TORCH_CUDA_ARCH_LIST": "12.0a;12.1a",
         "FLASHINFER_CUDA_ARCH_LIST": "12.1a",
         "HF_TOKEN": "hf_" + "b" * 34,
+        "VLLM_DB_PASS": "pw-one",
+        "VLLM_SESSION_COOKIE": "pw-two",
+        "VLLM_CREDENTIALS_FILE": "pw-three",
+        "VLLM_MIRROR": "https://alice:pw-four@mirror.example/simple?access_token=pw-five&x=1",
     }
     # -I: isolated, so nothing from this checkout (or the harness package) can be imported.
     done = subprocess.run(
@@ -46,6 +50,9 @@ def test_probe_runs_standalone_and_redacts():
     assert data["env"]["TORCH_CUDA_ARCH_LIST"] == "12.0a;12.1a"
     assert data["env"]["FLASHINFER_CUDA_ARCH_LIST"] == "12.1a"
     assert "HF_TOKEN" not in data["env"] and "hf_" not in done.stdout
+    # the names and URL credentials harness.redact masks are masked inside the image too
+    assert not any(f"pw-{n}" in done.stdout for n in ("one", "two", "three", "four", "five"))
+    assert data["env"]["VLLM_MIRROR"] == "https://***@mirror.example/simple?access_token=***&x=1"
     assert set(data["distributions"]) >= {
         "vllm",
         "torch",

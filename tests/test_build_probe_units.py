@@ -11,7 +11,7 @@ from harness.build.probe import ProbeRow, _ccs_of, judge, load_units
 
 ROOT = Path(__file__).resolve().parent.parent
 CMAKE = ROOT / "tests" / "fixtures" / "build" / "cmake"
-spec = importlib.util.spec_from_file_location("probe_build", ROOT / "harness" / "data" / "docker" / "probe_build.py")
+spec = importlib.util.spec_from_file_location("probe_build", ROOT / "docker" / "probe_build.py")
 probe_build = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(probe_build)
 

@@ -305,6 +305,20 @@ def read_lock(wheelhouse: Path) -> dict:
     return _validated(_Lock, data, f"{wheelhouse / LOCK}", hint)
 
 
+
+def wheelhouse_files(where: Path, lock: dict) -> list[tuple[str, bytes]]:
+    """The lock and every wheel it names, as build-context files (`wheelhouse/NAME`): each wheel
+    read bounded from inside `where` (never outside it) and checked against the lock's sha256."""
+    files = [("wheelhouse/" + LOCK, paths.read_bytes(where / LOCK, limit=16 << 20, what="wheel lock"))]
+    for e in lock["wheels"]:
+        wheel = paths.under(where, e["file"], what=f"{where / LOCK}: wheel")
+        data = paths.read_bytes(wheel, limit=8 << 30, what="wheel")
+        if hashlib.sha256(data).hexdigest() != e["sha256"]:
+            raise ConfigError(f"{wheel}: sha256 differs from {LOCK}",
+                              hint="the wheelhouse was changed after the bundle was made: install it again")
+        files.append(("wheelhouse/" + e["file"], data))
+    return files
+
 def check_parts(bundle_dir: Path) -> dict:
     manifest = read_manifest(bundle_dir)
     for p in manifest["parts"]:

@@ -11,17 +11,15 @@ cmake and ninja; the base stage checks them instead of installing them.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.build import offline, sources
-from harness.bundle import LOCK
+from harness.bundle import LOCK, wheelhouse_files
 from harness.bundle import read_lock as read_bundle_lock
 from harness.errors import ConfigError
 from harness.matrix.model import Stack
-from harness.safety.paths import read_bytes, under
 
 LEAVES_OUT = re.compile(r"^Leaves-out:\s*(.+)$", re.MULTILINE)
 
@@ -90,15 +88,7 @@ def _wheelhouse(matrix, stack_name: str, deps_wheelhouse: str) -> tuple[list[tup
     if not (where / LOCK).is_file():
         raise ConfigError(f"{key}: no {where / LOCK}",
                           hint=f"unpack the bundle there first: `harness bundle install DIR --dest {where}`")
-    lock = read_bundle_lock(where)
-    files = [("wheelhouse/" + LOCK, read_bytes(where / LOCK, limit=16 << 20, what="wheel lock"))]
-    for e in lock["wheels"]:
-        wheel = under(where, e["file"], what=f"{where / LOCK}: wheel")  # never outside the wheelhouse
-        data = read_bytes(wheel, limit=8 << 30, what="wheel")
-        if hashlib.sha256(data).hexdigest() != e["sha256"]:
-            raise ConfigError(f"{wheel}: sha256 differs from {LOCK}",
-                              hint="the wheelhouse was changed after the bundle was made: install it again")
-        files.append(("wheelhouse/" + e["file"], data))
+    files = wheelhouse_files(where, read_bundle_lock(where))
     return files, f"{len(files) - 1} wheels, {LOCK} sha256 checked"
 
 

@@ -24,10 +24,10 @@ from harness.build.render import (
     content_hash,
     fill,
 )
-from harness.bundle import LOCK
+from harness.bundle import LOCK, wheelhouse_files
 from harness.bundle import read_lock as read_bundle_lock
 from harness.errors import ConfigError
-from harness.safety.paths import read_bytes, under
+from harness.safety.paths import read_bytes
 
 PATCH_TARGET = re.compile(r"^\+\+\+ (?:b/)?(\S+)", re.MULTILINE)
 
@@ -113,14 +113,7 @@ def render_wheels(matrix, stack_name: str, *, template: Path | None = None, temp
         if vllm[0].get("repacked"):
             repacked_note = (f" re-packed from upstream sha256:{vllm[0]['upstream_sha256']}: "
                              f"{vllm[0].get('strip_reason', '')}")
-        files.append(("wheelhouse/" + LOCK, read_bytes(where / LOCK, limit=16 << 20, what="wheel lock")))
-        for e in lock["wheels"]:
-            wheel = under(where, e["file"], what=f"{where / LOCK}: wheel")  # never outside the wheelhouse
-            data = read_bytes(wheel, limit=8 << 30, what="wheel")
-            if hashlib.sha256(data).hexdigest() != e["sha256"]:
-                raise ConfigError(f"{where / e['file']}: sha256 differs from {LOCK}",
-                                  hint="the wheelhouse was changed after the bundle was made: install it again")
-            files.append(("wheelhouse/" + e["file"], data))
+        files += wheelhouse_files(where, lock)
     dockerfile = fill(text, {
         "SYNTAX": "# syntax=docker/dockerfile:1.7" if buildkit else "# legacy builder: no RUN --mount",
         "WHEELHOUSE": "COPY wheelhouse/ /opt/build/wheelhouse/" if lock_info else "# the vLLM wheel comes from PyPI",

@@ -46,7 +46,7 @@ DEVICES_REFUSED = ["/dev/sda", "/dev/mem", "/dev/kmem", "/dev/nvme0n1", "/dev/tt
 ENGINES_REFUSED = ["tcp://h:0", "tcp://h:99999", "tcp://h:-1", "unix:///etc/passwd", "unix:///var/run/../../etc/shadow",
                    "unix://relative.sock", "tcp://[::1", "ssh://", "tcp://h:2376\n", "file:///etc/passwd", "tcp://h:",
                    f"tcp://u:{SECRET}@h:99999", f"https://u:{SECRET}@h:0/x?access_token={SECRET}"]
-GPUS_REFUSED = [[-1], [0, -1], ["-1"], ["../x"], ["GPU-\n"], [5000]]
+GPUS_REFUSED = [[-1], [0, -1], ["-1"], ["../x"], ["GPU-\n"], [5000], [True], [0, False], [1.0]]
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +113,19 @@ def test_devices_only_gpu_nodes_unless_allowed(home, victim, dev):
 def test_a_device_allowed_by_its_own_key(home, victim):
     rc, out = _plan(home, victim, _with(host={"devices": ["/dev/nvidia0", "/dev/infiniband/uverbs0"],
                                               "allow_devices": ["/dev/infiniband/uverbs0"]}))
+    assert rc == 0, out
+
+
+@pytest.mark.parametrize("opt", ["seccomp=/etc/harness/profile.json", "seccomp=unconfined\n", "privileged",
+                                 "label=user:root", "apparmor=../x", "systempaths=unconfined"])
+def test_security_options_only_the_known_serving_ones(home, victim, opt):
+    rc, out = _plan(home, victim, _with(host={"security_opt": ["no-new-privileges", opt]}))
+    assert rc == 2 and "host.security_opt" in out, out
+
+
+def test_security_options_that_are_fine(home, victim):
+    rc, out = _plan(home, victim, _with(host={"security_opt": ["seccomp=unconfined", "apparmor=unconfined",
+                                                                "no-new-privileges=true", "label=disable"]}))
     assert rc == 0, out
 
 

@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
+    StrictInt,
+    StrictStr,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -59,6 +61,19 @@ MAX_TOKENS = 1_000_000
 def _no_nul(v: str) -> str:
     if "\x00" in v:
         raise ValueError("contains a NUL character (no process argument or variable can hold one)")
+    return v
+
+
+# docker --security-opt values a matrix may set: what measurably changes serving, nothing that
+# names a host file (seccomp=PATH would make the engine read it) or takes a line break.
+_SECURITY_OPT = re.compile(r"seccomp=unconfined|apparmor=(?:unconfined|[A-Za-z0-9][A-Za-z0-9_.-]{0,63})"
+                           r"|label=disable|no-new-privileges(?:[=:](?:true|false))?")
+
+
+def _security_opt(v: str) -> str:
+    if not _SECURITY_OPT.fullmatch(v):
+        raise ValueError(f"{v!r} is not an allowed security option: seccomp=unconfined, apparmor=unconfined "
+                         "(or a profile name), label=disable, no-new-privileges[=true|false]")
     return v
 
 
@@ -551,9 +566,11 @@ class Host(Strict):
     network: Literal["bridge", "host"] = Field(
         "bridge", description="Default container network on this host ('host' where the engine has no bridge).",
     )
-    security_opt: tuple[str, ...] = Field(
+    security_opt: tuple[Annotated[str, AfterValidator(_security_opt)], ...] = Field(
         (), description="docker --security-opt values for serving containers, e.g. 'seccomp=unconfined' "
-        "where the default seccomp profile measurably slows decode (say so in the description).",
+        "where the default seccomp profile measurably slows decode (say so in the description). "
+        "Allowed: seccomp=unconfined, apparmor=unconfined or a profile name, label=disable, "
+        "no-new-privileges[=true|false] (a seccomp profile file is not read from a matrix).",
     )
 
 
@@ -584,7 +601,8 @@ class EngineHost(Strict):
         None, description="This host's hardware profile (a key of [hardware]); None = matrix.hardware. "
         "A cell goes only to hosts whose compute capability its stack's arch list covers.",
     )
-    gpus: Literal["all", "none"] | tuple[int | str, ...] = Field(
+    # strict: a TOML `true` is not GPU 1
+    gpus: Literal["all", "none"] | tuple[StrictInt | StrictStr, ...] = Field(
         "all", description="GPUs this host gives its cells: 'all' (every GPU, one cell at a time), 'none', or a list of "
         "GPU indices/UUIDs that form a pool: a cell takes tensor_parallel_size x pipeline_parallel_size "
         "of them, for its container only.",

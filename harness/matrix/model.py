@@ -12,12 +12,12 @@ from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
-    StrictInt,
-    StrictStr,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictInt,
+    StrictStr,
     field_validator,
     model_serializer,
     model_validator,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How examples/h200-docker was made on an air-gapped H200 VM (no Docker, no package index,
-# 64 MiB carried per command, released 30 s after a command ends: run these back to back).
+# at most 64 MiB sent with each command, released 30 s after a command ends: run these back to back).
 # Everything it uses is in this repository; the carried folder DEV (default ../..: the folder
 # that holds this checkout's copy) has kit/ (tools/make-docker-kit.sh), p0/ p1/ p2/ (the parts of
 # `harness bundle make bundles/vllm-0.25.1-h200.toml`, bundle.json with p2) and hwhl/ (wheels of

@@ -3,7 +3,8 @@
 `fingerprint(text)` is pure; `verdicts(fp, ...)` judges it against a cell's requests.
 """
 
-from harness.fingerprint.parse import Fingerprint, fingerprint
+from harness.fingerprint.model import Fingerprint
+from harness.fingerprint.parse import fingerprint
 from harness.fingerprint.tables import Signature, kernel_names, load_signatures
 from harness.fingerprint.verdicts import Verdict, verdicts
 

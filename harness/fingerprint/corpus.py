@@ -22,7 +22,8 @@ from rich.text import Text
 
 from harness.console import out
 from harness.errors import ConfigError
-from harness.fingerprint.parse import Fingerprint, fingerprint
+from harness.fingerprint.model import Fingerprint
+from harness.fingerprint.parse import fingerprint
 from harness.fingerprint.tables import load_signatures
 from harness.tables import Col, show
 

@@ -54,6 +54,7 @@ from harness.fingerprint.failure import (
     root_cause,
 )
 from harness.fingerprint.lines import split_lines
+from harness.fingerprint.model import Fingerprint
 from harness.fingerprint.tables import KernelNames, Signature, kernel_names, signatures
 
 _MOE = re.compile(
@@ -214,108 +215,6 @@ _REQUEST_KEYS = {
     "linear_backend": "linear_backend",
     "attention_backend": "attention_backend",
 }
-
-
-@dataclass(frozen=True)
-class Fingerprint:
-    """What one vLLM log proves. Absent facts are None / empty, never guessed.
-
-    Kernel facts are the main model's; a speculative-decoding drafter's own selections are in
-    the `drafter_*` fields. Failure facts are set only when the log shows a death (`fatal`)."""
-
-    moe_backend: str | None = None
-    moe_quant: str | None = None
-    linear_kernels: tuple[str, ...] = ()
-    attention_backend: str | None = None
-    cudagraph_mode: str | None = None
-    kv_cache_tokens: int | None = None
-    max_concurrency: float | None = None
-    autotuner_skipped: tuple[tuple[str, int], ...] = ()
-    requested: dict[str, str | None] = field(default_factory=dict)
-    requested_source: str | None = None
-    mismatches: tuple[dict[str, str], ...] = ()
-    signatures: tuple[str, ...] = ()
-    vllm_version: str | None = None
-    model_load_gib: float | None = None
-    model_load_s: float | None = None
-    graph_capture_s: float | None = None
-    graph_capture_gib: float | None = None
-    capture_started: bool = False
-    evidence: dict[str, str] = field(default_factory=dict)
-    # per layer type, drafter, speculative decoding, failure
-    linear_by_layer: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    drafter_moe_backend: str | None = None
-    drafter_moe_quant: str | None = None
-    drafter_linear_kernels: tuple[str, ...] = ()
-    drafter_attention_backend: str | None = None
-    spec_method: str | None = None
-    num_speculative_tokens: int | None = None
-    spec_acceptance_rate: float | None = None
-    spec_acceptance_per_position: tuple[float, ...] = ()
-    spec_mean_acceptance_length: float | None = None
-    spec_acceptance_rate_all: float | None = None
-    spec_metrics_lines: int = 0
-    fatal: bool = False
-    failure_class: str | None = None
-    root_cause: str | None = None
-    root_cause_line: int | None = None
-    failure_phase: str | None = None
-    failure_op: str | None = None
-    asked: str | None = None
-    signature_context: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # The name every fatal log gets: the signature that explains it, else `traceback-cut` (the
-    # log ends inside a traceback), else `exception:<Type>` of the root cause, else
-    # `engine-died` (only a death line shows it).
-    failure_signature: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "moe_backend": self.moe_backend,
-            "moe_quant": self.moe_quant,
-            "linear_kernels": list(self.linear_kernels),
-            "attention_backend": self.attention_backend,
-            "cudagraph_mode": self.cudagraph_mode,
-            "kv_cache_tokens": self.kv_cache_tokens,
-            "max_concurrency": self.max_concurrency,
-            "autotuner_skipped": [{"op": op, "count": n} for op, n in self.autotuner_skipped],
-            "requested": {
-                "moe_backend": self.requested.get("moe_backend"),
-                "linear_backend": self.requested.get("linear_backend"),
-                "attention_backend": self.requested.get("attention_backend"),
-                "source": self.requested_source,
-            },
-            "mismatches": [dict(m) for m in self.mismatches],
-            "signatures": list(self.signatures),
-            "vllm_version": self.vllm_version,
-            "model_load_gib": self.model_load_gib,
-            "model_load_s": self.model_load_s,
-            "graph_capture_s": self.graph_capture_s,
-            "graph_capture_gib": self.graph_capture_gib,
-            "capture_started": self.capture_started,
-            "evidence": dict(self.evidence),
-            # added later (existing keys above keep their names and shapes)
-            "linear_by_layer": {k: list(v) for k, v in self.linear_by_layer.items()},
-            "drafter_moe_backend": self.drafter_moe_backend,
-            "drafter_moe_quant": self.drafter_moe_quant,
-            "drafter_linear_kernels": list(self.drafter_linear_kernels),
-            "drafter_attention_backend": self.drafter_attention_backend,
-            "spec_method": self.spec_method,
-            "num_speculative_tokens": self.num_speculative_tokens,
-            "spec_acceptance_rate": self.spec_acceptance_rate,
-            "spec_acceptance_per_position": list(self.spec_acceptance_per_position),
-            "spec_mean_acceptance_length": self.spec_mean_acceptance_length,
-            "spec_acceptance_rate_all": self.spec_acceptance_rate_all,
-            "spec_metrics_lines": self.spec_metrics_lines,
-            "fatal": self.fatal,
-            "failure_class": self.failure_class,
-            "root_cause": self.root_cause,
-            "root_cause_line": self.root_cause_line,
-            "failure_phase": self.failure_phase,
-            "failure_op": self.failure_op,
-            "asked": self.asked,
-            "signature_context": {k: dict(v) for k, v in self.signature_context.items()},
-            "failure_signature": self.failure_signature,
-        }
 
 
 def _number(text: str) -> int:

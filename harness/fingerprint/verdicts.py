@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.fingerprint.parse import Fingerprint
+from harness.fingerprint.model import Fingerprint
 from harness.fingerprint.tables import kernel_names, signatures
 
 Status = Literal["pass", "fail", "warn"]

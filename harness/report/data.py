@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.bench.roofline import roofline_efficiency
+from harness.fingerprint.model import Fingerprint
 from harness.results.model import (
     BenchLevel,
     BuildOutcome,
     CellResult,
-    FingerprintRecord,
     MemoryRecord,
     RunRecord,
     Status,
@@ -163,7 +163,7 @@ _COLUMNS = {
 }
 
 
-def _selected(fp: FingerprintRecord | None, column: str) -> str | None:
+def _selected(fp: Fingerprint | None, column: str) -> str | None:
     if fp is None:
         return None
     if column == "linear":
@@ -221,7 +221,7 @@ def _model_info(cell: CellResult, run: RunRecord) -> tuple[float | None, float |
     return (float(a) if a else None), (float(b) if b else None)
 
 
-def _spec(fp: FingerprintRecord | None) -> str | None:
+def _spec(fp: Fingerprint | None) -> str | None:
     """Speculative decoding as the log shows it (None when the cell had none)."""
     if fp is None or not (fp.spec_method or fp.spec_acceptance_rate is not None):
         return None
@@ -237,10 +237,10 @@ def _spec(fp: FingerprintRecord | None) -> str | None:
     return ", ".join(parts)
 
 
-def _autotuner(fp: FingerprintRecord | None) -> str:
+def _autotuner(fp: Fingerprint | None) -> str:
     if fp is None:
         return "n/a"
-    return ", ".join(f"{s.op.rsplit('::', 1)[-1]}: {s.count}" for s in fp.autotuner_skipped) or "none"
+    return ", ".join(f"{op.rsplit('::', 1)[-1]}: {n}" for op, n in fp.autotuner_skipped) or "none"
 
 
 def _memory(mem: MemoryRecord | None) -> str:

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Literal
 
 from harness.errors import ConfigError
+from harness.fingerprint.model import Fingerprint
 from harness.fingerprint.tables import signatures
 from harness.redact import redact_args, redact_env, redact_text
 from harness.results.model import (
     SELECTION_CHECKS,
     BuildOutcome,
     CellResult,
-    FingerprintRecord,
     RunRecord,
     Status,
     VerdictStatus,
@@ -81,7 +81,7 @@ def _chip(run: RunRecord) -> str:
     return name
 
 
-def _fatal(fp: FingerprintRecord | None) -> list[str]:
+def _fatal(fp: Fingerprint | None) -> list[str]:
     severity = {s.id: s.severity for s in signatures()}
     return [s for s in (fp.signatures if fp else ()) if severity.get(s) == "fatal"]
 

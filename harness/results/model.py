@@ -6,9 +6,10 @@ verdicts are the single source of truth: a cell's `reasons` are derived from its
 never stored beside them. v1 files (the first round's run directories, examples/h200/run) load
 through `CellResult.from_json`, which lifts their free-text reasons into verdicts.
 
-Sub-records written by other modules (the fingerprint, the benchmark, the memory watch, the
-audit, the image probe) are typed views that keep unknown keys (`extra="allow"`): a newer writer
-may add facts, and an older reader must neither lose them nor refuse the file.
+The fingerprint and the benchmark are the types their modules produce (`Fingerprint`,
+`BenchResult`). Other sub-records (the memory watch, the audit, the image probe) are typed views
+that keep unknown keys (`extra="allow"`): a newer writer may add facts, and an older reader must
+neither lose them nor refuse the file.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_fie
 # a cell's bench figures are what `harness bench` measured: one type, defined there
 from harness.bench.result import BenchResult, LevelResult
 
+# a cell's fingerprint is what `fingerprint(text)` returns: one type, defined there
+from harness.fingerprint.model import Fingerprint
+
 # a cell's verdicts are the log's (fingerprint) and the judge's: one type, defined there
 from harness.fingerprint.verdicts import SELECTION_CHECKS as SELECTION_CHECKS
 from harness.fingerprint.verdicts import Verdict as Verdict
@@ -29,6 +33,7 @@ from harness.fingerprint.verdicts import VerdictStatus as VerdictStatus
 # The names readers of stored cells use for them: the same classes.
 BenchRecord = BenchResult
 BenchLevel = LevelResult
+FingerprintRecord = Fingerprint
 
 FORMAT = 2
 READABLE_FORMATS = (1, 2)
@@ -75,38 +80,6 @@ class Open(BaseModel):
 
 
 # --- views of what other modules write -------------------------------------------------------
-
-
-class AutotunerSkip(Open):
-    op: str
-    count: int
-
-
-class FingerprintRecord(Open):
-    """`harness.fingerprint.Fingerprint.to_json()`."""
-
-    moe_backend: str | None = None
-    moe_quant: str | None = None
-    linear_kernels: tuple[str, ...] = ()
-    attention_backend: str | None = None
-    cudagraph_mode: str | None = None
-    kv_cache_tokens: int | None = None
-    max_concurrency: float | None = None
-    autotuner_skipped: tuple[AutotunerSkip, ...] = ()
-    mismatches: tuple[dict[str, Any], ...] = ()
-    signatures: tuple[str, ...] = ()
-    vllm_version: str | None = None
-    evidence: dict[str, str] = Field(default_factory=dict)
-    # how the engine died, when it did (root cause = first exception that is not a wrapper)
-    fatal: bool = False
-    failure_class: str | None = None
-    root_cause: str | None = None
-    # speculative decoding: the drafter's own kernels and its acceptance
-    drafter_moe_backend: str | None = None
-    spec_method: str | None = None
-    num_speculative_tokens: int | None = None
-    spec_acceptance_rate: float | None = None
-    spec_acceptance_per_position: tuple[float, ...] = ()
 
 
 class MemoryRecord(Open):
@@ -188,7 +161,7 @@ class CellResult(Record):
     verdicts: tuple[Verdict, ...] = ()
     requested: Requested = Field(default_factory=Requested)
     model_info: ModelInfo = Field(default_factory=ModelInfo)
-    fingerprint: FingerprintRecord | None = None
+    fingerprint: Fingerprint | None = None
     bench: BenchRecord | None = None
     image: ImageInfo | None = None
     image_fingerprint: dict[str, Any] | None = None

@@ -21,7 +21,6 @@ from harness.results.memwatch import MemWatch
 from harness.results.model import (
     BuildOutcome,
     CellResult,
-    FingerprintRecord,
     MemoryRecord,
     ServeInfo,
 )
@@ -92,7 +91,7 @@ def serve_cell(cell: Cell, placement: Placement, build: BuildOutcome | None, *, 
                                     memory=memory, extra=build_verdicts(build))
         result = CellResult(
             **cell_base(cell, host), status=verdict.status, verdicts=verdict.verdicts,
-            fingerprint=FingerprintRecord.model_validate(fp.to_json()), bench=m.bench, image=image_info(cell, build),
+            fingerprint=fp, bench=m.bench, image=image_info(cell, build),
             image_fingerprint=m.image_fingerprint, memory=memory, serve=serve_info,
             audit=(build.audit_summary or build.audit) if build else None,
             cross_check=m.cross_check,

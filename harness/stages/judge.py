@@ -23,7 +23,6 @@ from harness.results.model import (
     SELECTION_CHECKS,
     BenchRecord,
     CellResult,
-    FingerprintRecord,
     MemoryRecord,
     Requested,
     Status,
@@ -182,7 +181,7 @@ def rejudge(cell: CellResult, expect: Expect, log_text: str | None) -> CellResul
                     bench=cell.bench, memory=cell.memory, extra=kept,
                     not_ready=cell.verdict("serve.ready"))
     status = verdict.status
-    return cell.model_copy(update={"fingerprint": FingerprintRecord.model_validate(fp.to_json()),
+    return cell.model_copy(update={"fingerprint": fp,
                                    "verdicts": verdict.verdicts, "status": status})
 
 

@@ -13,12 +13,12 @@ from conftest import FIXTURES, ROOT, make_runs_module
 
 from harness.cli import main as cli_main
 from harness.errors import ConfigError
+from harness.fingerprint import Fingerprint
 from harness.results.bug import bug_report, stack_kind, symptom, trackers
 from harness.results.model import (
     BuildOutcome,
     CellError,
     CellResult,
-    FingerprintRecord,
     ImageInfo,
     RunRecord,
     Status,
@@ -91,7 +91,7 @@ def test_crashed_cell_report(cand, mr):
 
 
 def test_driver_signature_points_at_the_driver():
-    cell = _cell(Status.CRASHED, fingerprint=FingerprintRecord(signatures=("nv-err-no-memory",)))
+    cell = _cell(Status.CRASHED, fingerprint=Fingerprint(signatures=("nv-err-no-memory",)))
     assert trackers(cell)[0].key == "driver"
     cell = _cell(Status.FAIL, verdicts=(Verdict(check="autotuner:trtllm::fused_moe::gemm2",
                                                status=VerdictStatus.FAIL, message="skipped 10"),))

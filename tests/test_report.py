@@ -29,7 +29,6 @@ from harness.results.model import (
     BuildOutcome,
     CellError,
     CellResult,
-    FingerprintRecord,
     MatrixInfo,
     MemoryRecord,
     ModelInfo,
@@ -85,7 +84,7 @@ def _cell(cell_id: str, quant: str, log: str | None, requested: dict, *, ready: 
     return CellResult(
         id=cell_id, stack=stack, model=model, config=config, quantization=quant, runner="docker",
         status=j.status, verdicts=j.verdicts, requested=req,
-        fingerprint=FingerprintRecord.model_validate(fp.to_json()), bench=bench, memory=memory,
+        fingerprint=fp, bench=bench, memory=memory,
         durations={"startup_s": 100.0, "bench_s": 60.0, "total_s": 170.5}, **fields,
     )
 

@@ -88,3 +88,11 @@ def test_literal_find_equals_a_search_per_line(path):
     assert rxs, "the signature table has literal-prefixed patterns"
     for rx in rxs * 2:  # twice: the second pass reads the positions cached by the first
         assert list(ix.find(rx)) == _plain_find(ix, rx), rx.pattern
+
+
+@pytest.mark.parametrize("path", LOGS, ids=[p.name for p in LOGS])
+def test_op_near_cached_equals_computed(path):
+    ix = Indexed(split_lines(path.read_text(encoding="utf-8", errors="replace")))
+    for i in range(len(ix.lines)):
+        assert failure.op_near(ix, i) == failure._op_near(ix, i)
+    assert failure.op_near(ix, 0) == ix.ops[0] if ix.lines else not ix.ops

@@ -107,6 +107,7 @@ class Indexed:
             pos += len(ln.message) + 1
         self._phase_events: list[tuple[int, str]] | None = None
         self._literal_lines: dict[str, list[int]] = {}
+        self.ops: dict[int, str | None] = {}  # op_near's answers
         self.cut: CutTraceback | None | Literal[False] = False  # cut_traceback's answer, once computed
         self.exceptions: list[tuple[int, str, str | None]] | None = None  # _exception_lines'
 
@@ -239,6 +240,13 @@ _AUTOTUNE_END = re.compile(r"utotuning process ends", re.M)
 
 def op_near(ix: Indexed, index: int) -> str | None:
     """The operation named by the error lines and traceback frames around lines[index]."""
+    # asked for every candidate line of every signature with ops, and again for the verdict
+    if index not in ix.ops:
+        ix.ops[index] = _op_near(ix, index)
+    return ix.ops[index]
+
+
+def _op_near(ix: Indexed, index: int) -> str | None:
     tables = failure_tables()
     lines = ix.lines
     lo, hi = max(0, index - tables.op_window), min(len(lines), index + tables.op_window + 1)

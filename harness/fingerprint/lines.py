@@ -140,7 +140,7 @@ def _strip_prefixes(line: str) -> tuple[str, str | None]:
 def parse_line(number: int, raw: str) -> LogLine:
     line, process = _strip_prefixes((strip_ansi(raw) if "\x1b" in raw else raw).strip())
     # JSON records may still carry the multiprocess wrapper's "(EngineCore pid=N) " prefix.
-    as_json = _from_json(line)
+    as_json = _from_json(line) if line.startswith("{") else None  # one call less per line
     if as_json is not None:
         message, level, json_process, is_raw = as_json
         if is_raw:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from typing import Literal
@@ -106,7 +106,10 @@ class Indexed:
             self.starts.append(pos)
             pos += len(ln.message) + 1
         self._phase_events: list[tuple[int, str]] | None = None
+        self._literal_lines: dict[str, list[int]] = {}
+        self.ops: dict[int, str | None] = {}  # op_near's answers
         self.cut: CutTraceback | None | Literal[False] = False  # cut_traceback's answer, once computed
+        self.exceptions: list[tuple[int, str, str | None]] | None = None  # _exception_lines'
 
     def index_of(self, pos: int) -> int:
         return bisect_right(self.starts, pos) - 1
@@ -127,15 +130,23 @@ class Indexed:
                     yield i
             return
         candidates: set[int] = set()
-        text = self.text
         for lit in prefixes:
-            pos = text.find(lit)
-            while pos != -1:
-                candidates.add(self.index_of(pos))
-                pos = text.find(lit, pos + 1)
+            candidates.update(self._lines_with(lit))
         for i in sorted(candidates):
             if rx.search(self.lines[i].message):
                 yield i
+
+    def _lines_with(self, literal: str) -> list[int]:
+        """Indexes of the lines where `literal` occurs, scanned once per log: the signature,
+        death and phase tables share many literals and some are searched several times."""
+        found = self._literal_lines.get(literal)
+        if found is None:
+            found, text, pos = [], self.text, self.text.find(literal)
+            while pos != -1:
+                found.append(self.index_of(pos))
+                pos = text.find(literal, pos + 1)
+            self._literal_lines[literal] = found
+        return found
 
     def any(self, rx: re.Pattern[str]) -> bool:
         return next(self.find(rx), None) is not None
@@ -229,6 +240,13 @@ _AUTOTUNE_END = re.compile(r"utotuning process ends", re.M)
 
 def op_near(ix: Indexed, index: int) -> str | None:
     """The operation named by the error lines and traceback frames around lines[index]."""
+    # asked for every candidate line of every signature with ops, and again for the verdict
+    if index not in ix.ops:
+        ix.ops[index] = _op_near(ix, index)
+    return ix.ops[index]
+
+
+def _op_near(ix: Indexed, index: int) -> str | None:
     tables = failure_tables()
     lines = ix.lines
     lo, hi = max(0, index - tables.op_window), min(len(lines), index + tables.op_window + 1)
@@ -255,10 +273,41 @@ _EXCEPTION_M = re.compile(_EXCEPTION.pattern, re.M)
 _CPP_WHAT_M = re.compile(_CPP_WHAT.pattern, re.M)
 
 
+def _at_line_starts(ix: Indexed, rx: re.Pattern[str], starts: Iterable[int]) -> Iterator[re.Match[str]]:
+    """What `rx.finditer(ix.text)` yields, for a `^`-anchored (re.M) `rx` that never matches
+    empty, trying only `starts` (ascending, a superset of the line starts it can match at).
+
+    `finditer` would run the regex at every character of the log (a million C calls on 1 MB);
+    a match may still run into the next line (`\\s` matches the newline), so the same
+    no-overlap rule applies."""
+    end = 0
+    for pos in starts:
+        if pos >= end and (m := rx.match(ix.text, pos)):
+            end = m.end()
+            yield m
+
+
+def _literal_line_starts(ix: Indexed, literal: str) -> Iterator[int]:
+    text, pos = ix.text, ix.text.find(literal)
+    while pos != -1:
+        if pos == 0 or text[pos - 1] == "\n":
+            yield pos
+        pos = text.find(literal, pos + 1)
+
+
 def _exception_lines(ix: Indexed) -> list[tuple[int, str, str | None]]:
+    if ix.exceptions is None:
+        ix.exceptions = _find_exception_lines(ix)
+    return ix.exceptions
+
+
+def _find_exception_lines(ix: Indexed) -> list[tuple[int, str, str | None]]:
     found: list[tuple[int, str, str | None]] = []
-    for rx, cpp in ((_EXCEPTION_M, False), (_CPP_WHAT_M, True)):
-        for m in rx.finditer(ix.text):
+    for rx, cpp, starts in (
+        (_EXCEPTION_M, False, ix.starts),
+        (_CPP_WHAT_M, True, _literal_line_starts(ix, "what():")),
+    ):
+        for m in _at_line_starts(ix, rx, starts):
             i = ix.index_of(m.start())
             if ix.lines[i].level in QUIET_LEVELS:
                 continue

@@ -60,7 +60,7 @@ _FLASHINFER = re.compile(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per line of a long log
 class LogLine:
     """One line of the log: its message part, and the line as written (colour removed)."""
 
@@ -104,19 +104,22 @@ def _strip_prefixes(line: str) -> tuple[str, str | None]:
     # Each wrapper is tried only when its first character can start it: most lines of a long
     # log start with "(" or a level name, and this runs once per line.
     head = line[:1]
-    if head.isdigit() or line[3:4] == " ":
-        line = _JOURNALD.sub("", line, count=1)
-        head = line[:1]
-    if head.isdigit():
-        line = _VIEWER_TS.sub("", _DOCKER_TS.sub("", line, count=1), count=1)
-    if "|" in line[:120]:
-        line = _COMPOSE.sub("", line, count=1)
-    if line.startswith("[pod/"):
-        line = _KUBECTL.sub("", line, count=1)
+    # "(" starts none of the wrappers (each needs a letter, a digit or "[pod/" first): the
+    # process-prefixed lines that make up most of a long log skip them all.
+    if head != "(":
+        if head.isdigit() or line[3:4] == " ":
+            line = _JOURNALD.sub("", line, count=1)
+            head = line[:1]
+        if head.isdigit():
+            line = _VIEWER_TS.sub("", _DOCKER_TS.sub("", line, count=1), count=1)
+        if line.find("|", 0, 120) != -1:
+            line = _COMPOSE.sub("", line, count=1)
+        if line.startswith("[pod/"):
+            line = _KUBECTL.sub("", line, count=1)
     process = None
     for _ in range(8):  # nesting is 1-3 deep in practice; the bound keeps it linear
         if not line.startswith("("):
-            if " pid=" in line[:60] and (m := _PROCESS_CUT.match(line)):
+            if line.find(" pid=", 0, 60) != -1 and (m := _PROCESS_CUT.match(line)):
                 process, line = m.group("proc"), line[m.end() :]
                 continue
             break
@@ -137,7 +140,7 @@ def _strip_prefixes(line: str) -> tuple[str, str | None]:
 def parse_line(number: int, raw: str) -> LogLine:
     line, process = _strip_prefixes((strip_ansi(raw) if "\x1b" in raw else raw).strip())
     # JSON records may still carry the multiprocess wrapper's "(EngineCore pid=N) " prefix.
-    as_json = _from_json(line)
+    as_json = _from_json(line) if line.startswith("{") else None  # one call less per line
     if as_json is not None:
         message, level, json_process, is_raw = as_json
         if is_raw:
@@ -163,7 +166,7 @@ def split_lines(text: str) -> list[LogLine]:
     clean = strip_ansi(text).replace("\r\n", "\n").replace("\r", "\n")
     out: list[LogLine] = []
     for number, raw in enumerate(clean.split("\n"), start=1):
-        if not raw.strip():
+        if not raw or raw.isspace():  # `not raw.strip()` without copying the line
             continue
         ln = parse_line(number, raw.rstrip())
         if "\n" in ln.message:

@@ -157,3 +157,22 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             terminalreporter.write_line(f"{len(ids):4d}  {reason}")
             terminalreporter.write_line(f"      ({names})")
     return result
+
+
+# The hostile-input suites (tests/test_hostile_*.py): a process the tool did not start, which no
+# command may signal, and a HOME and working folder of the test's own.
+@pytest.fixture(scope="module")
+def victim():
+    from support.hostile import start_victim
+
+    p = start_victim()
+    yield p
+    p.kill()
+    p.wait()
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

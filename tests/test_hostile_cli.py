@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.hostile import KINDS, SECRET, check_after, make_sandbox, run_cli, start_victim
+from support.hostile import KINDS, SECRET, check_after, make_sandbox, run_cli
 
 FUZZ = settings(max_examples=300, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -28,14 +28,6 @@ WORDS = ["", "-", "--", "nan", "-1", "0", "1e999", "((((x", "not not", "x" * 500
          "[red]x", f"https://u:{SECRET}@h.example/x", f"--api-key={SECRET}", f"DB_PASS={SECRET}",
          f"http://h/?access_token={SECRET}", "/etc/shadow", "/dev/zero", "/proc/self/environ", "../../../etc/passwd",
          "~", "~/.ssh/id_ed25519", "12.1", "sm_121a", "vllm/vllm-openai:latest@sha256:" + "0" * 63]
-
-
-@pytest.fixture(scope="module")
-def victim():
-    p = start_victim()
-    yield p
-    p.kill()
-    p.wait()
 
 
 @pytest.fixture

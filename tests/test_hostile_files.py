@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.hostile import KINDS, SECRET, check_after, make_sandbox, run_cli, start_victim
+from support.hostile import KINDS, SECRET, check_after, make_sandbox, run_cli
 
 FUZZ = settings(max_examples=50, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -47,21 +47,6 @@ active_params_b = 3.3
 bytes_per_param = 1.0
 [configs.auto]
 """
-
-
-@pytest.fixture(scope="module")
-def victim():
-    p = start_victim()
-    yield p
-    p.kill()
-    p.wait()
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def _one(home, victim, build_argv) -> tuple[int, str]:

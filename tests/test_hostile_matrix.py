@@ -18,7 +18,7 @@ import pytest
 import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.hostile import SECRET, check_after, make_sandbox, run_cli, start_victim
+from support.hostile import SECRET, check_after, make_sandbox, run_cli
 
 from harness.redact import redact_text
 from harness.safety import grammar
@@ -47,21 +47,6 @@ ENGINES_REFUSED = ["tcp://h:0", "tcp://h:99999", "tcp://h:-1", "unix:///etc/pass
                    "unix://relative.sock", "tcp://[::1", "ssh://", "tcp://h:2376\n", "file:///etc/passwd", "tcp://h:",
                    f"tcp://u:{SECRET}@h:99999", f"https://u:{SECRET}@h:0/x?access_token={SECRET}"]
 GPUS_REFUSED = [[-1], [0, -1], ["-1"], ["../x"], ["GPU-\n"], [5000], [True], [0, False], [1.0]]
-
-
-@pytest.fixture(scope="module")
-def victim():
-    p = start_victim()
-    yield p
-    p.kill()
-    p.wait()
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def _plan(home, victim, doc: dict, *extra: str) -> tuple[int, str]:

@@ -18,7 +18,6 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.hostile import (
@@ -28,7 +27,6 @@ from support.hostile import (
     forge_run,
     make_sandbox,
     run_cli,
-    start_victim,
 )
 
 FIXTURE = Path(__file__).parent / "fixtures" / "runs" / "20261130-082630-spark-baseline-7bc1bc"
@@ -51,21 +49,6 @@ VALUES = [
     f"https://h.example/x?access_token={SECRET}", "x" * 100_000,
 ]
 COMMANDS = ["report", "report-out", "rejudge", "bug", "bug-out", "compare", "compare-md", "reap"]
-
-
-@pytest.fixture(scope="module")
-def victim():
-    p = start_victim()
-    yield p
-    p.kill()
-    p.wait()
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def _set(doc, path: tuple, value) -> None:

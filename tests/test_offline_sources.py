@@ -155,7 +155,7 @@ def test_cut_patch_declares_what_it_leaves_out():
 
 def _offline_matrix(tmp_path: Path, patches: str, wheelhouse: str = "") -> Path:
     text = (ROOT / "matrix" / "h200-source.toml").read_text()
-    text = text.replace('deps_wheelhouse = "/tmp/wheelhouse"', wheelhouse)
+    text = text.replace('deps_wheelhouse = "/tmp/deps-wheelhouse"', wheelhouse)
     old = text[text.index("patches = [\"vllm/0001"):text.index("]", text.index("patches = [\"vllm/0001")) + 1]
     path = ROOT / "matrix" / f".test-offline-{tmp_path.name}.toml"  # patches resolve from matrix/
     path.write_text(text.replace(old, patches))
@@ -215,6 +215,16 @@ def test_offline_render_hands_every_input_over_in_the_context(offline_sdists, tm
     assert r.buildargs["VLLM_SOURCE"] == "file /opt/build/sources/vllm-0.25.1.tar.gz 0.25.1"
     assert 'export CMAKE_ARGS="-DFETCHCONTENT_FULLY_DISCONNECTED=ON" VLLM_CUTLASS_SRC_DIR=/opt/build/deps/cutlass' in text
     assert "pip install --no-build-isolation --no-index --no-deps -v ." in text
+    # the vLLM build is two RUN steps: a compile step whose layer survives a later failure,
+    # then the install step, with the same offline environment, that fails the build
+    build = text.split("--- vLLM build")[1].split("--- runtime")[0]
+    compile_step, install_step = build.split("\nRUN ")[1:]
+    assert "python setup.py build_ext 2>&1 | tee /opt/build/vllm-build.log" in compile_step
+    assert "|| echo" in compile_step and "pip install" not in compile_step
+    assert "tee -a /opt/build/vllm-build.log" in install_step and "|| echo" not in install_step
+    for step in (compile_step, install_step):
+        assert 'export CMAKE_ARGS="-DFETCHCONTENT_FULLY_DISCONNECTED=ON"' in step
+        assert 'TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}" MAX_JOBS="${MAX_JOBS}"' in step
     assert "apt-get" not in text and "--index-url" not in text  # a local base: nothing from an index
     assert "python -m flashinfer.aot" not in text  # aot = false
     assert r.labels["harness.vllm.left-out"] == "deepgemm,flash-attention,flashmla,fmha_sm100,qutlass,triton_kernels"

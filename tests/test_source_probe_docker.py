@@ -50,7 +50,7 @@ def test_probe_of_the_real_template_configures_compiles_and_audits(engine, tmp_p
     text = (ROOT / "matrix" / "h200-source.toml").read_text()
     text = (text.replace('{ repository = "h200-root", tag = "local", local = true }',
                          '{ repository = "harness-test/toolchain", tag = "cu130", local = true }')
-            .replace('deps_wheelhouse = "/tmp/wheelhouse"', "").replace("max_jobs = 16", "max_jobs = 2")
+            .replace('deps_wheelhouse = "/tmp/deps-wheelhouse"', "").replace("max_jobs = 16", "max_jobs = 2")
             .replace('name = "h200-source"', f'name = "probe-test-{os.getpid()}"'))
     path = ROOT / "matrix" / f".test-probe-{os.getpid()}.toml"  # patches resolve from matrix/
     path.write_text(text)

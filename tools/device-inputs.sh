@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Everything a source-build visit to a host with no network, no Docker and no package index needs
-# (the H200 test machine: at most 64 MiB per command), made here, one folder per command:
+# (an air-gapped H200 VM: at most 64 MiB per command, the ~11 MB checkout included), made here,
+# one folder per command:
 #   OUT/p1/  kit/docker-kit.tar.xz (tools/make-docker-kit.sh) + hwhl/ (the harness's own
-#            dependencies that host lacks, cp312 wheels)                             ~55 MB
+#            dependencies that host lacks, cp312 wheels)                             ~48 MB
 #   OUT/p2/  src/: the vLLM and FlashInfer sdists and the pinned sources vLLM's CMake
-#            would fetch (`harness sources fetch --out`)                             ~49 MB
-#   OUT/p3/  deps/: the dependency bundle (bundles/vllm-0.25.1-h200-deps.toml)         ~30 MB
+#            would fetch (`harness sources fetch --out`)                             ~47 MB
+#   OUT/p3/  deps/: the dependency bundle (bundles/vllm-0.25.1-h200-deps.toml), and w/: the
+#            small part and bundle.json of the wheel bundle (bundles/vllm-0.25.1-h200.toml)  ~37 MB
+#   OUT/w1/ OUT/w2/ OUT/w3/  w/: the wheel bundle's two 60 MB parts in pieces that fit a
+#            command (`cat part_00.piece_* > part_00` there), for the wheel examples   ~43, 43, 29 MB
 # usage: tools/device-inputs.sh OUT [MATRIX]   (default matrix/h200-source.toml)
 # Each folder goes with one command of examples/h200-source/device.sh (DEV=that folder).
 set -euo pipefail
@@ -16,7 +20,7 @@ PY=${PY:-python3}
 # matplotlib, uvloop, nvidia-ml-py, typing-extensions); versions as installed here
 HWHL="docker==7.2.0 tenacity==9.2.1 pydantic==2.14.4 pydantic_core==2.50.5 annotated_types==0.8.0 \
 typing_inspection==0.4.5 tomli_w==1.2.0 isal==1.9.1"
-mkdir -p "$out"/p1/kit "$out"/p1/hwhl "$out"/p2/src "$out"/p3
+mkdir -p "$out"/p1/kit "$out"/p1/hwhl "$out"/p2/src "$out"/p3/w "$out"/w1/w "$out"/w2/w "$out"/w3/w
 [ -f "$out/p1/kit/docker-kit.tar.xz" ] || bash tools/make-docker-kit.sh "$out/p1/kit" >/dev/null
 # shellcheck disable=SC2086
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -25,4 +29,11 @@ mkdir -p "$out"/p1/kit "$out"/p1/hwhl "$out"/p2/src "$out"/p3
 harness() { "$PY" -m harness "$@"; }
 harness sources fetch -m "$matrix" --out "$out/p2/src"
 [ -f "$out/p3/deps/part_00" ] || harness bundle make bundles/vllm-0.25.1-h200-deps.toml --out "$out/p3/deps"
-du -sh "$out"/p1 "$out"/p2 "$out"/p3
+wb="$out/wheel-bundle"
+[ -f "$wb/bundle.json" ] || harness bundle make bundles/vllm-0.25.1-h200.toml --out "$wb"
+cp "$wb/part_02" "$wb/bundle.json" "$out/p3/w/"
+for n in 00 01; do  # 45 MB + 15 MB pieces of each 60 MB part
+  split -b 45000000 -a 1 "$wb/part_$n" "$out/w3/w/part_$n.piece_"
+  mv "$out/w3/w/part_$n.piece_a" "$out/w$((10#$n + 1))/w/"
+done
+du -sh "$out"/p1 "$out"/p2 "$out"/p3 "$out"/w1 "$out"/w2 "$out"/w3

@@ -8,6 +8,7 @@ lines of the vLLM build log are checked against the stack's TORCH_CUDA_ARCH_LIST
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -60,14 +61,21 @@ def local_base_id(matrix: Matrix, stack_name: str, engine) -> str | None:
     return found
 
 
+# what an image may say its site-packages is: an absolute path of plain names, nothing climbing
+_SITE = re.compile(r"^(/[A-Za-z0-9._+-]+){1,16}$")
+
+
 def image_site_packages(engine, ref: str, labels: dict[str, str]) -> str | None:
-    """Where a wheel-stack image installed vLLM (written by docker/wheels.py at build time)."""
+    """Where an image installed vLLM, as its build wrote it (docker/wheels.py for a wheel stack,
+    the source template's install step); None when the image has no such file or the file does
+    not hold a plain absolute path (it comes from the image, so it is checked, never trusted)."""
     with tempfile.TemporaryDirectory(prefix="harness-site-") as tmp:
         try:
             dest = engine.export_path(ref, "/opt/build/site-packages.txt", Path(tmp), labels=labels)
         except EngineError:
             return None
-        return (dest / "site-packages.txt").read_text().strip() or None
+        text = (dest / "site-packages.txt").read_text(errors="replace")[:4096].strip()
+    return text if _SITE.match(text) and ".." not in text.split("/") else None
 
 
 def _step_of(line: str) -> str | None:
@@ -90,13 +98,12 @@ def audit_image(engine, ref: str, labels: dict[str, str], path: str = SITE_PACKA
 
 
 def audit_stack_image(engine, ref: str, labels: dict[str, str], ccs: tuple[str, ...]) -> dict | None:
-    """audit_image on where a stack image keeps vLLM: a wheel stack's vllm package only (not the
-    base's torch), a source stack's whole venv."""
-    path = SITE_PACKAGES
-    if labels.get("harness.stack-kind") == "wheels":
-        site = image_site_packages(engine, ref, {"harness.role": "audit"})
-        path = f"{site}/vllm" if site else SITE_PACKAGES
-    return audit_image(engine, ref, {"harness.role": "audit"}, path, ccs)
+    """audit_image on where a stack image keeps vLLM: the vllm package under the site-packages
+    the build recorded (/opt/build/site-packages.txt: a wheel stack, or a source stack on a base
+    whose Python is its own, e.g. a root file system with /opt/torch/.venv), not the base's torch;
+    an image that recorded none (built before the file existed), the whole /opt/venv/lib."""
+    site = image_site_packages(engine, ref, {"harness.role": "audit"})
+    return audit_image(engine, ref, {"harness.role": "audit"}, f"{site}/vllm" if site else SITE_PACKAGES, ccs)
 
 
 def build_log_problems(engine, ref: str, torch_cuda_arch_list: str, labels: dict[str, str]) -> tuple[str, ...]:

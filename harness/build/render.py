@@ -161,6 +161,8 @@ def labels_for(stack_name: str, stack: Stack, patches: list[PatchFile], content_
     torch = _part("torch", stack.torch)
     fi = _part("flashinfer", stack.flashinfer)
     archs = _part("torch_cuda_arch_list", stack.torch_cuda_arch_list)
+    # a local base brings its own torch (the base stage checks its version); no index is used
+    torch_from = "from the base image" if base.local else torch.index_url
     labels = {
         f"{LABEL}.role": "image",
         f"{LABEL}.stack": stack_name,
@@ -168,7 +170,7 @@ def labels_for(stack_name: str, stack: Stack, patches: list[PatchFile], content_
         f"{LABEL}.base-image": base.reference,
         f"{LABEL}.cuda": base.tag,
         f"{LABEL}.python": stack.python,
-        f"{LABEL}.torch": f"{torch.version} {torch.index_url}",
+        f"{LABEL}.torch": f"{torch.version} {torch_from}",
         f"{LABEL}.torch-cuda-arch-list": archs,
         f"{LABEL}.flashinfer-cuda-arch-list": stack.flashinfer_cuda_arch_list or archs,
         f"{LABEL}.max-jobs": str(stack.max_jobs),

@@ -69,3 +69,29 @@ def test_a_site_path_that_is_not_plain_is_not_followed(engine, tmp_path, cleanup
     # ignored: the audit looks where an image that recorded nothing keeps vLLM, and finds nothing
     assert built.audit_summary["status"] == "not-audited"
     assert "/opt/venv/lib" in built.audit_summary["reason"]
+    from harness.report.data import _build as report_row
+
+    row = report_row(built)  # the report says so, and why, instead of '?'
+    assert row.audit_status == "not-audited"
+    assert any(line.startswith("not audited: ") and "/opt/venv/lib" in line for line in row.audit_lines)
+
+
+def test_the_report_and_the_bug_read_the_audit_of_a_reused_image(engine, tmp_path, cleanup):
+    from harness.report.data import _build as report_row
+
+    built, _run_id = _build_and_reuse(engine, tmp_path, cleanup)
+    for outcome in built:
+        assert outcome.audit_status == "pass", outcome.audit_summary
+        row = report_row(outcome)
+        assert row.audit_status == "pass"
+        assert any(line.startswith("sm_121: pass") for line in row.audit_lines), row.audit_lines
+
+
+def _build_and_reuse(engine, tmp_path, cleanup):
+    first, run_id = _build(engine, tmp_path, SITE)
+    cleanup.append(first.image_ref)
+    again = build_stacks(load_matrix(FIX / "tiny.toml"), ["tiny-ok"], engine=engine, log_dir=tmp_path,
+                         allow_unpinned=True, template=TEMPLATE,
+                         template_values={"RUN_ID": run_id, "SITE": SITE})["tiny-ok"]
+    assert (first.status, again.status) == ("built", "reused")
+    return (first, again), run_id

@@ -91,10 +91,12 @@ def audit_image(engine, ref: str, labels: dict[str, str], path: str = SITE_PACKA
         try:
             dest = engine.export_path(ref, path, Path(tmp), labels=labels)
         except EngineError as exc:
-            return {"status": "not-audited", "reason": str(exc)}
+            return {"status": "not-audited", "audit.status": "not-audited", "reason": str(exc)}
         report = audit_path(dest, [Target.from_cc(cc) for cc in ccs])
-        return {"status": report.status, "verdicts": [str(v) for v in report.verdicts],
-                "cubins": dict(report.totals())}
+        # the flat `audit.*` pairs the report, `bug` and BuildOutcome.audit_status read, plus the
+        # status, verdict lines and cubin counts per arch as plain values
+        return {**report.summary(), "status": report.status, "cubins": dict(report.totals()),
+                "verdicts": [f"{v.target.name}: {v.status}: {v.message}" for v in report.verdicts]}
 
 
 def audit_stack_image(engine, ref: str, labels: dict[str, str], ccs: tuple[str, ...]) -> dict | None:

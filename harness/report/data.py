@@ -403,6 +403,8 @@ def _build(b: BuildOutcome) -> Build:
         lines = [f"{k.removeprefix('audit.verdict.')}: {v}" for k, v in flat.items()
                  if k.startswith("audit.verdict.")]
     audit_status = b.audit_status or ("n/a" if not (audit or summary) else "?")
+    if audit_status == "not-audited" and summary.get("reason"):
+        lines.append(f"not audited: {summary['reason']}")
     if b.failed and b.reason:
         lines.insert(0, f"build: {b.reason}")
     return Build(b.stack, b.status, str(image or "n/a"), str(audit_status), tuple(lines))

@@ -61,7 +61,8 @@ def _audit_prebuilt(engine, image: str, ccs: tuple[str, ...]) -> dict:
         if summary and summary.get("status") != "not-audited" and summary.get("cubins"):
             return summary
         tried.append(path)
-    return {"status": "not-audited", "reason": f"no CUDA code under {', '.join(tried)} in {image}"}
+    return {"status": "not-audited", "audit.status": "not-audited",
+            "reason": f"no CUDA code under {', '.join(tried)} in {image}"}
 
 
 def build_stage(matrix: Matrix, cells: list[Cell], store: RunStore, *, engine: Callable[[], object],

@@ -9,7 +9,7 @@
 #   device.sh up                 # p1: harness deps, dockerd, base import started (setsid)
 #   device.sh stage              # p2: the sdists and pinned sources, into the harness cache
 #   device.sh build              # p3: dependency bundle, models, `harness build` started (setsid)
-#   device.sh carry              # w1, w2: pieces of the wheel bundle, kept in /tmp/wstage
+#   device.sh wheels             # w1, w2: pieces of the wheel bundle, kept in /tmp/wstage
 #   device.sh examples DEADLINE  # w3: the wheel examples' FP8 cells, Docker then local
 #   device.sh wait DEADLINE      # until the build ends (or DEADLINE s); then image + audit
 #   device.sh serve K DEADLINE   # `harness run -k K` on the built image
@@ -80,7 +80,7 @@ PYEOF
   echo "harness build started at $(date -u +%T)"
   harness doctor -m "$MATRIX" > "$OUT/doctor.txt" 2>&1; tail -12 "$OUT/doctor.txt"
   ;;
-carry)
+wheels)
   cp "$DEV"/w/* /tmp/wstage/ && ls -la /tmp/wstage; echo "build: $(progress)"
   ;;
 examples)
@@ -112,5 +112,5 @@ serve)
   tar czf "$OUT/results.tgz" -C /tmp results
   ;;
 *)
-  echo "usage: device.sh up | stage | build | carry | examples DEADLINE | wait DEADLINE | serve K DEADLINE"; exit 2 ;;
+  echo "usage: device.sh up | stage | build | wheels | examples DEADLINE | wait DEADLINE | serve K DEADLINE"; exit 2 ;;
 esac

@@ -344,9 +344,11 @@ class BuildOutcome(Open):
     @property
     def audit_status(self) -> str | None:
         """The arch audit's status, from the full report (`status`) or its flat summary
-        (`audit.status`); None when the stack was not audited."""
+        (`audit.status`; records written before it held that pair have `status`); None when the
+        stack was not audited."""
         audit, summary = self.audit or {}, self.audit_summary or {}
-        return audit.get("status") or audit.get("audit.status") or summary.get("audit.status")
+        return (audit.get("status") or audit.get("audit.status") or summary.get("audit.status")
+                or summary.get("status"))
 
     @classmethod
     def from_json(cls, data: Any, stack: str | None = None) -> BuildOutcome:

@@ -200,35 +200,41 @@ def pack(tree: Path, archive: Path) -> None:
     tmp.rename(archive)
 
 
-def check_archive(pin: Pin, archive: Path) -> None:
-    """Unpack to a scratch folder and compare the content digest with the pin."""
+def check_archive(pin: Pin, archive: Path, *, hint: str = "") -> None:
+    """Unpack to a scratch folder and compare the content digest with the pin; an archive that
+    is unreadable or holds other content is refused, naming the source."""
+    fix = hint or f"delete {archive} and run `harness sources fetch` again"
     with tempfile.TemporaryDirectory() as tmp:
         try:
             with tarfile.open(archive) as tar:
                 tar.extractall(tmp, filter="data")
         except (tarfile.TarError, OSError, EOFError) as exc:
-            raise EnvironmentProblem(f"{archive}: not a readable archive ({exc})",
-                                     hint="delete it and run `harness sources fetch` again") from None
+            raise EnvironmentProblem(f"{pin.name}: {archive} is not a readable archive ({exc})", hint=fix) from None
         got = tree_sha256(Path(tmp))
     if got != pin.sha256:
-        raise ConfigError(f"{archive.name}: content sha256 {got} does not match the pin {pin.sha256} "
-                          f"({pin.name} @ {pin.commit[:12]})",
-                          hint="the archive is of another commit or trimmed differently: fetch it again")
+        raise ConfigError(f"{pin.name}: {archive} holds content sha256 {got}, not the pinned {pin.sha256} "
+                          f"({pin.name} @ {pin.commit[:12]}): another commit, trimmed differently, or corrupted",
+                          hint=fix)
 
 
 def fetch(pin: Pin, *, repos: dict[str, str] | None = None, from_dir: Path | None = None,
-          cache: Path = OFFLINE) -> Path:
-    """The checked archive of `pin` in the cache: already there, from `from_dir` (archives another
-    host made), or assembled from git (a mirror in `repos`, else the URL)."""
-    archive = cache / pin.archive_name
+          cache: Path | None = None, check_cached: bool = False) -> Path:
+    """The checked archive of `pin` in the cache: already there (checked again with
+    `check_cached`), from `from_dir` (archives another host made), or assembled from git (a
+    mirror in `repos`, else the URL)."""
+    archive = (cache or OFFLINE) / pin.archive_name
+    cache = archive.parent
     if archive.is_file():
+        if check_cached:
+            check_archive(pin, archive)
         return archive
     if from_dir is not None:
         src = from_dir / pin.archive_name
         if not src.is_file():
             raise EnvironmentProblem(f"{pin.name}: {src} does not exist",
                                      hint="on a host with network: `harness sources fetch -m MATRIX --out DIR`")
-        check_archive(pin, src)
+        check_archive(pin, src, hint=f"make {src.name} again on the host with network "
+                                     "(`harness sources fetch -m MATRIX --out DIR`)")
         cache.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, archive)
         return archive

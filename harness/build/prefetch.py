@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.build import offline, sources
+from harness.build.offline import Pin, Table
 from harness.build.offline_stack import left_out
 from harness.build.render import patch_files
 from harness.errors import ConfigError, EnvironmentProblem
@@ -28,11 +29,11 @@ class StackNeeds:
     stack: str
     offline: bool
     sdists: tuple[sources.Source, ...]
-    table: offline.Table | None
+    table: Table | None
     cut: frozenset[str]  # sources its patches leave out
 
     @property
-    def pins(self) -> tuple[offline.Pin, ...]:
+    def pins(self) -> tuple[Pin, ...]:
         return tuple(p for p in self.table.pins if p.name not in self.cut) if self.table else ()
 
     @property

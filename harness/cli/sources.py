@@ -64,9 +64,8 @@ def run_list(args) -> int:
 def run_fetch(args) -> int:
     from harness.build.prefetch import fetch_all, needs, parse_mirrors
     from harness.console import err, out
-    from harness.matrix.load import load_matrix
-
     from harness.lock import locked_matrix
+    from harness.matrix.load import load_matrix
 
     repos = parse_mirrors(args.mirror)
     matrix = locked_matrix(load_matrix(Path(args.matrix)))  # the lock's sdist sha256s, where there is one

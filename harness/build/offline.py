@@ -146,9 +146,11 @@ def _git(argv: list[str], what: str) -> str:
     return res.stdout
 
 
-def _export(repo: str, commit: str, dest: Path, what: str, paths: list[str]) -> None:
+def _export(repo: str, commit: str, dest: Path, what: str, paths: list[str],
+            gitlinks: tuple[str, ...] = ()) -> dict[str, str]:
     """`paths` of the tree of `commit` into dest: from a local git folder (a mirror) or a URL
-    (depth-1 fetch). Only the kept paths are read: a mirror may lack the blobs of the rest."""
+    (depth-1 fetch). Only the kept paths are read: a mirror may lack the blobs of the rest.
+    Returns the commit each of `gitlinks` (submodule paths) names in that tree."""
     with tempfile.TemporaryDirectory() as tmp:
         if Path(repo).is_dir():
             git_dir = repo
@@ -164,18 +166,29 @@ def _export(repo: str, commit: str, dest: Path, what: str, paths: list[str]) -> 
                                      hint="fetch that commit into the mirror, or give its URL")
         with tarfile.open(tar_path) as tar:
             tar.extractall(dest, filter="data")
+        links = {}
+        for path in gitlinks:
+            res = proc.run(["git", "-C", git_dir, "ls-tree", commit, "--", path], timeout=60)
+            entry = res.stdout.split("\t", 1)[0].split() if res.ok else []  # "160000 commit SHA"
+            links[path] = entry[2] if len(entry) == 3 and entry[0] == "160000" else ""
+        return links
 
 
 def assemble(pin: Pin, repos: dict[str, str], dest: Path) -> None:
-    """The trimmed tree of `pin` into dest. `repos` maps a URL to a local mirror to read instead."""
+    """The trimmed tree of `pin` into dest. `repos` maps a URL to a local mirror to read instead.
+    Each submodule's commit must be the one the parent's tree names."""
     subs = [path for path, _u, _c in pin.submodules]
 
     def under(rel: str, sub: str) -> bool:
         return rel == sub or rel.startswith(sub + "/")
 
     own = [k for k in pin.keep if not any(under(k, s) for s in subs)]
-    _export(repos.get(pin.url, pin.url), pin.commit, dest, pin.name, own)
+    links = _export(repos.get(pin.url, pin.url), pin.commit, dest, pin.name, own, tuple(subs))
     for path, url, commit in pin.submodules:
+        if links[path] != commit:
+            named = f"names {links[path]}" if links[path] else "has no submodule there"
+            raise ConfigError(f"{pin.name}: the table pins submodule {path} at {commit}, but {pin.commit[:12]}'s "
+                              f"tree {named}", hint="copy the commit from `git ls-tree COMMIT PATH` into the table")
         inner = [k[len(path) + 1:] for k in pin.keep if under(k, path) and k != path]
         _export(repos.get(url, url), commit, dest / path, f"{pin.name}/{path}", inner or ["."])
     for rel in pin.keep:

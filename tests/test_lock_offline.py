@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import shutil
 import socket
 import subprocess
 import tarfile
@@ -256,3 +257,19 @@ def test_an_offline_stack_needing_an_unpinned_source_is_refused_before_any_netwo
     err = " ".join(capsys.readouterr().err.split())
     assert "stacks.src: vLLM 0.33.0's CMake fetches tk, which vllm-0.33.0.toml does not pin" in err
     assert Index.seen == [] and not world["matrix"].with_suffix(".lock").exists()
+
+
+def test_sources_fetch_carries_the_cache_to_an_air_gapped_host(world, capsys, tmp_path):
+    w = world
+    usb = tmp_path / "usb"
+    assert main(["sources", "fetch", "-m", str(w["matrix"]), *_mirror(w), "--out", str(usb)]) == 0
+    assert sorted(p.name for p in usb.iterdir()) == sorted([*FILES, f"kern-{w['kern'][:12]}.tar.xz"])
+    for sub in ("offline", "sources", "sdist"):  # the other host's cache is empty
+        shutil.rmtree(w["cache"] / sub, ignore_errors=True)
+    Index.seen = []
+    capsys.readouterr()
+    assert main(["sources", "fetch", "-m", str(w["matrix"]), "--from", str(usb)]) == 0
+    out = capsys.readouterr().out
+    assert out.count(f"taken from {usb}") == 3 and Index.seen == []  # nothing asked of the index or git
+    assert (w["cache"] / "offline" / f"kern-{w['kern'][:12]}.tar.xz").read_bytes() == \
+        (usb / f"kern-{w['kern'][:12]}.tar.xz").read_bytes()

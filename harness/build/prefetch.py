@@ -110,14 +110,17 @@ def fetch_all(wanted: list[StackNeeds], *, matrix_path: Path | str, repos: dict[
             if want in got:
                 continue
             cached = any((d / want).is_file() for d in (sources.SDIST_CACHE, sources.CACHE))
-            how = "cached, sha256 checked"
+            # without a pin (no sdist_sha256, no lock) only a download is checked, against the index
+            checked = "sha256 checked" if s.sha256 else "sha256 not pinned: `harness lock` pins it"
+            how = f"cached, {checked}"
             if not cached and from_dir is not None and (from_dir / want).is_file():
                 sources.SDIST_CACHE.mkdir(parents=True, exist_ok=True)
                 (sources.SDIST_CACHE / want).write_bytes((from_dir / want).read_bytes())
-                how = f"taken from {from_dir}, sha256 checked"
+                how = f"taken from {from_dir}, {checked}"
             elif not cached:
                 say(f"downloading {want} from PyPI")
-                how = "downloaded from PyPI, sha256 checked"
+                how = ("downloaded from PyPI, sha256 checked" if s.sha256 else
+                       "downloaded from PyPI, sha256 checked against the index only (not pinned: `harness lock`)")
             try:
                 path = sources.sdist(s, sources.CACHE)
             except EnvironmentProblem as exc:

@@ -273,3 +273,10 @@ def test_sources_fetch_carries_the_cache_to_an_air_gapped_host(world, capsys, tm
     assert out.count(f"taken from {usb}") == 3 and Index.seen == []  # nothing asked of the index or git
     assert (w["cache"] / "offline" / f"kern-{w['kern'][:12]}.tar.xz").read_bytes() == \
         (usb / f"kern-{w['kern'][:12]}.tar.xz").read_bytes()
+
+
+def test_a_bad_mirror_flag_is_bad_input_before_any_network(world, capsys):
+    assert main(["lock", "-m", str(world["matrix"]), "--mirror", "https://example.invalid/x.git"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--mirror 'https://example.invalid/x.git': expected URL=PATH with PATH a local git folder" in err
+    assert Index.seen == []

@@ -9,6 +9,7 @@ variable the table declares), and configure logs of that sdist captured with nvc
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tarfile
@@ -45,9 +46,12 @@ def _repo(path: Path, files: dict[str, str]) -> str:
 @pytest.fixture()
 def repos(tmp_path):
     sub = _repo(tmp_path / "sub", {"include/a.h": "int a;\n", "docs/big.md": "not kept\n"})
-    top = _repo(tmp_path / "top", {"CMakeLists.txt": "project(x)\n", "src/k.cu": "__global__ void k(){}\n",
-                                   "tests/t.py": "not kept\n"})
-    return tmp_path, top, sub
+    _repo(tmp_path / "top", {"CMakeLists.txt": "project(x)\n", "src/k.cu": "__global__ void k(){}\n",
+                             "tests/t.py": "not kept\n"})
+    # the parent names the submodule's commit, as `git submodule add` records it
+    _git("update-index", "--add", "--cacheinfo", f"160000,{sub},third/sub", cwd=tmp_path / "top")
+    _git("commit", "-qm", "submodule", cwd=tmp_path / "top")
+    return tmp_path, _git("rev-parse", "HEAD", cwd=tmp_path / "top"), sub
 
 
 def _pin(top: str, sub: str, sha: str = "0" * 64) -> offline.Pin:
@@ -100,6 +104,13 @@ def test_fetch_checks_the_pin_and_hands_archives_to_an_air_gapped_cache(repos):
         offline.fetch(pin, from_dir=tmp / "evil", cache=tmp / "c3")
     with pytest.raises(EnvironmentProblem, match="does not exist"):
         offline.fetch(pin, from_dir=tmp / "nothing-here", cache=tmp / "c4")
+
+
+def test_a_submodule_commit_other_than_the_parents_is_refused(repos):
+    tmp, top, sub = repos
+    other = _git("commit-tree", "-m", "other", _git("write-tree", cwd=tmp / "sub"), cwd=tmp / "sub")
+    with pytest.raises(ConfigError, match=f"pins submodule third/sub at {other}, but {top[:12]}'s tree names {sub}"):
+        offline.assemble(_pin(top, other), _mirrors(tmp), tmp / "t")
 
 
 def test_a_commit_missing_from_the_mirror_is_named(repos):
@@ -181,8 +192,7 @@ def test_offline_render_errors_name_the_missing_piece_and_the_fix(offline_sdists
     try:
         m = load_matrix(path)
         stack = m.spec.stacks["src-0251"]
-        with pytest.raises(ConfigError, match="flashmla, deepgemm, triton_kernels, fmha_sm100, which "
-                                              "vllm-0.25.1.toml does not pin"):
+        with pytest.raises(ConfigError, match="triton_kernels, fmha_sm100, which vllm-0.25.1.toml does not pin"):
             offline_parts(m, "src-0251", stack, [ARCH.read_bytes()])
         with pytest.raises(ConfigError, match="cutlass .* is not in the cache") as exc:
             offline_parts(m, "src-0251", stack, [ARCH.read_bytes(), CUT.read_bytes()])
@@ -234,3 +244,58 @@ def test_offline_render_hands_every_input_over_in_the_context(offline_sdists, tm
     assert "probe_build.py --units" in p.dockerfile and "pip install --no-build-isolation" not in p.dockerfile.split(
         "--- vLLM build")[1]
     assert p.content_hash != r.content_hash and p.labels["harness.role"] == "probe"
+
+
+def _read_by_build(vllm_tree: Path, name: str) -> set[str]:
+    """The paths of a source tree vLLM 0.25.1's build names: its CMake file's `${name_SOURCE_DIR}/...`
+    (a glob counts as its folder) and, for DeepGEMM, what tools/build_deepgemm_C.py compiles."""
+    cmake = (vllm_tree / "cmake" / "external_projects" / f"{name}.cmake").read_text()
+    found = {m.split("*")[0].rstrip("/") for m in re.findall(rf"\$\{{{name}_SOURCE_DIR\}}/([^\s\")]+)", cmake)}
+    if name == "deepgemm":
+        found |= set(re.findall(r'src / "([^"]+)"', (vllm_tree / "tools" / "build_deepgemm_C.py").read_text()))
+    return {p for p in found if p}
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("name", ["flashmla", "deepgemm"])
+def test_a_new_pin_verifies_and_holds_what_the_build_reads(vllm_0251_tree, name, tmp_path):
+    """The archive in the cache (or, without one, fetched from GitHub at the pinned commit and
+    trimmed) has exactly the pinned content, and every path vLLM's build names is in it."""
+    pin = next(p for p in offline.load_table("0.25.1").pins if p.name == name)
+    archive = offline.OFFLINE / pin.archive_name
+    if not archive.is_file():
+        archive = offline.fetch(pin, cache=tmp_path / "cache")
+    offline.check_archive(pin, archive)
+    tree = tmp_path / "tree"
+    with tarfile.open(archive) as tar:
+        tar.extractall(tree, filter="data")
+    assert offline.tree_sha256(tree) == pin.sha256
+    wanted = _read_by_build(vllm_0251_tree, name)
+    assert len(wanted) > 5, wanted  # the reader found the build's list, not nothing
+    assert sorted(p for p in wanted if not (tree / p).exists()) == []
+    for sub_path, _url, _commit in pin.submodules:  # the pinned CUTLASS / fmt headers are there
+        assert any((tree / sub_path / "include").rglob("*.h*")), sub_path
+
+
+@pytest.mark.parametrize("damage", ["truncated", "other content"])
+def test_a_corrupted_archive_of_a_table_pin_is_refused_naming_the_source(tmp_path, damage):
+    pin = next(p for p in offline.load_table("0.25.1").pins if p.name == "deepgemm")
+    usb = tmp_path / "usb"
+    tree = tmp_path / "t" / "csrc"
+    tree.mkdir(parents=True)
+    (tree / "python_api.cpp").write_text("int main() {}\n")
+    offline.pack(tmp_path / "t", usb / pin.archive_name)
+    if damage == "truncated":
+        data = (usb / pin.archive_name).read_bytes()
+        (usb / pin.archive_name).write_bytes(data[: len(data) // 2])
+    kind = EnvironmentProblem if damage == "truncated" else ConfigError
+    with pytest.raises(kind) as exc:
+        offline.fetch(pin, from_dir=usb, cache=tmp_path / "cache")
+    assert exc.value.message.startswith(f"deepgemm: {usb / pin.archive_name}")
+    assert "--out DIR" in exc.value.hint
+    assert not (tmp_path / "cache" / pin.archive_name).exists()  # nothing refused enters the cache
+    # the same archive already in the cache is refused when checked (as `harness lock` does)
+    (tmp_path / "cache").mkdir()
+    shutil.copy(usb / pin.archive_name, tmp_path / "cache")
+    with pytest.raises(kind, match="^deepgemm: "):
+        offline.fetch(pin, cache=tmp_path / "cache", check_cached=True)

@@ -1,15 +1,17 @@
 """Compute the content sha256 of each source in a vLLM offline-source table and write it back.
 
-    python tools/pin-offline-sources.py harness/data/sources/vllm-0.25.1.toml [URL=MIRROR ...]
+    python tools/pin-offline-sources.py harness/data/sources/vllm-0.25.1.toml [URL=MIRROR ...] [--only NAME ...]
 
 Each source is exported at its commit (from a local git mirror given as URL=PATH, else from
 its URL), its submodules put in place, trimmed to `keep`, and digested as
 harness.build.offline.tree_sha256 does. The `sha256 = "..."` line of each [[sources]] entry is
-rewritten; nothing else in the file changes. Run it after changing a commit or a keep list.
+rewritten; nothing else in the file changes. Run it after changing a commit or a keep list;
+`--only` pins the named sources and leaves the others as they are (their trees need not be
+reachable).
 """
 
+import argparse
 import re
-import sys
 import tempfile
 import tomllib
 from pathlib import Path
@@ -18,12 +20,20 @@ from harness.build.offline import Pin, assemble, tree_sha256
 
 
 def main() -> None:
-    path = Path(sys.argv[1])
-    repos = dict(arg.split("=", 1) for arg in sys.argv[2:])
-    data = tomllib.loads(path.read_text())
-    text = path.read_text()
-    blocks = text.split("[[sources]]")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("table", type=Path)
+    ap.add_argument("mirrors", nargs="*", metavar="URL=PATH", help="read this git URL from a local git folder")
+    ap.add_argument("--only", action="append", default=[], metavar="NAME", help="pin only this source (repeatable)")
+    args = ap.parse_args()
+    repos = dict(arg.split("=", 1) for arg in args.mirrors)
+    data = tomllib.loads(args.table.read_text())
+    unknown = set(args.only) - {src["name"] for src in data["sources"]}
+    if unknown:
+        ap.error(f"--only {', '.join(sorted(unknown))}: no such [[sources]] entry in {args.table}")
+    blocks = args.table.read_text().split("[[sources]]")
     for i, src in enumerate(data["sources"], start=1):
+        if args.only and src["name"] not in args.only:
+            continue
         pin = Pin(src["name"], src["url"], src["commit"], src["env"], tuple(src["keep"]),
                   tuple((m["path"], m["url"], m["commit"]) for m in src.get("submodules", [])), "")
         with tempfile.TemporaryDirectory() as tmp:
@@ -31,7 +41,7 @@ def main() -> None:
             digest = tree_sha256(Path(tmp) / "t")
         blocks[i] = re.sub(r'(?m)^sha256 = "[0-9a-f]*"', f'sha256 = "{digest}"', blocks[i], count=1)
         print(f"{pin.name} {pin.commit[:12]} {digest}")
-    path.write_text("[[sources]]".join(blocks))
+    args.table.write_text("[[sources]]".join(blocks))
 
 
 if __name__ == "__main__":

@@ -146,9 +146,11 @@ def _git(argv: list[str], what: str) -> str:
     return res.stdout
 
 
-def _export(repo: str, commit: str, dest: Path, what: str, paths: list[str]) -> None:
+def _export(repo: str, commit: str, dest: Path, what: str, paths: list[str],
+            gitlinks: tuple[str, ...] = ()) -> dict[str, str]:
     """`paths` of the tree of `commit` into dest: from a local git folder (a mirror) or a URL
-    (depth-1 fetch). Only the kept paths are read: a mirror may lack the blobs of the rest."""
+    (depth-1 fetch). Only the kept paths are read: a mirror may lack the blobs of the rest.
+    Returns the commit each of `gitlinks` (submodule paths) names in that tree."""
     with tempfile.TemporaryDirectory() as tmp:
         if Path(repo).is_dir():
             git_dir = repo
@@ -164,18 +166,29 @@ def _export(repo: str, commit: str, dest: Path, what: str, paths: list[str]) -> 
                                      hint="fetch that commit into the mirror, or give its URL")
         with tarfile.open(tar_path) as tar:
             tar.extractall(dest, filter="data")
+        links = {}
+        for path in gitlinks:
+            res = proc.run(["git", "-C", git_dir, "ls-tree", commit, "--", path], timeout=60)
+            entry = res.stdout.split("\t", 1)[0].split() if res.ok else []  # "160000 commit SHA"
+            links[path] = entry[2] if len(entry) == 3 and entry[0] == "160000" else ""
+        return links
 
 
 def assemble(pin: Pin, repos: dict[str, str], dest: Path) -> None:
-    """The trimmed tree of `pin` into dest. `repos` maps a URL to a local mirror to read instead."""
+    """The trimmed tree of `pin` into dest. `repos` maps a URL to a local mirror to read instead.
+    Each submodule's commit must be the one the parent's tree names."""
     subs = [path for path, _u, _c in pin.submodules]
 
     def under(rel: str, sub: str) -> bool:
         return rel == sub or rel.startswith(sub + "/")
 
     own = [k for k in pin.keep if not any(under(k, s) for s in subs)]
-    _export(repos.get(pin.url, pin.url), pin.commit, dest, pin.name, own)
+    links = _export(repos.get(pin.url, pin.url), pin.commit, dest, pin.name, own, tuple(subs))
     for path, url, commit in pin.submodules:
+        if links[path] != commit:
+            named = f"names {links[path]}" if links[path] else "has no submodule there"
+            raise ConfigError(f"{pin.name}: the table pins submodule {path} at {commit}, but {pin.commit[:12]}'s "
+                              f"tree {named}", hint="copy the commit from `git ls-tree COMMIT PATH` into the table")
         inner = [k[len(path) + 1:] for k in pin.keep if under(k, path) and k != path]
         _export(repos.get(url, url), commit, dest / path, f"{pin.name}/{path}", inner or ["."])
     for rel in pin.keep:
@@ -200,35 +213,41 @@ def pack(tree: Path, archive: Path) -> None:
     tmp.rename(archive)
 
 
-def check_archive(pin: Pin, archive: Path) -> None:
-    """Unpack to a scratch folder and compare the content digest with the pin."""
+def check_archive(pin: Pin, archive: Path, *, hint: str = "") -> None:
+    """Unpack to a scratch folder and compare the content digest with the pin; an archive that
+    is unreadable or holds other content is refused, naming the source."""
+    fix = hint or f"delete {archive} and run `harness sources fetch` again"
     with tempfile.TemporaryDirectory() as tmp:
         try:
             with tarfile.open(archive) as tar:
                 tar.extractall(tmp, filter="data")
         except (tarfile.TarError, OSError, EOFError) as exc:
-            raise EnvironmentProblem(f"{archive}: not a readable archive ({exc})",
-                                     hint="delete it and run `harness sources fetch` again") from None
+            raise EnvironmentProblem(f"{pin.name}: {archive} is not a readable archive ({exc})", hint=fix) from None
         got = tree_sha256(Path(tmp))
     if got != pin.sha256:
-        raise ConfigError(f"{archive.name}: content sha256 {got} does not match the pin {pin.sha256} "
-                          f"({pin.name} @ {pin.commit[:12]})",
-                          hint="the archive is of another commit or trimmed differently: fetch it again")
+        raise ConfigError(f"{pin.name}: {archive} holds content sha256 {got}, not the pinned {pin.sha256} "
+                          f"({pin.name} @ {pin.commit[:12]}): another commit, trimmed differently, or corrupted",
+                          hint=fix)
 
 
 def fetch(pin: Pin, *, repos: dict[str, str] | None = None, from_dir: Path | None = None,
-          cache: Path = OFFLINE) -> Path:
-    """The checked archive of `pin` in the cache: already there, from `from_dir` (archives another
-    host made), or assembled from git (a mirror in `repos`, else the URL)."""
-    archive = cache / pin.archive_name
+          cache: Path | None = None, check_cached: bool = False) -> Path:
+    """The checked archive of `pin` in the cache: already there (checked again with
+    `check_cached`), from `from_dir` (archives another host made), or assembled from git (a
+    mirror in `repos`, else the URL)."""
+    archive = (cache or OFFLINE) / pin.archive_name
+    cache = archive.parent
     if archive.is_file():
+        if check_cached:
+            check_archive(pin, archive)
         return archive
     if from_dir is not None:
         src = from_dir / pin.archive_name
         if not src.is_file():
             raise EnvironmentProblem(f"{pin.name}: {src} does not exist",
                                      hint="on a host with network: `harness sources fetch -m MATRIX --out DIR`")
-        check_archive(pin, src)
+        check_archive(pin, src, hint=f"make {src.name} again on the host with network "
+                                     "(`harness sources fetch -m MATRIX --out DIR`)")
         cache.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, archive)
         return archive

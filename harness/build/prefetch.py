@@ -1,0 +1,151 @@
+"""What a source stack's build reads from the network, fetched (or checked) into the cache first.
+
+A stack that builds vLLM from a release sdist reads the vLLM and FlashInfer sdists and every tree
+vLLM's CMake would clone (harness/data/sources/vllm-<version>.toml), minus what its patches leave
+out. `harness sources fetch` fills the cache for the selected stacks (and carries it to an
+air-gapped host with --out/--from); `harness lock` does the same for every `offline = true`
+stack, so that its build runs with no network afterwards. An archive already in the cache is
+unpacked and its content sha256 checked again, an sdist its sha256.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.build import offline, sources
+from harness.build.offline import Pin, Table
+from harness.build.offline_stack import left_out
+from harness.build.render import patch_files
+from harness.errors import ConfigError, EnvironmentProblem
+from harness.matrix.plan import expand, group_by_stack
+
+
+@dataclass(frozen=True)
+class StackNeeds:
+    """What one source stack's build reads from the network."""
+
+    stack: str
+    offline: bool
+    sdists: tuple[sources.Source, ...]
+    table: Table | None
+    cut: frozenset[str]  # sources its patches leave out
+
+    @property
+    def pins(self) -> tuple[Pin, ...]:
+        return tuple(p for p in self.table.pins if p.name not in self.cut) if self.table else ()
+
+    @property
+    def unpinned(self) -> tuple[str, ...]:
+        return tuple(u[0] for u in self.table.unpinned if u[0] not in self.cut) if self.table else ()
+
+
+@dataclass(frozen=True)
+class Got:
+    file: str
+    path: Path
+    how: str  # what was done: downloaded, fetched from git, taken from DIR, cached and checked
+
+
+def needs(matrix, k: str | None = None) -> list[StackNeeds]:
+    """Every selected stack that builds vLLM from source (docker, no prebuilt image or wheels)."""
+    out = []
+    for name in group_by_stack(expand(matrix, k)):
+        stack = matrix.spec.stacks[name]
+        if stack.runner != "docker" or stack.image is not None or stack.wheels is not None or stack.vllm is None:
+            continue
+        srcs = [sources.vllm_source(stack)] + ([sources.flashinfer_source(stack)] if stack.flashinfer else [])
+        table = offline.load_table(stack.vllm.pypi) if stack.vllm.pypi else None
+        cut = left_out([p.data for p in patch_files(matrix, stack) if p.series == "vllm"])
+        out.append(StackNeeds(name, stack.offline, tuple(srcs), table, frozenset(cut)))
+    return out
+
+
+def parse_mirrors(items: list[str]) -> dict[str, str]:
+    """`URL=PATH` flags: read that git URL from a local git folder (a clone, a bare mirror)."""
+    repos = {}
+    for item in items:
+        url, sep, path = item.partition("=")
+        if not sep or not Path(path).is_dir():
+            raise ConfigError(f"--mirror {item!r}: expected URL=PATH with PATH a local git folder",
+                              hint="e.g. --mirror https://github.com/NVIDIA/cutlass.git=/src/cutlass")
+        repos[url] = path
+    return repos
+
+
+def air_gap_hint(matrix_path: Path | str) -> str:
+    return (f"with no network here: on a host with network `harness sources fetch -m {matrix_path} --out DIR`, "
+            f"then here `harness sources fetch -m {matrix_path} --from DIR` (or --mirror URL=PATH from a local clone)")
+
+
+def check_offline(matrix, wanted: list[StackNeeds]) -> None:
+    """What an offline build would refuse, refused before anything is fetched."""
+    for n in wanted:
+        where = f"stacks.{n.stack}"
+        stack = matrix.spec.stacks[n.stack]
+        if not stack.vllm.pypi:
+            raise ConfigError(f"{where}: an offline build needs vllm.pypi (a release sdist)",
+                              hint="pin a release, or drop `offline`")
+        if n.table is None:
+            raise ConfigError(f"{where}: no table of what vLLM {stack.vllm.pypi}'s CMake fetches "
+                              f"({offline.table_path(stack.vllm.pypi).name})",
+                              hint="write one (harness/data/sources/), or drop `offline`")
+        if n.unpinned:
+            raise ConfigError(f"{where}: vLLM {n.table.vllm}'s CMake fetches {', '.join(n.unpinned)}, which "
+                              f"{n.table.path.name} does not pin",
+                              hint="pin it there (tools/pin-offline-sources.py), or apply a patch that leaves it out")
+
+
+def fetch_all(wanted: list[StackNeeds], *, matrix_path: Path | str, repos: dict[str, str] | None = None,
+              from_dir: Path | None = None, say: Callable[[str], None] = lambda _s: None) -> list[Got]:
+    """Each sdist (sha256 checked) and each pinned source (content sha256 checked) the stacks
+    need, once; a failure names the stack, the source and the fix."""
+    got: dict[str, Got] = {}
+    for n in wanted:
+        for s in n.sdists:
+            if s.kind != "pypi":
+                continue
+            want = sources.sdist_filename(s.name, s.pin)
+            if want in got:
+                continue
+            cached = any((d / want).is_file() for d in (sources.SDIST_CACHE, sources.CACHE))
+            # without a pin (no sdist_sha256, no lock) only a download is checked, against the index
+            checked = "sha256 checked" if s.sha256 else "sha256 not pinned: `harness lock` pins it"
+            how = f"cached, {checked}"
+            if not cached and from_dir is not None and (from_dir / want).is_file():
+                sources.SDIST_CACHE.mkdir(parents=True, exist_ok=True)
+                (sources.SDIST_CACHE / want).write_bytes((from_dir / want).read_bytes())
+                how = f"taken from {from_dir}, {checked}"
+            elif not cached:
+                say(f"downloading {want} from PyPI")
+                how = ("downloaded from PyPI, sha256 checked" if s.sha256 else
+                       "downloaded from PyPI, sha256 checked against the index only (not pinned: `harness lock`)")
+            try:
+                path = sources.sdist(s, sources.CACHE)
+            except EnvironmentProblem as exc:
+                raise EnvironmentProblem(f"stacks.{n.stack}.{s.project}: {want}: {exc.message}",
+                                         hint=air_gap_hint(matrix_path)) from None
+            got[want] = Got(want, path, how)
+        for pin in n.pins:
+            if pin.archive_name in got:
+                continue
+            archive = offline.OFFLINE / pin.archive_name
+            if archive.is_file():
+                how = "cached, content sha256 checked"
+            elif from_dir is not None:
+                how = f"taken from {from_dir}, content sha256 checked"
+            else:
+                where = (repos or {}).get(pin.url, pin.url)
+                say(f"fetching {pin.name} @ {pin.commit[:12]} from {where}")
+                how = f"fetched from {where} and trimmed, content sha256 checked"
+            try:
+                path = offline.fetch(pin, repos=repos, from_dir=from_dir, cache=offline.OFFLINE, check_cached=True)
+            except EnvironmentProblem as exc:
+                if archive.is_file():  # the cached archive itself is unreadable: its own fix
+                    raise
+                raise EnvironmentProblem(f"stacks.{n.stack}: cannot get the pinned source {pin.name} "
+                                         f"({pin.url} @ {pin.commit[:12]}): {exc.message}",
+                                         hint=air_gap_hint(matrix_path)) from None
+            got[pin.archive_name] = Got(pin.archive_name, path, how)
+    return list(got.values())

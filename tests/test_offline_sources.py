@@ -24,6 +24,7 @@ from harness.matrix.load import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 CMAKE = ROOT / "tests" / "fixtures" / "build" / "cmake"
+FIXTURE_ARCHIVES = ROOT / "tests" / "fixtures" / "offline"  # trimmed, pinned source archives
 VLLM_0251_SHA = "ddbdec3f1c0f21afa70b7eb6ddf3faa29d26b1302ee4b5d5e00ec3af41b0c2e4"
 
 
@@ -259,12 +260,11 @@ def _read_by_build(vllm_tree: Path, name: str) -> set[str]:
 @pytest.mark.network
 @pytest.mark.parametrize("name", ["flashmla", "deepgemm"])
 def test_a_new_pin_verifies_and_holds_what_the_build_reads(vllm_0251_tree, name, tmp_path):
-    """The archive in the cache (or, without one, fetched from GitHub at the pinned commit and
-    trimmed) has exactly the pinned content, and every path vLLM's build names is in it."""
+    """The trimmed archive (made by tools/pin-offline-sources.py from the pinned commit, shipped in
+    tests/fixtures/offline) enters a cache as an air-gapped host takes it, has exactly the pinned
+    content, and holds every path vLLM's build names (the network: the vLLM sdist only)."""
     pin = next(p for p in offline.load_table("0.25.1").pins if p.name == name)
-    archive = offline.OFFLINE / pin.archive_name
-    if not archive.is_file():
-        archive = offline.fetch(pin, cache=tmp_path / "cache")
+    archive = offline.fetch(pin, from_dir=FIXTURE_ARCHIVES, cache=tmp_path / "cache")
     offline.check_archive(pin, archive)
     tree = tmp_path / "tree"
     with tarfile.open(archive) as tar:

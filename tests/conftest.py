@@ -72,6 +72,49 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip(f"needs a GPU: {problem}")
 
 
+def _worker(config: pytest.Config) -> bool:
+    """True in a pytest-xdist worker (`make test` runs the suite in several)."""
+    return hasattr(config, "workerinput")
+
+
+# pytest-xdist (`make test` runs the suite on several workers with --dist loadgroup): the tests
+# of a module stay on one worker, so a module's fixtures (an image, a second dockerd) are made
+# once; and these modules share one worker, one test at a time:
+#   "engine": Docker tests that look at the whole engine (every audit container, every busybox
+#     container) and would see another worker's;
+#   "pypi-cache": tests that download and unpack the pinned sdists into the one user cache,
+#     which two processes must not unpack at once.
+# Their own worker each, and handed out first so that none starts last: the longest modules.
+OWN_WORKER_FIRST = ("test_multinode_docker", "test_hosts_docker")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups into the test ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not _worker(config):
+        return
+    with_mark: dict[str, set[str]] = {"network": set(), "docker": set()}
+    for item in items:
+        for mark in with_mark:
+            if item.get_closest_marker(mark):
+                with_mark[mark].add(item.path.stem)
+
+    def group(module: str) -> str:
+        if module in with_mark["network"]:
+            return "pypi-cache"
+        if module in with_mark["docker"] and module not in OWN_WORKER_FIRST:
+            return "engine"
+        return module
+
+    first = (*OWN_WORKER_FIRST, "pypi-cache", "engine")
+    rank: dict[int, tuple[int, int]] = {}
+    for i, item in enumerate(items):
+        g = group(item.path.stem)
+        item.add_marker(pytest.mark.xdist_group(g))
+        rank[id(item)] = (first.index(g) if g in first else len(first), i)
+    # the same order on every worker (xdist checks it): the long groups first, the rest as found
+    items.sort(key=lambda item: rank[id(item)])
+
+
 def skip_or_fail_under_ci(why: str) -> None:
     """A Docker test whose own prerequisite is missing (an image, sshd, docker-registry): skip
     with the reason here; under HARNESS_REQUIRE_DOCKER=1 (CI installs all of them) fail instead,
@@ -108,22 +151,40 @@ def fixtures() -> Path:
 _BEFORE: dict[str, set[str]] = {}
 _LEAKED: dict[str, list[str]] = {}
 _TMP: list[str] = []
+_WORKER_LEAKS: dict[str, list[str]] = {}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist, in the controller: a worker ended; what it left in its temporary folder."""
+    for kind, items in (getattr(node, "workeroutput", None) or {}).get("harness_leaked", {}).items():
+        _WORKER_LEAKS.setdefault(kind, []).extend(items)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     from support.leftovers import private_tmp, snapshot
 
     _TMP.append(private_tmp())
-    _BEFORE.update(snapshot())
+    if not _worker(session.config):  # the engine is counted once, around the whole session
+        _BEFORE.update(snapshot())
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The suite leaves nothing behind: a new image, container or temporary file fails the run.
     Images and containers are counted on the whole engine: set HARNESS_SHARED_ENGINE=1 where
-    other test sessions use the same engine at the same time (they are then listed, not failed)."""
+    other test sessions use the same engine at the same time (they are then listed, not failed).
+    Under pytest-xdist each worker has its own temporary folder and hands what is left in it to
+    the controller, which counts the engine after every worker has ended."""
     from support.leftovers import new_since, snapshot
 
+    if _worker(session.config):
+        tmp = new_since({}, {"temporary files": snapshot(_TMP[0], engine=False)["temporary files"]})
+        session.config.workeroutput["harness_leaked"] = tmp  # type: ignore[attr-defined]
+        shutil.rmtree(_TMP[0], ignore_errors=True)
+        return
     _LEAKED.update(new_since(_BEFORE, snapshot(_TMP[0] if _TMP else None)))
+    for kind, items in _WORKER_LEAKS.items():
+        _LEAKED[kind] = sorted({*_LEAKED.get(kind, []), *items})
     if _TMP:
         shutil.rmtree(_TMP[0], ignore_errors=True)
     if os.environ.get("HARNESS_SHARED_ENGINE") == "1":
@@ -149,7 +210,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     by_reason: dict[str, list[str]] = {}
     for rep in skipped:
         reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
-        by_reason.setdefault(" ".join(reason.removeprefix("Skipped: ").split()), []).append(rep.nodeid)
+        by_reason.setdefault(" ".join(reason.removeprefix("Skipped: ").split()), []).append(rep.nodeid.split("@")[0])
     if by_reason:
         terminalreporter.section(f"{len(skipped)} skipped, by reason", sep="-")
         for reason, ids in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):

@@ -54,6 +54,9 @@ def gpu_problem() -> str | None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.path.name in _UNPLACED:
+        pytest.fail(f"{item.path.name} holds Docker or network tests but tests/support/workers.py does not "
+                    "place it: add it to GROUPS there (pytest-xdist would run it beside the others)", pytrace=False)
     if item.get_closest_marker("docker"):
         problem = docker_problem()
         if problem:
@@ -77,42 +80,26 @@ def _worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
-# pytest-xdist (`make test` runs the suite on several workers with --dist loadgroup): the tests
-# of a module stay on one worker, so a module's fixtures (an image, a second dockerd) are made
-# once; and these modules share one worker, one test at a time:
-#   "engine": Docker tests that look at the whole engine (every audit container, every busybox
-#     container) and would see another worker's;
-#   "pypi-cache": tests that download and unpack the pinned sdists into the one user cache,
-#     which two processes must not unpack at once.
-# Their own worker each, and handed out first so that none starts last: the longest modules.
-OWN_WORKER_FIRST = ("test_multinode_docker", "test_hosts_docker")
+# pytest-xdist: which tests share a worker, and in which order (tests/support/workers.py).
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") == "loadgroup":
+        from support.workers import scheduler
+
+        return scheduler(config, log)
+    return None
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not _worker(config):
         return
-    with_mark: dict[str, set[str]] = {"network": set(), "docker": set()}
-    for item in items:
-        for mark in with_mark:
-            if item.get_closest_marker(mark):
-                with_mark[mark].add(item.path.stem)
+    from support.workers import order, unlisted
 
-    def group(module: str) -> str:
-        if module in with_mark["network"]:
-            return "pypi-cache"
-        if module in with_mark["docker"] and module not in OWN_WORKER_FIRST:
-            return "engine"
-        return module
+    _UNPLACED.update(unlisted(items))  # their tests fail at setup, saying so
+    order(items)
 
-    first = (*OWN_WORKER_FIRST, "pypi-cache", "engine")
-    rank: dict[int, tuple[int, int]] = {}
-    for i, item in enumerate(items):
-        g = group(item.path.stem)
-        item.add_marker(pytest.mark.xdist_group(g))
-        rank[id(item)] = (first.index(g) if g in first else len(first), i)
-    # the same order on every worker (xdist checks it): the long groups first, the rest as found
-    items.sort(key=lambda item: rank[id(item)])
+
+_UNPLACED: set[str] = set()
 
 
 def skip_or_fail_under_ci(why: str) -> None:
@@ -210,7 +197,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     by_reason: dict[str, list[str]] = {}
     for rep in skipped:
         reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
-        by_reason.setdefault(" ".join(reason.removeprefix("Skipped: ").split()), []).append(rep.nodeid.split("@")[0])
+        by_reason.setdefault(" ".join(reason.removeprefix("Skipped: ").split()), []).append(rep.nodeid)
     if by_reason:
         terminalreporter.section(f"{len(skipped)} skipped, by reason", sep="-")
         for reason, ids in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):

@@ -55,8 +55,8 @@ docker-up:
 test-deps: install
 	@PYTHON=$(PY) bash tools/test-deps.sh
 
-# The first run also downloads the pinned vLLM and FlashInfer sdists (98 MB, unpacked to
-# ~580 MB in ~/.cache/vllm-bw-harness) for the patch tests; the last lines list every skip and why.
+# The first run also downloads the pinned vLLM and FlashInfer sdists (136 MB, unpacked to
+# ~690 MB in ~/.cache/vllm-bw-harness) for the patch tests; the last lines list every skip and why.
 # TEST_WORKERS pytest-xdist workers (0: one process): most of the suite's time is spent waiting on
 # Docker, servers and subprocesses, so 4 keep a 2-core machine busy; tests/support/workers.py
 # keeps each module on one worker and the tests that share the engine's or the cache's state together.

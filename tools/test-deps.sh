@@ -23,8 +23,8 @@ make test: what it may install or fetch, when missing (nothing is removed afterw
     openssh-server (~2 MB)
   Docker image harness-test/ray (ray 2.60.0 wheels from PyPI, a 415 MB image) for the
     multi-node tests
-  during the tests: the vLLM 0.33.0 and FlashInfer 0.7.2.post1 sdists from PyPI (98 MB, unpacked
-    to ~580 MB in ~/.cache/vllm-bw-harness) for the patch tests
+  during the tests: the vLLM 0.33.0 and 0.25.1 and FlashInfer 0.7.2.post1 sdists from PyPI
+    (136 MB, unpacked to ~690 MB in ~/.cache/vllm-bw-harness) for the patch and source tests
   without root + apt, or without PyPI, the tests that need them skip (listed at the end)
 SAY
   if toolchain_asked; then

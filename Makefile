@@ -20,7 +20,7 @@ KEEP_RC = rc=$$?; echo $$rc > $(RC_FILE); exit $$rc
 PICK = rm -f $(RC_FILE); m='$(MATRIX)'; if [ -z "$$m" ]; then m=$$($(HARNESS) doctor --pick-matrix) \
        || { rc=$$?; echo $$rc > $(RC_FILE); exit $$rc; }; else echo "matrix: $$m (MATRIX= given)"; fi
 
-.PHONY: install matrix plan doctor lock test test-say test-fast lint docker-up test-deps clean
+.PHONY: install matrix plan doctor lock test test-say test-fast test-toolchain lint docker-up test-deps clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -55,10 +55,21 @@ docker-up:
 test-deps: install
 	@PYTHON=$(PY) bash tools/test-deps.sh
 
-# The first run also downloads the pinned vLLM and FlashInfer sdists (98 MB, unpacked to
-# ~580 MB in ~/.cache/vllm-bw-harness) for the patch tests; the last lines list every skip and why.
+# The first run also downloads the pinned vLLM and FlashInfer sdists (136 MB, unpacked to
+# ~690 MB in ~/.cache/vllm-bw-harness) for the patch tests; the last lines list every skip and why.
+# TEST_WORKERS pytest-xdist workers (0: one process): most of the suite's time is spent waiting on
+# Docker, servers and subprocesses, so 4 keep a 2-core machine busy; tests/support/workers.py
+# keeps each module on one worker and the tests that share the engine's or the cache's state together.
+TEST_WORKERS ?= 4
 test: test-say install docker-up test-deps
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+
+# The source-build probe test and what it needs: the image harness-test/toolchain:cu130 (2.6 GB
+# of torch and CUDA wheels the first time, an 8.6 GB image, ~6 min on 2 cores; needs nvcc).
+# `make test` runs that test only where the image is there, and skips it with this command.
+test-toolchain: install docker-up
+	PYTHON=$(PY) bash tools/toolchain-base.sh
+	HARNESS_REQUIRE_TOOLCHAIN=1 $(PY) -m pytest tests/test_source_probe_docker.py $(PYTEST_ARGS)
 
 # Said first, before anything is installed.
 test-say:

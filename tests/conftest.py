@@ -54,6 +54,9 @@ def gpu_problem() -> str | None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.path.name in _UNPLACED:
+        pytest.fail(f"{item.path.name} holds Docker or network tests but tests/support/workers.py does not "
+                    "place it: add it to GROUPS there (pytest-xdist would run it beside the others)", pytrace=False)
     if item.get_closest_marker("docker"):
         problem = docker_problem()
         if problem:
@@ -70,6 +73,33 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         problem = gpu_problem()
         if problem:
             pytest.skip(f"needs a GPU: {problem}")
+
+
+def _worker(config: pytest.Config) -> bool:
+    """True in a pytest-xdist worker (`make test` runs the suite in several)."""
+    return hasattr(config, "workerinput")
+
+
+# pytest-xdist: which tests share a worker, and in which order (tests/support/workers.py).
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") == "loadgroup":
+        from support.workers import scheduler
+
+        return scheduler(config, log)
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not _worker(config):
+        return
+    from support.workers import order, unlisted
+
+    _UNPLACED.update(unlisted(items))  # their tests fail at setup, saying so
+    order(items)
+
+
+_UNPLACED: set[str] = set()
 
 
 def skip_or_fail_under_ci(why: str) -> None:
@@ -108,22 +138,40 @@ def fixtures() -> Path:
 _BEFORE: dict[str, set[str]] = {}
 _LEAKED: dict[str, list[str]] = {}
 _TMP: list[str] = []
+_WORKER_LEAKS: dict[str, list[str]] = {}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist, in the controller: a worker ended; what it left in its temporary folder."""
+    for kind, items in (getattr(node, "workeroutput", None) or {}).get("harness_leaked", {}).items():
+        _WORKER_LEAKS.setdefault(kind, []).extend(items)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     from support.leftovers import private_tmp, snapshot
 
     _TMP.append(private_tmp())
-    _BEFORE.update(snapshot())
+    if not _worker(session.config):  # the engine is counted once, around the whole session
+        _BEFORE.update(snapshot())
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The suite leaves nothing behind: a new image, container or temporary file fails the run.
     Images and containers are counted on the whole engine: set HARNESS_SHARED_ENGINE=1 where
-    other test sessions use the same engine at the same time (they are then listed, not failed)."""
+    other test sessions use the same engine at the same time (they are then listed, not failed).
+    Under pytest-xdist each worker has its own temporary folder and hands what is left in it to
+    the controller, which counts the engine after every worker has ended."""
     from support.leftovers import new_since, snapshot
 
+    if _worker(session.config):
+        tmp = new_since({}, {"temporary files": snapshot(_TMP[0], engine=False)["temporary files"]})
+        session.config.workeroutput["harness_leaked"] = tmp  # type: ignore[attr-defined]
+        shutil.rmtree(_TMP[0], ignore_errors=True)
+        return
     _LEAKED.update(new_since(_BEFORE, snapshot(_TMP[0] if _TMP else None)))
+    for kind, items in _WORKER_LEAKS.items():
+        _LEAKED[kind] = sorted({*_LEAKED.get(kind, []), *items})
     if _TMP:
         shutil.rmtree(_TMP[0], ignore_errors=True)
     if os.environ.get("HARNESS_SHARED_ENGINE") == "1":

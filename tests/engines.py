@@ -18,6 +18,7 @@ sshd, no paramiko): the tests skip with it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -110,9 +111,13 @@ def second_dockerd(timeout_s: float = 60, *, tls: bool = False) -> Iterator[Dock
     # NOT --bridge=none: dockerd then deletes the interface docker0, the main engine's bridge
     # (daemon_unix.go removeDefaultBridgeInterface). Its own bridge, made here, instead.
     bridge = f"hb{tag}"
-    subnet = _free_subnet()
-    subprocess.run(["ip", "link", "add", "name", bridge, "type", "bridge"], check=True)
-    subprocess.run(["ip", "addr", "add", f"{subnet}.1/24", "dev", bridge], check=True)
+    # test sessions and pytest-xdist workers start engines at the same time: one picks and takes
+    # a subnet at a time (a lock on this file: nothing made to be left behind)
+    with open(__file__, "rb") as me:
+        fcntl.flock(me, fcntl.LOCK_EX)
+        subnet = _free_subnet()
+        subprocess.run(["ip", "link", "add", "name", bridge, "type", "bridge"], check=True)
+        subprocess.run(["ip", "addr", "add", f"{subnet}.1/24", "dev", bridge], check=True)
     subprocess.run(["ip", "link", "set", bridge, "up"], check=True)
     url, client_tls = f"unix://{sock}", None
     listen = ["-H", url]

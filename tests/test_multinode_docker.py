@@ -21,8 +21,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 RAY_IMAGE = "harness-test/ray:2.60.0"
 
 
-@pytest.fixture
-def engines():
+def _engines():
     if (why := dockerd_problem()) is not None:
         skip_or_fail_under_ci(why)
     main = connect(MAIN, name="main")
@@ -31,6 +30,30 @@ def engines():
     with second_dockerd() as two:
         copy_image(RAY_IMAGE, MAIN, two.url)
         yield main, connect(two.url, name="two")
+
+
+# One second dockerd for the module: starting it, copying the 415 MB Ray image in and stopping it
+# costs 30 to 60 s on 2 cores. Every test checks that its own containers are gone on both engines.
+# The node that cannot join gets an engine of its own: on an engine that has run a cluster
+# already it was twice counted alive, with its GPUs, through the whole settle time of
+# ray_cluster (2 of 7 runs here), and the cluster was taken as ready.
+engines = pytest.fixture(scope="module", name="engines")(_engines)
+own_engines = pytest.fixture(_engines)
+
+
+@pytest.fixture(scope="module")
+def fake_ray_image(engines):
+    """The stand-in vLLM on the Ray image, on both engines (the second engine's copy goes with it)."""
+    from engines import fake_vllm_context
+
+    main, two = engines
+    tag = f"harness-test/fakevllm-ray:{free_port()}"
+    main.build(fake_vllm_context(RAY_IMAGE, "/opt/fake:/opt/ray-site"), tag, labels={"harness.role": "test-image"})
+    try:
+        copy_image(tag, MAIN, two.url)
+        yield tag
+    finally:
+        main.remove_image(tag)
 
 
 def _base_port() -> int:
@@ -58,8 +81,8 @@ def test_a_ray_cluster_over_two_engines_reports_every_declared_gpu(engines):
     assert _ours(main, run_id) == [] and _ours(two, run_id) == []
 
 
-def test_a_worker_that_cannot_join_is_a_clear_error_and_nothing_is_left(engines):
-    main, two = engines
+def test_a_worker_that_cannot_join_is_a_clear_error_and_nothing_is_left(own_engines):
+    main, two = own_engines
     run_id = f"ray-{free_port()}"
     # a third node whose address is not an address at all: it never joins, its 2 GPUs never show
     # (never a routable address: tests send traffic to loopback only)
@@ -73,35 +96,27 @@ def test_a_worker_that_cannot_join_is_a_clear_error_and_nothing_is_left(engines)
     assert _ours(main, run_id) == [] and _ours(two, run_id) == []
 
 
-def test_a_two_node_cell_serves_on_a_ray_cluster_over_two_engines(engines, tmp_path):
-    from engines import fake_vllm_context
-
+def test_a_two_node_cell_serves_on_a_ray_cluster_over_two_engines(engines, fake_ray_image, tmp_path):
     from harness.matrix.load import load_matrix
     from harness.run.options import RunOptions
     from harness.run.session import run_matrix
 
     main, two = engines
-    tag = f"harness-test/fakevllm-ray:{free_port()}"
-    main.build(fake_vllm_context(RAY_IMAGE, "/opt/fake:/opt/ray-site"), tag, labels={"harness.role": "test-image"})
-    try:
-        copy_image(tag, MAIN, two.url)
-        head_port = _base_port()
-        path = _ray_matrix(tmp_path, tag, two.url, head_port)
-        store = run_matrix(load_matrix(path), k="pp2 and not hang", opts=RunOptions(results_root=tmp_path / "results"))
-        (cell,) = store.cells()
-        assert cell.status == "pass", (cell.reasons, cell.serve.log_tail if cell.serve else None)
-        assert cell.host == "head+worker"
-        assert cell.serve.url.endswith(f":{head_port}")
-        command = list(cell.serve.command)
-        assert command[command.index("--distributed-executor-backend") + 1] == "ray"
-        log = (store.dir / cell.serve.log).read_text()
-        assert "Ray cluster ready" in log and "2 GPU on 2 nodes" in log
-        assert "fake: Ray executor on 2 GPU over 2 nodes" in log  # the server used both nodes
-        assert "(ray-head head) " in log and "(ray-worker worker) " in log  # every node's log read
-        assert cell.fingerprint.moe_backend == "TRITON"
-        assert _ours(main, store.run_id) == [] and _ours(two, store.run_id) == []
-    finally:
-        main.remove_image(tag)
+    head_port = _base_port()
+    path = _ray_matrix(tmp_path, fake_ray_image, two.url, head_port)
+    store = run_matrix(load_matrix(path), k="pp2 and not hang", opts=RunOptions(results_root=tmp_path / "results"))
+    (cell,) = store.cells()
+    assert cell.status == "pass", (cell.reasons, cell.serve.log_tail if cell.serve else None)
+    assert cell.host == "head+worker"
+    assert cell.serve.url.endswith(f":{head_port}")
+    command = list(cell.serve.command)
+    assert command[command.index("--distributed-executor-backend") + 1] == "ray"
+    log = (store.dir / cell.serve.log).read_text()
+    assert "Ray cluster ready" in log and "2 GPU on 2 nodes" in log
+    assert "fake: Ray executor on 2 GPU over 2 nodes" in log  # the server used both nodes
+    assert "(ray-head head) " in log and "(ray-worker worker) " in log  # every node's log read
+    assert cell.fingerprint.moe_backend == "TRITON"
+    assert _ours(main, store.run_id) == [] and _ours(two, store.run_id) == []
 
 
 def _ray_matrix(tmp_path, image: str, worker_url: str, head_port: int):
@@ -159,7 +174,7 @@ ports = [{worker_port}, {worker_port}]
     return path
 
 
-def test_ctrl_c_during_a_two_node_cell_removes_every_node(engines, tmp_path):
+def test_ctrl_c_during_a_two_node_cell_removes_every_node(engines, fake_ray_image, tmp_path):
     import json
     import os
     import signal
@@ -168,20 +183,15 @@ def test_ctrl_c_during_a_two_node_cell_removes_every_node(engines, tmp_path):
     import time
     from pathlib import Path
 
-    from engines import fake_vllm_context
-
     main, two = engines
-    tag = f"harness-test/fakevllm-ray:{free_port()}"
-    main.build(fake_vllm_context(RAY_IMAGE, "/opt/fake:/opt/ray-site"), tag, labels={"harness.role": "test-image"})
+    path = _ray_matrix(tmp_path, fake_ray_image, two.url, _base_port())
+    results = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-m", str(path), "-k", "pp2-hang",
+                             "--results", str(results), "--no-report"], cwd=Path(__file__).parent.parent,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    cell = {"harness.cell": "img/qwen-fp8/pp2-hang"}
     try:
-        copy_image(tag, MAIN, two.url)
-        path = _ray_matrix(tmp_path, tag, two.url, _base_port())
-        results = tmp_path / "results"
-        proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-m", str(path), "-k", "pp2-hang",
-                                 "--results", str(results), "--no-report"], cwd=Path(__file__).parent.parent,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT)
-        cell = {"harness.cell": "img/qwen-fp8/pp2-hang"}
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and not (main.containers(cell) and two.containers(cell)):
             time.sleep(0.5)
@@ -189,9 +199,11 @@ def test_ctrl_c_during_a_two_node_cell_removes_every_node(engines, tmp_path):
         time.sleep(5)  # into the serve on the head
         proc.send_signal(signal.SIGINT)
         output = proc.communicate(timeout=300)[0].decode()
-        assert proc.returncode == 130, output
-        assert main.containers(cell) == [] and two.containers(cell) == []
-        run_dir = next(results.iterdir())
-        assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
     finally:
-        main.remove_image(tag)
+        if proc.poll() is None:  # the test failed before its Ctrl-C: the run must not outlive it
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=300)
+    assert proc.returncode == 130, output
+    assert main.containers(cell) == [] and two.containers(cell) == []
+    run_dir = next(results.iterdir())
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"

@@ -2,11 +2,13 @@
 # harness-test/ray:<version>: the stand-in base image (harness-test/debian-python:bookworm, made
 # by tools/base-images.sh) plus the real `ray` wheel and its dependencies from PyPI, CPU-only:
 # the multi-node tests form a Ray cluster from containers of it, GPUs declared as resources.
-#   RAY_VERSION (default 2.60.0), PYTHON (an interpreter with pip; default python3)
+#   RAY_VERSION (default 2.60.0), PYTHON (an interpreter with pip; default python3),
+#   RAY_IMAGE_TAG (default harness-test/ray:$RAY_VERSION, the tag the tests use; another one
+#   times a build without touching theirs)
 # Idempotent: an image that exists is kept. Needs PyPI and a Docker engine.
 set -euo pipefail
 VER=${RAY_VERSION:-2.60.0}
-TAG=harness-test/ray:$VER
+TAG=${RAY_IMAGE_TAG:-harness-test/ray:$VER}
 PY=${PYTHON:-python3}
 if docker image inspect "$TAG" >/dev/null 2>&1; then echo "ray-image: $TAG exists"; exit 0; fi
 docker image inspect harness-test/debian-python:bookworm >/dev/null 2>&1 \

@@ -4,26 +4,40 @@
 #   docker-registry  the lock test's registry on localhost                      ~5 MB
 #   openssh-server   the ssh:// engine test (sshd on a free localhost port)    ~2 MB
 # and, where a Docker engine answers, harness-test/ray (tools/ray-image.sh: ray from PyPI) for
-# the multi-node tests, and where nvcc is also there, harness-test/toolchain:cu130
-# (tools/toolchain-base.sh: torch 2.11.0 + CUDA libraries from PyPI, ~4 GB of wheels cached the
-# first time, ~6 GB image) for the source-build probe test.
+# the multi-node tests. harness-test/toolchain:cu130 (tools/toolchain-base.sh: torch 2.11.0 +
+# CUDA libraries from PyPI, 2.6 GB of wheels cached the first time, an 8.6 GB image, ~6 min on
+# 2 cores) for the source-build probe test is built only when asked: HARNESS_TOOLCHAIN=1 or
+# HARNESS_REQUIRE_TOOLCHAIN=1 (CI), or `make test-toolchain`; without it that test skips and says so.
 # Elsewhere nothing is installed: those tests skip, and the last lines of `make test` say which
 # and why. Idempotent: what is there is kept.
 set -euo pipefail
+toolchain_asked() { [ "${HARNESS_TOOLCHAIN:-}" = 1 ] || [ "${HARNESS_REQUIRE_TOOLCHAIN:-}" = 1 ]; }
 # `--say`: print the list only (`make test` says it first, before installing anything).
-[ "${1:-}" = "--say" ] && cat <<'SAY'
+if [ "${1:-}" = "--say" ]; then
+  cat <<'SAY'
 make test: what it may install or fetch, when missing (nothing is removed afterwards):
   .venv: the package with its test and audit extras from PyPI (~75 MB, a 317 MB venv)
   a Docker engine: Debian's docker.io when none answers (root + apt only), and two local
     base images from busybox-static and debootstrap (2 MB and 161 MB; tools/base-images.sh)
   from Debian (root + apt only): chromium (~113 MB of .debs), docker-registry (~5 MB),
     openssh-server (~2 MB)
-  Docker image harness-test/ray (ray 2.60.0 wheels from PyPI, ~415 MB) for the multi-node tests
-  during the tests: the vLLM 0.33.0 and FlashInfer 0.7.2.post1 sdists from PyPI (98 MB, unpacked
-    to ~580 MB in ~/.cache/vllm-bw-harness) for the patch tests
+  Docker image harness-test/ray (ray 2.60.0 wheels from PyPI, a 415 MB image) for the
+    multi-node tests
+  during the tests: the vLLM 0.33.0 and 0.25.1 and FlashInfer 0.7.2.post1 sdists from PyPI
+    (136 MB, unpacked to ~690 MB in ~/.cache/vllm-bw-harness) for the patch and source tests
   without root + apt, or without PyPI, the tests that need them skip (listed at the end)
 SAY
-[ "${1:-}" = "--say" ] && exit 0
+  if toolchain_asked; then
+    echo "  asked for (HARNESS_TOOLCHAIN=1 or HARNESS_REQUIRE_TOOLCHAIN=1), where nvcc is:"
+  else
+    echo "  not by default (that test runs where the image is; \`make test-toolchain\` builds it):"
+  fi
+  cat <<'SAY'
+    Docker image harness-test/toolchain:cu130 for the source-build probe test: torch 2.11.0
+    and CUDA wheels from PyPI (2.6 GB, cached), an 8.6 GB image, ~6 min on 2 cores
+SAY
+  exit 0
+fi
 want=()
 command -v chromium >/dev/null || command -v chromium-browser >/dev/null || want+=(chromium)
 command -v docker-registry >/dev/null || want+=(docker-registry)
@@ -32,7 +46,7 @@ ray_image() {
   if docker info >/dev/null 2>&1; then
     PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/ray-image.sh" \
       || echo "test-deps: the Ray image could not be built: the multi-node tests will skip"
-    if [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then
+    if toolchain_asked && [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then
       PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/toolchain-base.sh" \
         || echo "test-deps: the toolchain base could not be built: the source-build probe test will skip"
     fi

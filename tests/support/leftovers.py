@@ -19,16 +19,21 @@ TEST_LABELS = ("harness.test", "harness.role", "harness.run-id")
 def private_tmp() -> str:
     """A temporary folder for the processes this session starts (this process keeps the system
     one: pytest's tmp_path lives there and is pytest's to clean)."""
-    tempfile.gettempdir()  # resolved and cached now, before TMPDIR changes
-    path = tempfile.mkdtemp(prefix="harness-tests-tmp-")
+    # resolved now, before TMPDIR changes; a pytest-xdist worker inherits the controller's
+    # TMPDIR (its private folder) and takes the system one from here instead
+    system = os.environ.setdefault("HARNESS_TESTS_SYSTEM_TMP", tempfile.gettempdir())
+    tempfile.tempdir = system
+    path = tempfile.mkdtemp(prefix="harness-tests-tmp-", dir=system)
     os.environ["TMPDIR"] = path
     return path
 
 
-def snapshot(tmp_dir: str | None = None) -> dict[str, set[str]]:
+def snapshot(tmp_dir: str | None = None, *, engine: bool = True) -> dict[str, set[str]]:
     tmp = {str(p) for p in Path(tmp_dir).rglob("*")} if tmp_dir else set()
     images: set[str] = set()
     containers: set[str] = set()
+    if not engine:
+        return {"temporary files": tmp, "images": images, "containers": containers}
     try:
         from harness.engine import connect
 

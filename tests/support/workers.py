@@ -1,0 +1,59 @@
+"""How `make test` spreads the suite over pytest-xdist workers (`-n 4 --dist loadgroup`).
+
+A module's tests stay on one worker, so its module fixtures (an image, a second dockerd) are made
+once. These modules also share one worker, one test at a time:
+  "engine": Docker tests that look at the whole engine (every audit container, every busybox
+    container, every image) and would see another worker's;
+  "pypi-cache": tests that download and unpack the pinned sdists into the one user cache, which
+    two processes must not unpack at once.
+The longest units are handed out first, so that none starts last.
+
+The groups are named here, by module, rather than with xdist_group marks: pytest-xdist 3.8 puts
+a mark's group into the test id, which pytest 9's ids no longer take. Every worker checks that
+each module holding a `docker` or `network` test is listed, so a new one cannot slip past.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+GROUPS = {
+    **dict.fromkeys(("test_audit_image", "test_build_docker", "test_doctor_env", "test_engine_docker",
+                     "test_gpu_attach_docker", "test_lock_registry", "test_pipeline_docker",
+                     "test_probe_bare_image_docker", "test_wheel_stack_docker"), "engine"),
+    **dict.fromkeys(("test_offline_sources", "test_patches_addpr", "test_patches_preflight",
+                     "test_source_probe_docker"), "pypi-cache"),
+    # alone: each starts its own dockerd (the engines of one module, not of the others)
+    "test_multinode_docker": "test_multinode_docker",
+    "test_hosts_docker": "test_hosts_docker",
+}
+FIRST = ("pypi-cache", "test_multinode_docker", "engine", "test_hosts_docker")
+
+
+def group(nodeid: str) -> str:
+    stem = Path(nodeid.split("::")[0]).stem
+    return GROUPS.get(stem, stem)
+
+
+def unlisted(items) -> list[str]:
+    """Modules with a Docker or network test that GROUPS does not name."""
+    return sorted({str(item.path.name) for item in items
+                   if item.path.stem not in GROUPS
+                   and (item.get_closest_marker("docker") or item.get_closest_marker("network"))})
+
+
+def order(items: list) -> None:
+    """The long units first, the rest as collected: the same order on every worker."""
+    rank = {id(item): (FIRST.index(g) if (g := group(item.nodeid)) in FIRST else len(FIRST), i)
+            for i, item in enumerate(items)}
+    items.sort(key=lambda item: rank[id(item)])
+
+
+def scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group(nodeid)
+
+    return GroupScheduling(config, log)

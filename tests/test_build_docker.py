@@ -152,7 +152,8 @@ def test_the_audit_reads_vllm_where_the_build_installed_it(engine, tmp_path, cle
     cleanup.append(built.image_ref)
     assert built.status == "built", built.log_tail
     assert built.audit_summary["status"] != "not-audited", built.audit_summary
-    assert built.audit_summary["cubins"] == {"sm_121a": 1}
+    # vllm/ and flashinfer_cubin/, not torch/
+    assert built.audit_summary["cubins"] == {"sm_121a": 2}
     # reused: audited again from the same place
     again = build_stacks(load_matrix(FIX / "tiny.toml"), ["tiny-ok"], engine=engine, log_dir=tmp_path,
                          allow_unpinned=True, template=SITE_TEMPLATE,

@@ -8,6 +8,7 @@ lines of the vLLM build log are checked against the stack's TORCH_CUDA_ARCH_LIST
 
 from __future__ import annotations
 
+import contextlib
 import re
 import tempfile
 import time
@@ -83,15 +84,19 @@ def _step_of(line: str) -> str | None:
 
 
 def audit_image(engine, ref: str, labels: dict[str, str], path: str = SITE_PACKAGES,
-                ccs: tuple[str, ...] = ()) -> dict | None:
+                ccs: tuple[str, ...] = (), also: tuple[str, ...] = ()) -> dict | None:
     """The compiled archs of the image's Python packages (copied out, never started), judged
-    for the compute capabilities `ccs` (the matrix hardware's)."""
+    for the compute capabilities `ccs` (the matrix hardware's): `path`, which must exist, and
+    each of `also` the image has (the FlashInfer packages beside vLLM)."""
 
     with tempfile.TemporaryDirectory(prefix="harness-audit-") as tmp:
         try:
             dest = engine.export_path(ref, path, Path(tmp), labels=labels)
         except EngineError as exc:
             return {"status": "not-audited", "audit.status": "not-audited", "reason": str(exc)}
+        for extra in also:
+            with contextlib.suppress(EngineError):  # not installed in this image: nothing to read
+                engine.export_path(ref, extra, dest, labels=labels)
         report = audit_path(dest, [Target.from_cc(cc) for cc in ccs])
         # the flat `audit.*` pairs the report, `bug` and BuildOutcome.audit_status read, plus the
         # status, verdict lines and cubin counts per arch as plain values
@@ -99,13 +104,21 @@ def audit_image(engine, ref: str, labels: dict[str, str], path: str = SITE_PACKA
                 "verdicts": [f"{v.target.name}: {v.status}: {v.message}" for v in report.verdicts]}
 
 
+# FlashInfer's packages that can hold compiled kernels (its AOT/JIT-cache and cubin wheels)
+FLASHINFER_PACKAGES = ("flashinfer", "flashinfer_cubin", "flashinfer_jit_cache")
+
+
 def audit_stack_image(engine, ref: str, labels: dict[str, str], ccs: tuple[str, ...]) -> dict | None:
-    """audit_image on where a stack image keeps vLLM: the vllm package under the site-packages
-    the build recorded (/opt/build/site-packages.txt: a wheel stack, or a source stack on a base
-    whose Python is its own, e.g. a root file system with /opt/torch/.venv), not the base's torch;
-    an image that recorded none (built before the file existed), the whole /opt/venv/lib."""
+    """audit_image on where a stack image keeps vLLM and FlashInfer: those packages under the
+    site-packages the build recorded (/opt/build/site-packages.txt: a wheel stack, or a source
+    stack, also on a base whose Python is its own, e.g. a root file system with /opt/torch/.venv),
+    not the base's torch; an image that recorded none (built before the file existed), the whole
+    /opt/venv/lib."""
     site = image_site_packages(engine, ref, {"harness.role": "audit"})
-    return audit_image(engine, ref, {"harness.role": "audit"}, f"{site}/vllm" if site else SITE_PACKAGES, ccs)
+    if site is None:
+        return audit_image(engine, ref, {"harness.role": "audit"}, SITE_PACKAGES, ccs)
+    return audit_image(engine, ref, {"harness.role": "audit"}, f"{site}/vllm", ccs,
+                       also=tuple(f"{site}/{name}" for name in FLASHINFER_PACKAGES))
 
 
 def build_log_problems(engine, ref: str, torch_cuda_arch_list: str, labels: dict[str, str]) -> tuple[str, ...]:

@@ -195,3 +195,19 @@ def _build_and_reuse(engine, tmp_path, cleanup):
                          template_values={"RUN_ID": run_id, "SITE": SITE})["tiny-ok"]
     assert (first.status, again.status) == ("built", "reused")
     return (first, again), run_id
+
+
+def test_harness_audit_of_the_image_reads_where_its_build_installed(engine, tmp_path, cleanup, capsys):
+    import json
+
+    from harness.cli import main
+
+    built, _ = _build_site(engine, tmp_path, SITE)
+    cleanup.append(built.image_ref)
+    # no --image-path: the recorded site-packages, vllm/ and flashinfer_cubin/ (not torch/)
+    assert main(["audit", built.image_ref, "--json", "--cc", "12.1", "--no-sass"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    cubins = sorted(c for f in report["files"] for c in f["cubins"] for _ in range(f["cubins"][c]))
+    assert cubins == ["sm_121a", "sm_121a"], report["files"]
+    paths = sorted(f["path"] for f in report["files"])
+    assert any("flashinfer_cubin" in p for p in paths) and not any("torch" in p for p in paths), paths

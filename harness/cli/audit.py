@@ -119,7 +119,10 @@ def _targets(ccs: list[str] | None, matrix: str | None) -> list[Target]:
 
 
 def audit_image(ref: str, targets: list[Target], *, sass_check: bool, paths=IMAGE_PATHS, **kw) -> AuditReport:
-    """Copy an image's Python packages out (the container is never started) and audit them."""
+    """Copy an image's Python packages out (the container is never started) and audit them: the
+    vllm and FlashInfer packages where the image's build recorded its site-packages (an image
+    `harness build` made), else the first of `paths` the image has."""
+    import contextlib
     import tempfile
 
     from harness.engine import connect
@@ -130,6 +133,21 @@ def audit_image(ref: str, targets: list[Target], *, sass_check: bool, paths=IMAG
         raise EngineError(f"no image {ref} on this engine", hint="build it (`harness build`) or pull/load it")
     labels = {"harness.role": "audit-export"}
     with tempfile.TemporaryDirectory(prefix="harness-audit-image-") as tmp:
+        if paths == IMAGE_PATHS:  # no --image-path: where the image's build said it installed vLLM
+            from harness.build.builder import FLASHINFER_PACKAGES, image_site_packages
+
+            site = image_site_packages(engine, ref, labels)
+            if site is not None:
+                dest = Path(tmp) / "site-packages"
+                try:
+                    engine.export_path(ref, f"{site}/vllm", dest, labels)
+                except EngineError:
+                    pass  # recorded but gone: the usual places below
+                else:
+                    for name in FLASHINFER_PACKAGES:
+                        with contextlib.suppress(EngineError):
+                            engine.export_path(ref, f"{site}/{name}", dest, labels)
+                    return audit_path(dest, targets, sass_check=sass_check, **kw)
         for path in paths:
             try:
                 dest = engine.export_path(ref, path, Path(tmp) / path.strip("/").replace("/", "_"), labels)

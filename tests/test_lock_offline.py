@@ -15,13 +15,12 @@ import io
 import json
 import shutil
 import socket
-import subprocess
 import tarfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
+from support.gitrepo import make_repo, run_git
 
 from harness import http, lock
 from harness.build import offline, sources
@@ -79,20 +78,6 @@ class Index(BaseHTTPRequestHandler):
         pass
 
 
-def _git(*args: str, cwd: Path) -> str:
-    return subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=cwd, check=True,
-                          capture_output=True, text=True).stdout.strip()
-
-
-def _repo(path: Path, files: dict[str, str]) -> str:
-    path.mkdir(parents=True)
-    _git("init", "-q", cwd=path)
-    for rel, text in files.items():
-        (path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (path / rel).write_text(text)
-    _git("add", "-A", cwd=path)
-    _git("commit", "-qm", "x", cwd=path)
-    return _git("rev-parse", "HEAD", cwd=path)
 
 
 def _closed_port() -> int:
@@ -139,13 +124,13 @@ def world(tmp_path, monkeypatch):
     root = tmp_path / "proj"
     (root / "matrix").mkdir(parents=True)
     (root / "patches" / "vllm").mkdir(parents=True)
-    _git("init", "-q", cwd=root)
+    run_git("init", "-q", cwd=root)
     (root / "patches" / "vllm" / "0001-leave-out-extra.patch").write_text(PATCH)
     (root / "matrix" / "t.toml").write_text(MATRIX.format(vllm=VLLM, fi=FI))
 
     git = tmp_path / "git"
-    kern = _repo(git / "kern", {"CMakeLists.txt": "project(k)\n", "include/k.h": "int k;\n", "docs/x.md": "no\n"})
-    extra = _repo(git / "extra", {"e.py": "pass\n"})
+    kern = make_repo(git / "kern", {"CMakeLists.txt": "project(k)\n", "include/k.h": "int k;\n", "docs/x.md": "no\n"})
+    extra = make_repo(git / "extra", {"e.py": "pass\n"})
     urls = {"kern": f"https://127.0.0.1:{_closed_port()}/kern.git",
             "extra": f"https://127.0.0.1:{_closed_port()}/extra.git"}
     tree = tmp_path / "trim"

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
+from support.gitrepo import make_repo, run_git
 
 from harness.build import offline, sources
 from harness.build.offline_stack import left_out, offline_parts
@@ -28,31 +28,17 @@ FIXTURE_ARCHIVES = ROOT / "tests" / "fixtures" / "offline"  # trimmed, pinned so
 VLLM_0251_SHA = "ddbdec3f1c0f21afa70b7eb6ddf3faa29d26b1302ee4b5d5e00ec3af41b0c2e4"
 
 
-def _git(*args: str, cwd: Path) -> str:
-    return subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=cwd, check=True,
-                          capture_output=True, text=True).stdout.strip()
-
-
-def _repo(path: Path, files: dict[str, str]) -> str:
-    path.mkdir(parents=True)
-    _git("init", "-q", cwd=path)
-    for rel, text in files.items():
-        (path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (path / rel).write_text(text)
-    _git("add", "-A", cwd=path)
-    _git("commit", "-qm", "x", cwd=path)
-    return _git("rev-parse", "HEAD", cwd=path)
 
 
 @pytest.fixture()
 def repos(tmp_path):
-    sub = _repo(tmp_path / "sub", {"include/a.h": "int a;\n", "docs/big.md": "not kept\n"})
-    _repo(tmp_path / "top", {"CMakeLists.txt": "project(x)\n", "src/k.cu": "__global__ void k(){}\n",
+    sub = make_repo(tmp_path / "sub", {"include/a.h": "int a;\n", "docs/big.md": "not kept\n"})
+    make_repo(tmp_path / "top", {"CMakeLists.txt": "project(x)\n", "src/k.cu": "__global__ void k(){}\n",
                              "tests/t.py": "not kept\n"})
     # the parent names the submodule's commit, as `git submodule add` records it
-    _git("update-index", "--add", "--cacheinfo", f"160000,{sub},third/sub", cwd=tmp_path / "top")
-    _git("commit", "-qm", "submodule", cwd=tmp_path / "top")
-    return tmp_path, _git("rev-parse", "HEAD", cwd=tmp_path / "top"), sub
+    run_git("update-index", "--add", "--cacheinfo", f"160000,{sub},third/sub", cwd=tmp_path / "top")
+    run_git("commit", "-qm", "submodule", cwd=tmp_path / "top")
+    return tmp_path, run_git("rev-parse", "HEAD", cwd=tmp_path / "top"), sub
 
 
 def _pin(top: str, sub: str, sha: str = "0" * 64) -> offline.Pin:
@@ -109,7 +95,7 @@ def test_fetch_checks_the_pin_and_hands_archives_to_an_air_gapped_cache(repos):
 
 def test_a_submodule_commit_other_than_the_parents_is_refused(repos):
     tmp, top, sub = repos
-    other = _git("commit-tree", "-m", "other", _git("write-tree", cwd=tmp / "sub"), cwd=tmp / "sub")
+    other = run_git("commit-tree", "-m", "other", run_git("write-tree", cwd=tmp / "sub"), cwd=tmp / "sub")
     with pytest.raises(ConfigError, match=f"pins submodule third/sub at {other}, but {top[:12]}'s tree names {sub}"):
         offline.assemble(_pin(top, other), _mirrors(tmp), tmp / "t")
 

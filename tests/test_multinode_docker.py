@@ -207,3 +207,22 @@ def test_ctrl_c_during_a_two_node_cell_removes_every_node(engines, fake_ray_imag
     assert main.containers(cell) == [] and two.containers(cell) == []
     run_dir = next(results.iterdir())
     assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
+
+
+def test_readiness_counts_our_nodes_by_their_ports_not_by_number():
+    from harness.serve.multinode import missing_nodes, node_ports
+
+    nodes = [Node(None, "main", "127.0.0.1", 1), Node(None, "two", "127.0.0.1", 1),
+             Node(None, "ghost", "10.9.9.9", 2)]
+    port = [node_ports(20000, i)["--node-manager-port"] for i in range(3)]
+    # Ray reports another address of the machine than the 127.0.0.1 it was started with
+    ours = [["192.0.2.2", port[0]], ["192.0.2.2", port[1]]]
+    stranger = ["192.0.2.2", node_ports(30000, 2)["--node-manager-port"]]  # another cluster's node
+    # three alive, as many as declared: still not ready, the ghost is not among them
+    assert missing_nodes({"alive": [*ours, stranger]}, nodes, 20000) == [
+        f"ghost (10.9.9.9, node manager port {port[2]})"]
+    assert missing_nodes({"alive": [*ours, ["10.9.9.9", port[2]]]}, nodes, 20000) == []
+    # one node of ours reported once cannot stand for two; malformed entries count for nothing
+    assert missing_nodes({"alive": [ours[0], ours[0], ["a", port[2]], ["x"], [1, "y"], "z"]},
+                         nodes, 20000) == [f"two (127.0.0.1, node manager port {port[1]})"]
+    assert len(missing_nodes({}, nodes, 20000)) == 3

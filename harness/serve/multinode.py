@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ RAY = ("python3", "-m", "ray.scripts.scripts")  # the `ray` CLI, whatever the im
 PORTS_PER_NODE = 110  # 10 service ports + 100 worker ports
 _RESOURCES = ("import json, ray; ray.init(address='auto', logging_level='ERROR', log_to_driver=False); "
               "r = dict(ray.cluster_resources()); r['alive_nodes'] = sum(n['Alive'] for n in ray.nodes()); "
+              "r['alive'] = [[n['NodeManagerAddress'], n['NodeManagerPort']] for n in ray.nodes() if n['Alive']]; "
               "print('HARNESS-RAY ' + json.dumps(r)); ray.shutdown()")
 
 
@@ -108,6 +110,24 @@ class RayCluster:
 READY_SETTLE_S = 6.0  # how long every node must stay up and counted before the cluster is ready
 
 
+def missing_nodes(reported: dict, nodes: Sequence[Node], base_port: int) -> list[str]:
+    """The declared nodes Ray does not report alive, each known by the node-manager port it was
+    started with (unique in a cluster: node_ports): a count of alive nodes can be made up by a
+    node that is not one of ours while one of ours never joined. Not by address: Ray may report
+    another address of the machine than the one it was started with (127.0.0.1 is replaced)."""
+    alive = Counter(int(port) for _addr, port in (e for e in reported.get("alive") or []
+                                                  if isinstance(e, list) and len(e) == 2)
+                    if isinstance(port, int))
+    missing = []
+    for i, node in enumerate(nodes):
+        port = node_ports(base_port, i)["--node-manager-port"]
+        if alive[port] > 0:
+            alive[port] -= 1
+        else:
+            missing.append(f"{node.host} ({node.address}, node manager port {port})")
+    return missing
+
+
 @contextmanager
 def ray_cluster(nodes: Sequence[Node], image: str, *, base_port: int, labels: dict[str, str],
                 ready_timeout_s: float = 180, keep: bool = False, env: dict[str, str] | None = None,
@@ -137,7 +157,7 @@ def ray_cluster(nodes: Sequence[Node], image: str, *, base_port: int, labels: di
                 last = str(exc)
             dead = [c.name for c in cluster.containers if c.state().get("Status") != "running"]
             if not dead and isinstance(last, dict) and int(last.get("GPU", 0)) >= cluster.expected_gpus \
-                    and last.get("alive_nodes", 0) >= len(nodes):
+                    and not missing_nodes(last, nodes, base_port):
                 # Ready only when it stays so: a node that registers with the head and then
                 # fails (an address it cannot bind) shows alive, with its GPUs, for a few seconds.
                 ready_since = time.monotonic() if ready_since is None else ready_since
@@ -148,6 +168,8 @@ def ray_cluster(nodes: Sequence[Node], image: str, *, base_port: int, labels: di
             if dead or time.monotonic() > deadline:
                 tails = {k: "\n".join(v.splitlines()[-15:]) for k, v in cluster.logs().items()}
                 why = f"containers ended: {', '.join(dead)}" if dead else f"not ready in {ready_timeout_s:.0f} s"
+                if isinstance(last, dict) and (absent := missing_nodes(last, nodes, base_port)):
+                    why += f"; not alive in Ray: {', '.join(absent)}"
                 raise EngineError(
                     f"Ray cluster of {len(nodes)} nodes: {why}; Ray reports {last!r}, expected "
                     f"{cluster.expected_gpus} GPU\n" + "\n".join(f"--- {k}\n{v}" for k, v in tails.items()),

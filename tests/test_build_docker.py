@@ -147,17 +147,27 @@ def cleanup(engine):
         engine.remove_image(ref)
 
 
-def test_the_audit_reads_vllm_where_the_build_installed_it(engine, tmp_path, cleanup):
-    built, run_id = _build_site(engine, tmp_path, SITE)
-    cleanup.append(built.image_ref)
+@pytest.fixture(scope="module")
+def site_images(engine, tmp_path_factory):
+    """The site-packages stand-in built once, then asked for again (reused): (built, reused)."""
+    logs = tmp_path_factory.mktemp("site-logs")
+    first, run_id = _build_site(engine, logs, SITE)
+    try:
+        again = build_stacks(load_matrix(FIX / "tiny.toml"), ["tiny-ok"], engine=engine, log_dir=logs,
+                             allow_unpinned=True, template=SITE_TEMPLATE,
+                             template_values={"RUN_ID": run_id, "SITE": SITE})["tiny-ok"]
+        yield first, again
+    finally:
+        engine.remove_image(first.image_ref)
+
+
+def test_the_audit_reads_vllm_where_the_build_installed_it(site_images):
+    built, again = site_images
     assert built.status == "built", built.log_tail
     assert built.audit_summary["status"] != "not-audited", built.audit_summary
     # vllm/ and flashinfer_cubin/, not torch/
     assert built.audit_summary["cubins"] == {"sm_121a": 2}
     # reused: audited again from the same place
-    again = build_stacks(load_matrix(FIX / "tiny.toml"), ["tiny-ok"], engine=engine, log_dir=tmp_path,
-                         allow_unpinned=True, template=SITE_TEMPLATE,
-                         template_values={"RUN_ID": run_id, "SITE": SITE})["tiny-ok"]
     assert again.status == "reused" and again.audit_summary == built.audit_summary
 
 
@@ -176,34 +186,23 @@ def test_a_site_path_that_is_not_plain_is_not_followed(engine, tmp_path, cleanup
     assert any(line.startswith("not audited: ") and "/opt/venv/lib" in line for line in row.audit_lines)
 
 
-def test_the_report_and_the_bug_read_the_audit_of_a_reused_image(engine, tmp_path, cleanup):
+def test_the_report_and_the_bug_read_the_audit_of_a_reused_image(site_images):
     from harness.report.data import _build as report_row
 
-    built, _run_id = _build_and_reuse(engine, tmp_path, cleanup)
-    for outcome in built:
+    assert [o.status for o in site_images] == ["built", "reused"]
+    for outcome in site_images:
         assert outcome.audit_status == "pass", outcome.audit_summary
         row = report_row(outcome)
         assert row.audit_status == "pass"
         assert any(line.startswith("sm_121: pass") for line in row.audit_lines), row.audit_lines
 
 
-def _build_and_reuse(engine, tmp_path, cleanup):
-    first, run_id = _build_site(engine, tmp_path, SITE)
-    cleanup.append(first.image_ref)
-    again = build_stacks(load_matrix(FIX / "tiny.toml"), ["tiny-ok"], engine=engine, log_dir=tmp_path,
-                         allow_unpinned=True, template=SITE_TEMPLATE,
-                         template_values={"RUN_ID": run_id, "SITE": SITE})["tiny-ok"]
-    assert (first.status, again.status) == ("built", "reused")
-    return (first, again), run_id
-
-
-def test_harness_audit_of_the_image_reads_where_its_build_installed(engine, tmp_path, cleanup, capsys):
+def test_harness_audit_of_the_image_reads_where_its_build_installed(site_images, capsys):
     import json
 
     from harness.cli import main
 
-    built, _ = _build_site(engine, tmp_path, SITE)
-    cleanup.append(built.image_ref)
+    built, _ = site_images
     # no --image-path: the recorded site-packages, vllm/ and flashinfer_cubin/ (not torch/)
     assert main(["audit", built.image_ref, "--json", "--cc", "12.1", "--no-sass"]) == 0
     report = json.loads(capsys.readouterr().out)

@@ -83,6 +83,27 @@ def _step_of(line: str) -> str | None:
     return line.strip() if line.startswith("Step ") else None
 
 
+def export_packages(engine, ref: str, path: str, dest: Path, labels: dict[str, str],
+                    also: tuple[str, ...] = ()) -> Path:
+    """Copy `path` (which must exist: EngineError otherwise) and each of `also` the image has out
+    of an image into `dest`, never starting it."""
+    dest = engine.export_path(ref, path, dest, labels=labels)
+    for extra in also:
+        with contextlib.suppress(EngineError):  # not installed in this image: nothing to read
+            engine.export_path(ref, extra, dest, labels=labels)
+    return dest
+
+
+# FlashInfer's packages that can hold compiled kernels (its AOT/JIT-cache and cubin wheels)
+FLASHINFER_PACKAGES = ("flashinfer", "flashinfer_cubin", "flashinfer_jit_cache")
+
+
+def stack_packages(site: str) -> tuple[str, tuple[str, ...]]:
+    """What a stack image's audit reads under its site-packages: vllm, and FlashInfer's packages
+    where installed."""
+    return f"{site}/vllm", tuple(f"{site}/{name}" for name in FLASHINFER_PACKAGES)
+
+
 def audit_image(engine, ref: str, labels: dict[str, str], path: str = SITE_PACKAGES,
                 ccs: tuple[str, ...] = (), also: tuple[str, ...] = ()) -> dict | None:
     """The compiled archs of the image's Python packages (copied out, never started), judged
@@ -91,21 +112,14 @@ def audit_image(engine, ref: str, labels: dict[str, str], path: str = SITE_PACKA
 
     with tempfile.TemporaryDirectory(prefix="harness-audit-") as tmp:
         try:
-            dest = engine.export_path(ref, path, Path(tmp), labels=labels)
+            dest = export_packages(engine, ref, path, Path(tmp), labels, also)
         except EngineError as exc:
             return {"status": "not-audited", "audit.status": "not-audited", "reason": str(exc)}
-        for extra in also:
-            with contextlib.suppress(EngineError):  # not installed in this image: nothing to read
-                engine.export_path(ref, extra, dest, labels=labels)
         report = audit_path(dest, [Target.from_cc(cc) for cc in ccs])
         # the flat `audit.*` pairs the report, `bug` and BuildOutcome.audit_status read, plus the
         # status, verdict lines and cubin counts per arch as plain values
         return {**report.summary(), "status": report.status, "cubins": dict(report.totals()),
                 "verdicts": [f"{v.target.name}: {v.status}: {v.message}" for v in report.verdicts]}
-
-
-# FlashInfer's packages that can hold compiled kernels (its AOT/JIT-cache and cubin wheels)
-FLASHINFER_PACKAGES = ("flashinfer", "flashinfer_cubin", "flashinfer_jit_cache")
 
 
 def audit_stack_image(engine, ref: str, labels: dict[str, str], ccs: tuple[str, ...]) -> dict | None:
@@ -117,8 +131,8 @@ def audit_stack_image(engine, ref: str, labels: dict[str, str], ccs: tuple[str, 
     site = image_site_packages(engine, ref, {"harness.role": "audit"})
     if site is None:
         return audit_image(engine, ref, {"harness.role": "audit"}, SITE_PACKAGES, ccs)
-    return audit_image(engine, ref, {"harness.role": "audit"}, f"{site}/vllm", ccs,
-                       also=tuple(f"{site}/{name}" for name in FLASHINFER_PACKAGES))
+    vllm, also = stack_packages(site)
+    return audit_image(engine, ref, {"harness.role": "audit"}, vllm, ccs, also=also)
 
 
 def build_log_problems(engine, ref: str, torch_cuda_arch_list: str, labels: dict[str, str]) -> tuple[str, ...]:

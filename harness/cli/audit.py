@@ -122,7 +122,6 @@ def audit_image(ref: str, targets: list[Target], *, sass_check: bool, paths=IMAG
     """Copy an image's Python packages out (the container is never started) and audit them: the
     vllm and FlashInfer packages where the image's build recorded its site-packages (an image
     `harness build` made), else the first of `paths` the image has."""
-    import contextlib
     import tempfile
 
     from harness.engine import connect
@@ -134,19 +133,16 @@ def audit_image(ref: str, targets: list[Target], *, sass_check: bool, paths=IMAG
     labels = {"harness.role": "audit-export"}
     with tempfile.TemporaryDirectory(prefix="harness-audit-image-") as tmp:
         if paths == IMAGE_PATHS:  # no --image-path: where the image's build said it installed vLLM
-            from harness.build.builder import FLASHINFER_PACKAGES, image_site_packages
+            from harness.build.builder import export_packages, image_site_packages, stack_packages
 
             site = image_site_packages(engine, ref, labels)
             if site is not None:
-                dest = Path(tmp) / "site-packages"
+                vllm, also = stack_packages(site)
                 try:
-                    engine.export_path(ref, f"{site}/vllm", dest, labels)
+                    dest = export_packages(engine, ref, vllm, Path(tmp) / "site-packages", labels, also)
                 except EngineError:
                     pass  # recorded but gone: the usual places below
                 else:
-                    for name in FLASHINFER_PACKAGES:
-                        with contextlib.suppress(EngineError):
-                            engine.export_path(ref, f"{site}/{name}", dest, labels)
                     return audit_path(dest, targets, sass_check=sass_check, **kw)
         for path in paths:
             try:

@@ -115,9 +115,8 @@ def missing_nodes(reported: dict, nodes: Sequence[Node], base_port: int) -> list
     started with (unique in a cluster: node_ports): a count of alive nodes can be made up by a
     node that is not one of ours while one of ours never joined. Not by address: Ray may report
     another address of the machine than the one it was started with (127.0.0.1 is replaced)."""
-    alive = Counter(int(port) for _addr, port in (e for e in reported.get("alive") or []
-                                                  if isinstance(e, list) and len(e) == 2)
-                    if isinstance(port, int))
+    alive = Counter(e[1] for e in reported.get("alive") or []
+                    if isinstance(e, list) and len(e) == 2 and isinstance(e[1], int))
     missing = []
     for i, node in enumerate(nodes):
         port = node_ports(base_port, i)["--node-manager-port"]

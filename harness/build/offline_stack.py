@@ -100,13 +100,37 @@ def _cached_sdist(src) -> Path | None:
     return None
 
 
+def require_release(where: str, stack: Stack) -> str:
+    """The vLLM release an offline stack builds (its sdist and source table follow from it)."""
+    if stack.vllm is None or not stack.vllm.pypi:
+        raise ConfigError(f"{where}: an offline build needs vllm.pypi (a release sdist)",
+                          hint="pin a release, or drop `offline`")
+    return stack.vllm.pypi
+
+
+def require_table(where: str, version: str) -> offline.Table:
+    """The table of what vLLM `version`'s CMake fetches; none is a refusal."""
+    table = offline.load_table(version)
+    if table is None:
+        raise ConfigError(f"{where}: no table of what vLLM {version}'s CMake fetches "
+                          f"({offline.table_path(version).name})",
+                          hint="write one (harness/data/sources/), or drop `offline`")
+    return table
+
+
+def refuse_unpinned(where: str, table: offline.Table, names: list[str]) -> None:
+    """Sources the build needs (not left out) that the table declares but does not pin."""
+    if names:
+        raise ConfigError(f"{where}: vLLM {table.vllm}'s CMake fetches {', '.join(names)}, which "
+                          f"{table.path.name} does not pin",
+                          hint="pin it there (tools/pin-offline-sources.py), or apply a patch that leaves it out")
+
+
 def offline_parts(matrix, stack_name: str, stack: Stack, patch_texts: list[bytes]) -> OfflineParts:
     """Everything an offline build of this stack needs, from the cache; a missing piece is an
     error naming it and the command that fetches it."""
     where = f"stacks.{stack_name}"
-    if stack.vllm is None or not stack.vllm.pypi:
-        raise ConfigError(f"{where}: an offline build needs vllm.pypi (a release sdist)",
-                          hint="pin a release, or drop `offline`")
+    version = require_release(where, stack)
     if stack.flashinfer is not None and stack.flashinfer.cubin:
         raise ConfigError(f"{where}.flashinfer.cubin: flashinfer-cubin comes from the package index",
                           hint="set cubin = false for an offline build (the AOT kernels, or JIT, instead)")
@@ -123,21 +147,13 @@ def offline_parts(matrix, stack_name: str, stack: Stack, patch_texts: list[bytes
                               hint=fetch_hint)
         files.append((f"sources/{path.name}", path.read_bytes()))
         buildargs[f"{project.upper()}_SOURCE"] = f"file /opt/build/sources/{path.name} {src.pin}"
-    table = offline.load_table(stack.vllm.pypi)
-    if table is None:
-        raise ConfigError(f"{where}: no table of what vLLM {stack.vllm.pypi}'s CMake fetches "
-                          f"({offline.table_path(stack.vllm.pypi).name})",
-                          hint="write one (harness/data/sources/), or drop `offline`")
+    table = require_table(where, version)
     cut = left_out(patch_texts)
     unknown = cut - set(table.names)
     if unknown:
         raise ConfigError(f"{where}: a patch leaves out {', '.join(sorted(unknown))}, which vLLM "
                           f"{table.vllm} does not fetch", hint=f"use names from {table.path.name}")
-    needed_unpinned = [u for u in table.unpinned if u[0] not in cut]
-    if needed_unpinned:
-        raise ConfigError(f"{where}: vLLM {table.vllm}'s CMake fetches "
-                          f"{', '.join(u[0] for u in needed_unpinned)}, which {table.path.name} does not pin",
-                          hint="pin it there (tools/pin-offline-sources.py), or apply a patch that leaves it out")
+    refuse_unpinned(where, table, [u[0] for u in table.unpinned if u[0] not in cut])
     pins = [p for p in table.pins if p.name not in cut]
     lines, envs = [], ['-DFETCHCONTENT_FULLY_DISCONNECTED=ON']
     exports = []
@@ -162,8 +178,8 @@ def offline_parts(matrix, stack_name: str, stack: Stack, patch_texts: list[bytes
     labels = {"harness.offline": "true",
               "harness.vllm.offline-sources": ",".join(f"{p.name}@{p.commit[:12]} sha256:{p.sha256}" for p in pins),
               "harness.vllm.left-out": ",".join(sorted(cut))}
-    if stack.vllm.deps_wheelhouse:
-        wfiles, what = _wheelhouse(matrix, stack_name, stack.vllm.deps_wheelhouse)
+    if wheelhouse := (stack.vllm.deps_wheelhouse if stack.vllm else None):  # vllm: require_release
+        wfiles, what = _wheelhouse(matrix, stack_name, wheelhouse)
         files += wfiles
         values["DEPS_WHEELHOUSE"] = ("# dependencies (and build requirements) from the pinned wheelhouse, no index\n"
                                      "COPY wheelhouse/ /opt/build/wheelhouse/\n"

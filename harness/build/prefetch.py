@@ -16,7 +16,7 @@ from pathlib import Path
 
 from harness.build import offline, sources
 from harness.build.offline import Pin, Table
-from harness.build.offline_stack import left_out
+from harness.build.offline_stack import left_out, refuse_unpinned, require_release, require_table
 from harness.build.render import patch_files
 from harness.errors import ConfigError, EnvironmentProblem
 from harness.matrix.plan import expand, group_by_stack
@@ -80,21 +80,12 @@ def air_gap_hint(matrix_path: Path | str) -> str:
 
 
 def check_offline(matrix, wanted: list[StackNeeds]) -> None:
-    """What an offline build would refuse, refused before anything is fetched."""
+    """What an offline build would refuse, refused before anything is fetched (the same checks as
+    the build's, harness.build.offline_stack)."""
     for n in wanted:
         where = f"stacks.{n.stack}"
-        stack = matrix.spec.stacks[n.stack]
-        if not stack.vllm.pypi:
-            raise ConfigError(f"{where}: an offline build needs vllm.pypi (a release sdist)",
-                              hint="pin a release, or drop `offline`")
-        if n.table is None:
-            raise ConfigError(f"{where}: no table of what vLLM {stack.vllm.pypi}'s CMake fetches "
-                              f"({offline.table_path(stack.vllm.pypi).name})",
-                              hint="write one (harness/data/sources/), or drop `offline`")
-        if n.unpinned:
-            raise ConfigError(f"{where}: vLLM {n.table.vllm}'s CMake fetches {', '.join(n.unpinned)}, which "
-                              f"{n.table.path.name} does not pin",
-                              hint="pin it there (tools/pin-offline-sources.py), or apply a patch that leaves it out")
+        table = require_table(where, require_release(where, matrix.spec.stacks[n.stack]))
+        refuse_unpinned(where, table, list(n.unpinned))
 
 
 def fetch_all(wanted: list[StackNeeds], *, matrix_path: Path | str, repos: dict[str, str] | None = None,

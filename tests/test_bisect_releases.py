@@ -166,4 +166,4 @@ def test_an_index_that_cannot_answer_is_named(index, tmp_path, monkeypatch, caps
     (tmp_path / "cache" / "other.releases.json").write_text("{broken")
     rc = cli.main(["bisect", "pypi:other", "--good", "1.0.0", "--bad", "2.0.0", "--index", url, "--", *CHECK])
     err = " ".join(capsys.readouterr().err.split())
-    assert rc == 2 and "other.releases.json: not JSON" in err and "Traceback" not in err
+    assert rc == 2 and "other.releases.json: not valid JSON" in err and "Traceback" not in err

@@ -281,7 +281,7 @@ def test_a_corrupted_archive_of_a_table_pin_is_refused_naming_the_source(tmp_pat
     assert "--out DIR" in exc.value.hint
     assert not (tmp_path / "cache" / pin.archive_name).exists()  # nothing refused enters the cache
     # the same archive already in the cache is refused when checked (as `harness lock` does)
-    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache").mkdir(exist_ok=True)
     shutil.copy(usb / pin.archive_name, tmp_path / "cache")
     with pytest.raises(kind, match="^deepgemm: "):
         offline.fetch(pin, cache=tmp_path / "cache", check_cached=True)

@@ -22,7 +22,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("harness", "errors"),
     ("safety", "redact"),
     ("console", "tables", "proc", "http", "probe_image"),
-    ("gpus", "fingerprint", "bundle", "matrix", "bench"),
+    ("gpus", "fingerprint", "bundle", "matrix", "bench", "git"),
     ("results", "hostenv", "audit"),
     ("owner",),
     ("engine",),

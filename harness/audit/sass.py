@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness.audit import elf, tools
 from harness.audit.source import BytesReader
+from harness.safety import writes
 
 # Per SM major: the opcode of the block-scaled FP4 tensor-core MMA.
 NATIVE_FP4_OPCODES: dict[int, re.Pattern[str]] = {
@@ -85,7 +86,7 @@ def scan_cubin(cubin: bytes | bytearray | list[bytes | bytearray], major: int, k
                 args = ["-fun", wanted]
     with tempfile.TemporaryDirectory(prefix="harness-sass-") as tmp:
         path = Path(tmp) / "k.cubin"
-        path.write_bytes(data)
+        writes.write_bytes(path, bytes(data), flag="cubin")
         del data
         return tools.read_lines(
             "nvdisasm", *args, path, consume=lambda lines: parse_disassembly(lines, major, kernels)

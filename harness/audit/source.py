@@ -22,6 +22,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 
+from harness.errors import ConfigError
+from harness.safety import paths
+
 _igzip: ModuleType | None  # isal's modules, or None / zlib where isal is missing
 _crc_mod: ModuleType
 try:  # ISA-L inflates 2.3x faster than zlib (0.93 s vs 2.15 s for sgl-kernel's 813 MB library)
@@ -60,7 +63,10 @@ class Reader:
     """Random access to one file's bytes (os.pread), with the same interface as a stream."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self._fd = os.open(path, os.O_RDONLY)
+        try:  # non-blocking, regular files only: a FIFO or a device is a reason, not a hang
+            self._fd = paths.open_fd(os.fspath(path))
+        except ConfigError as exc:
+            raise Unreadable(exc.message) from None
         self.size = os.fstat(self._fd).st_size
 
     def close(self) -> None:
@@ -336,7 +342,10 @@ def member_chunks(m: Member) -> Iterator[bytes]:
     what it has not consumed itself): 512 KiB in, up to 4 MiB out keeps every allocation
     under glibc's mmap threshold, which saves 0.06 s of page faults per 800 MB inflated
     (benchmarks/README.md, "audit")."""
-    fd = os.open(m.wheel, os.O_RDONLY)
+    try:
+        fd = paths.open_fd(m.wheel, what="wheel")
+    except ConfigError as exc:
+        raise Unreadable(exc.message) from None
     try:
         pos = data_offset(fd, m.header_offset)
         left_in = m.compress_size

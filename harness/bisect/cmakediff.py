@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from harness.bisect.history import Unavailable
+from harness.safety.roots import Root
 
 # The words of the arch decisions compared by the configure and build probes.
 # (an arch inside a quoted list, "10.0a;12.0f": a CUDA version compared unquoted, 12.8, is not one)
@@ -23,8 +24,10 @@ KEYWORDS = re.compile(r'FP4|SCALED_MM|scaled_mm|MOE_DATA|moe_data|CUDA_SUPPORTED
 
 
 def cmake_files(tree: Path) -> dict[str, str]:
-    files = [tree / "CMakeLists.txt", *sorted((tree / "cmake").rglob("*.cmake"))]
-    return {str(f.relative_to(tree)): f.read_text(errors="replace") for f in files if f.is_file()}
+    """The CMake files of an unpacked tree (a link in it is neither followed nor read)."""
+    root = Root(tree, what="source tree")
+    top = ["CMakeLists.txt"] if "CMakeLists.txt" in root.files() else []
+    return {n: root.read_text(n, limit=16 << 20) for n in [*top, *root.walk("cmake", suffix=".cmake")]}
 
 
 def _hunks(diff: list[str]) -> list[list[str]]:
@@ -69,7 +72,7 @@ def explain(store, history, result: dict) -> dict:
         return {**result, "cmake_diff": {"error": str(exc)}}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    (store.dir / "cmake.diff").write_text(text)
+    store.write_text("cmake.diff", text)
     out = {**result, "cmake_diff": {"file": "cmake.diff", "from": good.id, "to": bad.id,
                                     "hunks": text.count("\n@@"), "text": text}}
     if hasattr(history, "changed"):

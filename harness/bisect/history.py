@@ -9,11 +9,9 @@ and is kept next to the cached sdists, so a bisect over cached releases runs off
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +19,11 @@ from typing import Protocol
 
 from packaging.version import InvalidVersion, Version
 
-from harness import http, proc
-from harness.build.sources import CACHE_ROOT, GIT_SAFE, SDIST_CACHE, SDIST_MAX_BYTES
-from harness.bundle import sha256_file
+from harness import git, http
+from harness.build.sources import CACHE_ROOT, SDIST_CACHE, SDIST_MAX_BYTES
 from harness.errors import ConfigError, EnvironmentProblem
-from harness.results.store import atomic_write_text
+from harness.safety import grammar, paths, readers
+from harness.safety.roots import Root
 
 PYPI_JSON = "https://pypi.org/pypi/{name}/json"
 GIT_CACHE = CACHE_ROOT / "bisect-git"
@@ -59,10 +57,11 @@ def _extract(tarball: Path, dest: Path) -> None:
     """Unpack a tarball whose members sit under one top folder (an sdist) or none (git archive)."""
     staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
     try:
-        with tarfile.open(tarball) as tar:
-            tar.extractall(staging, filter="data")
-        entries = list(staging.iterdir())
-        top = entries[0] if len(entries) == 1 and entries[0].is_dir() else staging
+        with paths.open_regular(tarball, what="sdist") as f:
+            readers.extract_tree(f, staging, name=f"sdist {tarball}")
+        root = Root(staging, what="unpacked sdist")
+        tops, loose = root.folders(), root.files()
+        top = staging / tops[0] if len(tops) == 1 and not loose else staging
         shutil.rmtree(dest, ignore_errors=True)
         top.rename(dest)
     finally:
@@ -78,32 +77,20 @@ class GitHistory:
         self.good = self._commit(good, "--good")
         self.bad = self._commit(bad, "--bad")
 
-    def _git(self, *args: str, timeout: float = 600) -> proc.Result:
-        return proc.run(["git", *GIT_SAFE, f"--git-dir={self.git_dir}", *args], timeout=timeout)
+    def _git(self, *args: str, timeout: float = 600):
+        return git.run([f"--git-dir={self.git_dir}", *args], timeout=timeout)
 
     @staticmethod
     def _open(repo: str) -> str:
+        """The git folder to read: a bare mirror in the cache, never the repository itself (its
+        config, hooks and attributes would run: harness/git.py)."""
         path = Path(repo).expanduser()
         if path.exists():
-            res = proc.run(["git", "-C", str(path), "rev-parse", "--absolute-git-dir"], timeout=60)
-            if not res.ok:
-                raise ConfigError(f"{repo}: not a git repository", hint="give a git repository's folder or a git URL")
-            return res.stdout.strip()
+            return git.mirror(path, GIT_CACHE)
         if not re.match(r"^(https://|ssh://|[\w.-]+@[\w.-]+:)", repo):
-            raise ConfigError(f"{repo}: no such folder, and not a git URL (https://, ssh:// or user@host:path)",
-                              hint="give a local clone or mirror, or the repository's URL")
-        dest = GIT_CACHE / hashlib.sha256(repo.encode()).hexdigest()[:16]
-        if not (dest / "HEAD").is_file():
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dest.with_name(dest.name + ".partial")
-            shutil.rmtree(tmp, ignore_errors=True)
-            res = proc.run(["git", *GIT_SAFE, "clone", "-q", "--bare", "--", repo, str(tmp)], timeout=3600)
-            if not res.ok:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise EnvironmentProblem(f"{repo}: git clone failed: {res.stderr.strip()[-300:]}",
-                                         hint="check the URL and the network, or give a local mirror")
-            tmp.rename(dest)
-        return str(dest)
+            raise ConfigError(f"{grammar.one_line(repo)[:200]}: no such folder, and not a git URL (https://, ssh:// "
+                              "or user@host:path)", hint="give a local clone or mirror, or the repository's URL")
+        return git.clone_url(repo, GIT_CACHE)
 
     def _commit(self, ref: str, flag: str) -> str:
         if ref.startswith("-"):
@@ -118,41 +105,49 @@ class GitHistory:
         return {"kind": self.kind, "repo": self.repo, "good": self.good, "bad": self.bad}
 
     def points(self) -> list[Point]:
-        if not self._git("merge-base", "--is-ancestor", self.good, self.bad).ok:
+        if not self._git("merge-base", "--is-ancestor", "--end-of-options", self.good, self.bad).ok:
             raise ConfigError(f"--good {self.good_ref} is not an ancestor of --bad {self.bad_ref}",
                               hint="give the older, good commit as --good and the newer, bad one as --bad")
         # the commits on a path from good to bad, in an order where a parent comes first: for a
         # linear history this is git bisect's own list; merges are bisected in that order
         res = self._git("log", "--reverse", "--topo-order", "--ancestry-path", "--format=%H%x09%cs%x09%s",
-                        f"{self.good}..{self.bad}")
+                        "--end-of-options", f"{self.good}..{self.bad}")
         if not res.ok:
             raise EnvironmentProblem(f"git log {self.good[:12]}..{self.bad[:12]} failed: {res.stderr.strip()[-300:]}")
-        head = self._git("log", "-1", "--format=%H%x09%cs%x09%s", self.good).stdout
+        head = self._git("log", "-1", "--format=%H%x09%cs%x09%s", "--end-of-options", self.good).stdout
         out = []
         for line in [head.strip(), *res.stdout.splitlines()]:
             sha, date, title = (line.split("\t", 2) + ["", ""])[:3]
-            out.append(Point(sha, title, date))
+            out.append(Point(git.commit_id(sha, where="git log"), title, date))
         return out
 
     def preferred(self, points: list[Point]) -> set[int]:
         return set()
 
     def unpack(self, point: Point, dest: Path) -> None:
+        commit = git.commit_id(point.id, where="point id")  # never an option: `--output=...` is refused here
         dest.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
             tarball = Path(tmp) / "tree.tar"
-            res = self._git("archive", "--format=tar", "-o", str(tarball), point.id)
+            res = self._git("archive", "--format=tar", "-o", str(tarball), "--end-of-options", commit)
             if not res.ok:
                 raise Unavailable(f"git archive {point.short} failed: {res.stderr.strip()[-300:]}")
             dest.mkdir(parents=True, exist_ok=True)
-            with tarfile.open(tarball) as tar:
-                tar.extractall(dest, filter="data")
+            with paths.open_regular(tarball, what="git archive") as f:
+                readers.extract_tree(f, dest, name=f"git archive of {point.short}")
 
     def changed(self, a: str, b: str, paths: list[str]) -> list[Point]:
         """The commits after `a` up to `b` that touched `paths`: what to read for the cause."""
-        res = self._git("log", "--reverse", "--format=%H%x09%cs%x09%s", f"{a}..{b}", "--", *paths)
+        a, b = git.commit_id(a, where="last good"), git.commit_id(b, where="first bad")
+        res = self._git("log", "--reverse", "--format=%H%x09%cs%x09%s", "--end-of-options", f"{a}..{b}", "--", *paths)
         rows = [(ln.split("\t", 2) + ["", ""])[:3] for ln in res.stdout.splitlines() if ln]
         return [Point(sha, title, date) for sha, date, title in rows]
+
+
+def _field(entry: dict, key: str) -> str:
+    """A text field of an index answer; anything else there reads as missing."""
+    value = entry.get(key)
+    return value if isinstance(value, str) else ""
 
 
 def _version(text: str, flag: str) -> Version:
@@ -181,40 +176,43 @@ class ReleaseHistory:
         return {"kind": self.kind, "project": self.project, "good": str(self.good), "bad": str(self.bad),
                 "index": self.index, "minor_first": self.minor_first}
 
-    def _cached_doc(self) -> Path:
-        return self.cache / f"{re.sub(r'[-_.]+', '-', self.project).lower()}.releases.json"
+    def _cached_name(self) -> str:
+        return f"{re.sub(r'[-_.]+', '-', self.project).lower()}.releases.json"
 
     def document(self) -> dict:
         """The index's JSON for the project; the cached copy when the index cannot be reached."""
         if self._doc is None:
             url = self.index.format(name=re.sub(r"[-_.]+", "-", self.project).lower())
-            cached = self._cached_doc()
+            cache = Root(self.cache, what="sdist cache")
+            name = self._cached_name()
             try:
                 doc = http.get_json(url, timeout=60, max_bytes=64 << 20, attempts=2)
             except http.HttpError as exc:
-                if not cached.is_file():
+                if not cache.exists(name):
                     raise EnvironmentProblem(f"cannot read {url}: {exc.message}",
                                              hint=f"run once with access to the index (it is kept in {self.cache})") from None
-                try:
-                    doc = json.loads(cached.read_text())
-                except ValueError:
-                    raise ConfigError(f"{cached}: not JSON", hint="delete it; the next run with the index "
-                                      "writes it again") from None
-                url = str(cached)
+                doc = cache.load_json(name, hint="delete it; the next run with the index writes it again")
+                url = str(self.cache / name)
+            else:
+                if not isinstance(doc, dict) or not isinstance(doc.get("releases"), dict):
+                    raise EnvironmentProblem(f"{url}: not a package index's project JSON (no `releases` table)",
+                                             hint="give --index a PyPI-style JSON API, e.g. https://pypi.org/pypi/{name}/json")
+                Root(self.cache, what="sdist cache", create=True).write_text(name, json.dumps(doc))
             if not isinstance(doc, dict) or not isinstance(doc.get("releases"), dict):
                 raise EnvironmentProblem(f"{url}: not a package index's project JSON (no `releases` table)",
                                          hint="give --index a PyPI-style JSON API, e.g. https://pypi.org/pypi/{name}/json")
-            if url != str(cached):
-                atomic_write_text(cached, json.dumps(doc))
             self._doc = doc
         return self._doc
 
     def _files(self, version: str) -> list[dict]:
-        return list((self.document().get("releases") or {}).get(version) or [])
+        """The files the index lists for `version`: only entries of the right shape (an index
+        answer of the wrong type lists nothing, it never raises)."""
+        files = self.document()["releases"].get(version)
+        return [f for f in files if isinstance(f, dict)] if isinstance(files, list) else []
 
     def points(self) -> list[Point]:
-        found = []
-        for text in self.document().get("releases") or {}:
+        found: dict[Version, Point] = {}
+        for text in self.document()["releases"]:
             try:
                 v = Version(text)
             except InvalidVersion:
@@ -224,16 +222,19 @@ class ReleaseHistory:
             files = self._files(text)
             if not files:  # yanked or emptied: no source at all
                 continue
-            date = min((f.get("upload_time") or "")[:10] for f in files)
+            date = min(_field(f, "upload_time")[:10] for f in files)
             sdist = any(f.get("packagetype") == "sdist" for f in files)
-            found.append((v, Point(text, f"{self.project} {text}" + ("" if sdist else " (no sdist on the index)"), date)))
-        found.sort()
-        ids = [str(v) for v, _ in found]
+            point = Point(text, f"{self.project} {text}" + ("" if sdist else " (no sdist on the index)"), date)
+            # `1.1` and `1.1.0` are one release (PEP 440): the spelling with an sdist stays
+            if v not in found or ("no sdist" in found[v].title and sdist):
+                found[v] = point
+        ordered = sorted(found.items(), key=lambda kv: kv[0])
+        ids = [v for v, _ in ordered]
         for end, flag in ((self.good, "--good"), (self.bad, "--bad")):
-            if str(end) not in ids:
+            if end not in ids:
                 raise ConfigError(f"{flag} {end}: no such release of {self.project} on the index",
-                                  hint=f"releases in range: {', '.join(ids[:8]) or 'none'}")
-        return [p for _, p in found]
+                                  hint=f"releases in range: {', '.join(p.id for _, p in ordered[:8]) or 'none'}")
+        return [p for _, p in ordered]
 
     def preferred(self, points: list[Point]) -> set[int]:
         """The newest patch release of each minor: bisected first, then the patches between."""
@@ -250,20 +251,24 @@ class ReleaseHistory:
         if not files:
             raise Unavailable(f"{self.project} {point.id} has no sdist on the index")
         f = files[0]
-        name = Path(f.get("filename") or "").name
-        sha = (f.get("digests") or {}).get("sha256")
-        if not name.endswith((".tar.gz", ".tgz")):
-            raise Unavailable(f"{self.project} {point.id}: sdist {name!r} is not a .tar.gz")
+        name = _field(f, "filename")
+        digests = f.get("digests")
+        sha = digests.get("sha256") if isinstance(digests, dict) else None
+        if grammar.problem("file_name", name) or not name.endswith((".tar.gz", ".tgz")):
+            raise Unavailable(f"{self.project} {point.id}: sdist {grammar.one_line(name)[:120]!r} is not a .tar.gz file name")
+        if sha is not None and grammar.problem("sha256", sha):
+            raise Unavailable(f"{self.project} {point.id}: the index's sha256 for {name} is not 64 hex characters")
+        cache = Root(self.cache, what="sdist cache", create=True)
         path = self.cache / name
-        if not path.is_file():
-            if not f.get("url"):
+        if not cache.exists(name):
+            url = _field(f, "url")
+            if not url:
                 raise Unavailable(f"{name}: not in {self.cache} and the index gives no URL")
-            self.cache.mkdir(parents=True, exist_ok=True)
             try:  # written whole or not at all
-                http.download(f["url"], path, timeout=900, max_bytes=SDIST_MAX_BYTES)
+                http.download(url, path, timeout=900, max_bytes=SDIST_MAX_BYTES)
             except http.HttpError as exc:
                 raise Unavailable(f"{name}: download failed: {exc.message}") from None
-        if sha and sha256_file(path) != sha:
+        if sha and cache.sha256(name) != sha:  # a link in the cache is refused here, never followed
             raise Unavailable(f"{path}: sha256 differs from the index's {sha[:12]}… (delete it to download again)")
         return path
 

@@ -8,6 +8,9 @@
 A step file's presence is what "judged" means: a resumed bisect reads them and never judges
 those points again; the point list is read back from bisect.json, not from the index or the
 repository, so a resume sees the same history.
+
+The folder is a root (harness.safety.roots): a link under it (steps/, logs/, a step file) is
+refused, never followed, and every file is read with a size and nesting bound.
 """
 
 from __future__ import annotations
@@ -19,10 +22,18 @@ from pathlib import Path
 from harness.bisect.history import Point
 from harness.bisect.search import VERDICTS
 from harness.errors import ConfigError
-from harness.results.store import atomic_write_json, atomic_write_text, utc_now
+from harness.results.store import mask, utc_now
+from harness.safety.paths import MiB
+from harness.safety.roots import Root
 
 FORMAT = 1
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not text")
+    return value
 
 
 def _bad(path: Path, why: str) -> ConfigError:
@@ -32,32 +43,39 @@ def _bad(path: Path, why: str) -> ConfigError:
 class BisectStore:
     def __init__(self, folder: Path, spec: dict, points: list[Point], preferred: set[int]) -> None:
         self.dir, self.spec, self.points, self.preferred = Path(folder), spec, points, preferred
+        self.root = Root(self.dir, what="bisect folder")
 
     @classmethod
     def create(cls, folder: Path, spec: dict, points: list[Point], preferred: set[int]) -> BisectStore:
-        folder = Path(folder)
-        if (folder / "bisect.json").exists():
-            raise _bad(folder, "holds a bisect already (resume it with --resume)")
-        atomic_write_json(folder / "bisect.json", {
+        root = Root(folder, what="--out", create=True)
+        if root.exists("bisect.json"):
+            raise _bad(Path(folder), "holds a bisect already (resume it with --resume)")
+        store = cls(Path(folder), spec, points, preferred)
+        store._write_json("bisect.json", {
             "format": FORMAT, "created": utc_now(), **spec, "preferred": sorted(preferred),
             "points": [{"id": p.id, "title": p.title, "date": p.date} for p in points]})
-        return cls(folder, spec, points, preferred)
+        return store
 
     @classmethod
     def open(cls, folder: Path) -> BisectStore:
         path = Path(folder) / "bisect.json"
         try:
-            doc = json.loads(path.read_text())
-            points = [Point(p["id"], p.get("title", ""), p.get("date", "")) for p in doc["points"]]
-            spec = {"history": doc["history"], "probe": doc["probe"], "setup": doc.get("setup", {})}
-            preferred = {int(i) for i in doc.get("preferred", [])}
+            doc = Root(folder, what="bisect folder").load_json("bisect.json", limit=64 * MiB)
         except FileNotFoundError:
             raise _bad(path.parent, "no bisect.json: not a bisect folder") from None
-        except (ValueError, KeyError, TypeError) as exc:
-            raise _bad(path, f"unreadable ({exc})") from None
-        if doc.get("format") != FORMAT:
-            raise _bad(path, f"format {doc.get('format')!r}, this version reads {FORMAT}")
+        try:
+            if doc.get("format") != FORMAT:
+                raise _bad(path, f"format {doc.get('format')!r}, this version reads {FORMAT}")
+            points = [Point(_text(p["id"]), _text(p.get("title", "")), _text(p.get("date", ""))) for p in doc["points"]]
+            spec = {"history": dict(doc["history"]), "probe": dict(doc["probe"]), "setup": dict(doc.get("setup") or {})}
+            preferred = {int(i) for i in doc.get("preferred", [])}
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
+            raise _bad(path, f"unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None
         return cls(path.parent, spec, points, preferred)
+
+    def _write_json(self, rel: str, obj: dict) -> None:
+        # masked on the way in (a URL's password, a token in an index URL), as the run store does
+        self.root.write_text(rel, json.dumps(mask(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
     def _name(self, index: int) -> str:
         return f"{index:04d}-{_UNSAFE.sub('_', self.points[index].short)}"
@@ -66,27 +84,33 @@ class BisectStore:
         return self.dir / "steps" / f"{self._name(index)}.json"
 
     def log_path(self, index: int) -> Path:
-        path = self.dir / "logs" / f"{self._name(index)}.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return path
+        """Where a point's probe log goes: logs/ made under the root (never a link); the log
+        itself is written through harness.safety.writes, which never writes through a link."""
+        return self.root.mkdir("logs") / f"{self._name(index)}.log"
 
     def steps(self) -> dict[int, dict]:
         out: dict[int, dict] = {}
-        for path in sorted((self.dir / "steps").glob("*.json")):
+        for name in self.root.files("steps", suffix=".json"):
+            path = self.dir / "steps" / name
+            hint = "delete it to judge that point again"
+            step = self.root.load_json(f"steps/{name}", limit=16 * MiB, hint=hint)
             try:
-                step = json.loads(path.read_text())
                 index = int(step["index"])
-                ok = step["verdict"] in VERDICTS and self.points[index].id == step["id"]
-            except (ValueError, KeyError, TypeError, IndexError) as exc:
-                raise _bad(path, f"unreadable step ({exc}): delete it to judge that point again") from None
+                ok = (0 <= index < len(self.points) and step["verdict"] in VERDICTS
+                      and self.points[index].id == step["id"] and isinstance(step.get("reason", ""), str))
+            except (ValueError, KeyError, TypeError, IndexError, OverflowError) as exc:
+                raise _bad(path, f"unreadable step ({type(exc).__name__}: {str(exc)[:200]}): {hint}") from None
             if not ok:
-                raise _bad(path, "does not match this bisect's points: delete it to judge that point again")
+                raise _bad(path, f"does not match this bisect's points: {hint}")
             out[index] = step
         return out
 
     def write_step(self, step: dict) -> None:
-        atomic_write_json(self.step_path(step["index"]), step)
+        self._write_json(f"steps/{self._name(step['index'])}.json", step)
+
+    def write_text(self, rel: str, text: str) -> Path:
+        return self.root.write_text(rel, text)
 
     def write_result(self, result: dict, markdown: str) -> None:
-        atomic_write_json(self.dir / "result.json", result)
-        atomic_write_text(self.dir / "result.md", markdown)
+        self._write_json("result.json", result)
+        self.root.write_text("result.md", mask(markdown))

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import tarfile
 import tempfile
 import tomllib
@@ -27,9 +26,17 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness import proc
-from harness.build.sources import CACHE_ROOT, GIT_SAFE
+from harness import git
+from harness.build.sources import CACHE_ROOT
 from harness.errors import ConfigError, EnvironmentProblem
+from harness.safety import paths as paths_mod
+from harness.safety import readers
+from harness.safety.paths import MiB
+from harness.safety.roots import Root
+
+# A trimmed source archive (a few MB to a few hundred) and what it may unpack to.
+ARCHIVE_MAX_BYTES = 1024 * MiB
+ARCHIVE_MAX_UNPACKED = 4096 * MiB
 
 OFFLINE = CACHE_ROOT / "offline"
 TABLES = Path(str(resources.files("harness").joinpath("data", "sources")))
@@ -139,7 +146,7 @@ def tree_sha256(root: Path) -> str:
 
 
 def _git(argv: list[str], what: str) -> str:
-    res = proc.run(["git", *GIT_SAFE, *argv], timeout=1800)
+    res = git.run(argv, timeout=1800, fetch=True)
     if not res.ok:
         raise EnvironmentProblem(f"{what}: git {argv[2] if len(argv) > 2 else argv[0]} failed: "
                                  f"{res.stderr.strip()[-300:]}", hint="check the URL, the commit and the network")
@@ -152,23 +159,26 @@ def _export(repo: str, commit: str, dest: Path, what: str, paths: list[str],
     (depth-1 fetch). Only the kept paths are read: a mirror may lack the blobs of the rest.
     Returns the commit each of `gitlinks` (submodule paths) names in that tree."""
     with tempfile.TemporaryDirectory() as tmp:
-        if Path(repo).is_dir():
-            git_dir = repo
+        commit = git.commit_id(commit, where=f"{what}: commit")
+        if Path(repo).is_dir():  # read through a bare mirror: the folder's own config and filters never run
+            git_dir = git.mirror(Path(repo), CACHE_ROOT / "mirrors")
         else:
             git_dir = str(Path(tmp) / "g")
             _git(["init", "-q", "--bare", "--", git_dir], what)
             _git(["-C", git_dir, "fetch", "-q", "--depth", "1", "--", repo, commit], what)
         tar_path = Path(tmp) / "tree.tar"
-        res = proc.run(["git", "-C", git_dir, "archive", "--format=tar", "-o", str(tar_path), commit, "--", *paths],
-                       timeout=1800)
+        # after --end-of-options the commit and every path are positionals (archive reads a
+        # following `--` as a path)
+        res = git.run(["-C", git_dir, "archive", "--format=tar", "-o", str(tar_path), "--end-of-options", commit,
+                       *paths], timeout=1800)
         if not res.ok:
             raise EnvironmentProblem(f"{what}: cannot export {commit} from {repo}: {res.stderr.strip()[-300:]}",
                                      hint="fetch that commit into the mirror, or give its URL")
-        with tarfile.open(tar_path) as tar:
-            tar.extractall(dest, filter="data")
+        with paths_mod.open_regular(tar_path, what="git archive") as f:
+            readers.extract_tree(f, dest, name=f"{what}: git archive of {commit[:12]}")
         links = {}
         for path in gitlinks:
-            res = proc.run(["git", "-C", git_dir, "ls-tree", commit, "--", path], timeout=60)
+            res = git.run(["-C", git_dir, "ls-tree", "--end-of-options", commit, "--", path], timeout=60)
             entry = res.stdout.split("\t", 1)[0].split() if res.ok else []  # "160000 commit SHA"
             links[path] = entry[2] if len(entry) == 3 and entry[0] == "160000" else ""
         return links
@@ -213,19 +223,22 @@ def pack(tree: Path, archive: Path) -> None:
     tmp.rename(archive)
 
 
-def check_archive(pin: Pin, archive: Path, *, hint: str = "") -> None:
+def check_archive(pin: Pin, archive: Path, *, hint: str = "", shown: Path | None = None) -> None:
     """Unpack to a scratch folder and compare the content digest with the pin; an archive that
     is unreadable or holds other content is refused, naming the source."""
     fix = hint or f"delete {archive} and run `harness sources fetch` again"
+    named = shown or archive  # the file the user gave (`--from DIR`), not the scratch copy read
     with tempfile.TemporaryDirectory() as tmp:
-        try:
-            with tarfile.open(archive) as tar:
-                tar.extractall(tmp, filter="data")
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            raise EnvironmentProblem(f"{pin.name}: {archive} is not a readable archive ({exc})", hint=fix) from None
+        try:  # bounded: an xz bomb in the cache stops at the bound, not at the end of the disk
+            with paths_mod.open_regular(archive, what="source archive") as f:
+                readers.extract_tree(f, Path(tmp), name=f"{pin.name}: {named}", max_bytes=ARCHIVE_MAX_UNPACKED)
+        except ConfigError as exc:
+            raise EnvironmentProblem(exc.message, hint=fix) from None
+        except OSError as exc:
+            raise EnvironmentProblem(f"{pin.name}: {named} is not a readable archive ({exc})", hint=fix) from None
         got = tree_sha256(Path(tmp))
     if got != pin.sha256:
-        raise ConfigError(f"{pin.name}: {archive} holds content sha256 {got}, not the pinned {pin.sha256} "
+        raise ConfigError(f"{pin.name}: {named} holds content sha256 {got}, not the pinned {pin.sha256} "
                           f"({pin.name} @ {pin.commit[:12]}): another commit, trimmed differently, or corrupted",
                           hint=fix)
 
@@ -243,13 +256,20 @@ def fetch(pin: Pin, *, repos: dict[str, str] | None = None, from_dir: Path | Non
         return archive
     if from_dir is not None:
         src = from_dir / pin.archive_name
-        if not src.is_file():
+        given = Root(from_dir, what="--from")  # a root: an archive there that is a link is refused
+        if not given.exists(pin.archive_name):
             raise EnvironmentProblem(f"{pin.name}: {src} does not exist",
                                      hint="on a host with network: `harness sources fetch -m MATRIX --out DIR`")
-        check_archive(pin, src, hint=f"make {src.name} again on the host with network "
-                                     "(`harness sources fetch -m MATRIX --out DIR`)")
-        cache.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, archive)
+        part_name = f".{pin.archive_name}.part"
+        part = Root(cache, what="source cache", create=True).write_bytes(
+            part_name, given.read_bytes(pin.archive_name, limit=ARCHIVE_MAX_BYTES))
+        try:
+            check_archive(pin, part, shown=src, hint=f"make {src.name} again on the host with network "
+                                                    "(`harness sources fetch -m MATRIX --out DIR`)")
+        except BaseException:
+            Root(cache, what="source cache").remove(part_name)
+            raise
+        os.replace(part, archive)
         return archive
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"

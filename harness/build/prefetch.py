@@ -20,6 +20,7 @@ from harness.build.offline_stack import left_out, refuse_unpinned, require_relea
 from harness.build.render import patch_files
 from harness.errors import ConfigError, EnvironmentProblem
 from harness.matrix.plan import expand, group_by_stack
+from harness.safety.roots import Root
 
 
 @dataclass(frozen=True)
@@ -100,13 +101,14 @@ def fetch_all(wanted: list[StackNeeds], *, matrix_path: Path | str, repos: dict[
             want = sources.sdist_filename(s.name, s.pin)
             if want in got:
                 continue
-            cached = any((d / want).is_file() for d in (sources.SDIST_CACHE, sources.CACHE))
+            cached = any(Root(d, what="sdist cache").exists(want) for d in (sources.SDIST_CACHE, sources.CACHE))
             # without a pin (no sdist_sha256, no lock) only a download is checked, against the index
             checked = "sha256 checked" if s.sha256 else "sha256 not pinned: `harness lock` pins it"
             how = f"cached, {checked}"
-            if not cached and from_dir is not None and (from_dir / want).is_file():
-                sources.SDIST_CACHE.mkdir(parents=True, exist_ok=True)
-                (sources.SDIST_CACHE / want).write_bytes((from_dir / want).read_bytes())
+            if not cached and from_dir is not None and Root(from_dir, what="--from").exists(want):
+                # a root: an sdist there that is a link (to another file) is refused, not followed
+                data = Root(from_dir, what="--from").read_bytes(want, limit=sources.SDIST_MAX_BYTES)
+                Root(sources.SDIST_CACHE, what="sdist cache", create=True).write_bytes(want, data)
                 how = f"taken from {from_dir}, {checked}"
             elif not cached:
                 say(f"downloading {want} from PyPI")

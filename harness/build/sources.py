@@ -11,15 +11,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tarfile
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import http, proc
+from harness import git, http
 from harness.bundle import sha256_file
 from harness.errors import ConfigError, EnvironmentProblem
 from harness.matrix.model import FULL_SHA, GIT_URL, VERSION
+from harness.safety import paths, readers
+from harness.safety.roots import Root
 
 # Downloads are kept across runs and checkouts: HARNESS_CACHE_DIR, else the user's cache folder.
 CACHE_ROOT = Path(os.environ.get("HARNESS_CACHE_DIR")
@@ -31,7 +32,7 @@ HREF = re.compile(r'href="([^"#]+)(?:#sha256=([0-9a-f]{64}))?"')
 SDIST_MAX_BYTES = 1 << 30
 # Only these transports, whatever git's own defaults or the user's config say (ext:: and file://
 # run or read things on this host).
-GIT_SAFE = ("-c", "protocol.allow=never", "-c", "protocol.https.allow=always", "-c", "protocol.ssh.allow=always")
+GIT_SAFE = git.OPTIONS  # kept for callers that build their own argv; new calls use harness.git.run
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def check_source(source: Source) -> Source:
     """The matrix model checked these shapes already; a Source built elsewhere is checked again
     here, because its fields become git arguments and cache paths."""
     if source.kind == "git":
-        if not GIT_URL.fullmatch(source.name) or source.name.startswith("-"):
+        if not GIT_URL.fullmatch(source.name) or git.url_problem(source.name):
             raise ConfigError(f"{source.project}: {source.name!r} is not a git URL (https://, ssh:// or user@host:path)",
                               hint="fix the `git` key of the stack")
         if not FULL_SHA.fullmatch(source.pin):
@@ -99,9 +100,10 @@ def find_sdist_url(name: str, version: str, index: str = SIMPLE_INDEX) -> tuple[
 def sdist(source: Source, cache: Path = CACHE) -> Path:
     """The verified sdist tarball of a PyPI source (cached)."""
     want = sdist_filename(source.name, source.pin)
-    for candidate in (SDIST_CACHE / want, cache / want):
-        if candidate.is_file():
-            path = candidate
+    # the caches are roots: a link planted in one is refused, never followed (harness.safety.roots)
+    for folder in (SDIST_CACHE, cache):
+        if Root(folder, what="sdist cache").exists(want):
+            path = folder / want
             break
     else:
         cache.mkdir(parents=True, exist_ok=True)
@@ -113,7 +115,7 @@ def sdist(source: Source, cache: Path = CACHE) -> Path:
             tmp.unlink()
             raise EnvironmentProblem(f"{url}: download does not match the index's sha256", hint="try again")
         tmp.rename(path)
-    got = sha256_file(path)
+    got = Root(path.parent, what="sdist cache").sha256(want)
     if source.sha256 and got != source.sha256:
         raise ConfigError(f"{path.name}: sha256 {got} does not match the pinned sdist_sha256 {source.sha256}",
                           hint="the pin is wrong or the file is corrupt: delete it, or fix the matrix")
@@ -133,9 +135,9 @@ def tree(source: Source, cache: Path = CACHE) -> Path:
         tarball = sdist(source, cache)
         staging = cache / f".{source.key}.unpack"
         shutil.rmtree(staging, ignore_errors=True)
-        with tarfile.open(tarball) as tar:
-            tar.extractall(staging, filter="data")
-        tops = [p for p in staging.iterdir() if p.is_dir()]
+        with paths.open_regular(tarball, what="sdist") as f:
+            readers.extract_tree(f, staging, name=f"sdist {tarball}")
+        tops = [staging / name for name in Root(staging, what="unpacked sdist").folders()]
         if len(tops) != 1:
             shutil.rmtree(staging)
             raise EnvironmentProblem(f"{tarball.name}: expected one top folder in the sdist, found {len(tops)}",
@@ -144,19 +146,19 @@ def tree(source: Source, cache: Path = CACHE) -> Path:
         shutil.rmtree(staging)
     else:
         _git_checkout(source, dest)
-    (dest / ".harness-complete").write_text(f"{source}\n")
+    Root(dest, what="source cache").write_text(".harness-complete", f"{source}\n")
     return dest
 
 
 def _git_checkout(source: Source, dest: Path) -> None:
     # `--` ends the options: the URL and the commit are positionals whatever they hold.
-    steps = (("init", ["git", "init", "-q", "--", str(dest)]),
-             ("fetch", ["git", *GIT_SAFE, "-C", str(dest), "fetch", "-q", "--depth", "1", "--",
-                        source.name, source.pin]),
-             ("checkout", ["git", "-C", str(dest), "checkout", "-q", "--detach", "FETCH_HEAD"]),
-             ("rev-parse", ["git", "-C", str(dest), "rev-parse", "--verify", "HEAD^{commit}"]))
-    for step, argv in steps:
-        res = proc.run(argv, timeout=1800)
+    # the checkout reads no system or global config (a filter defined there would run)
+    steps = (("init", ["init", "-q", "--", str(dest)], False),
+             ("fetch", ["-C", str(dest), "fetch", "-q", "--depth", "1", "--", source.name, source.pin], True),
+             ("checkout", ["-C", str(dest), "checkout", "-q", "--detach", "FETCH_HEAD"], False),
+             ("rev-parse", ["-C", str(dest), "rev-parse", "--verify", "HEAD^{commit}"], False))
+    for step, argv, fetch in steps:
+        res = git.run(argv, timeout=1800, fetch=fetch)
         if not res.ok:
             shutil.rmtree(dest, ignore_errors=True)
             raise EnvironmentProblem(f"{source.name}@{source.pin}: git {step} failed: {res.stderr.strip()[-400:]}",

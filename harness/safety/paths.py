@@ -97,6 +97,11 @@ def tail_text(path: Path | str, *, max_bytes: int = 4 * MiB, what: str = "log") 
     return data.decode("utf-8", errors="replace")
 
 
+def open_fd(path: Path | str, *, what: str = "file") -> int:
+    """A read-only descriptor of a regular file (FIFOs, devices, sockets refused); the caller closes it."""
+    return _open_regular(Path(path), what)
+
+
 def open_regular(path: Path | str, *, what: str = "file"):
     """A binary file object on a regular file (FIFOs, devices, sockets refused); the caller bounds reads."""
     return os.fdopen(_open_regular(Path(path), what), "rb", closefd=True)

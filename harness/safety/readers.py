@@ -8,10 +8,12 @@ one ConfigError (exit 2) that names the file.
 
 from __future__ import annotations
 
+import gzip
 import json
 import lzma
 import tarfile
 import tomllib
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +147,24 @@ def extract_flat_tar_xz(stream, dest: Path, *, name: str, allowed: set[str] | No
     except (lzma.LZMAError, tarfile.TarError, EOFError) as exc:  # OSError (a full disk) is not the archive's fault
         raise _bad(name, f"not a readable tar.xz ({type(exc).__name__}: {str(exc)[:200]})", hint) from None
     return written
+
+
+def extract_tree(stream, dest: Path, *, name: str, max_bytes: int = 8 << 30, max_members: int = 500_000) -> None:
+    """Unpack a source tarball (an sdist, a `git archive`) read from the binary file `stream` into
+    `dest`, with tarfile's "data" filter (no absolute names, no link that leaves `dest`, no device
+    or FIFO), at most `max_members` members and `max_bytes` unpacked: a bomb stops at the header
+    that crosses the bound, before its data is inflated."""
+    hint = "the archive is damaged or not a source tarball: delete it to fetch it again"
+    total = 0
+    try:
+        with tarfile.open(fileobj=stream, mode="r:*") as tar:
+            for count, member in enumerate(tar, 1):
+                total += max(member.size, 0)
+                if count > max_members or total > max_bytes:
+                    raise _bad(name, f"unpacks to more than {max_members} files or {max_bytes} bytes", hint)
+                try:
+                    tar.extract(member, dest, filter="data")
+                except tarfile.FilterError as exc:
+                    raise _bad(name, f"member {member.name[:200]!r} refused ({exc})", hint) from None
+    except (tarfile.TarError, lzma.LZMAError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise _bad(name, f"is not a readable archive ({type(exc).__name__}: {str(exc)[:200]})", hint) from None

@@ -83,6 +83,7 @@ lint: install
 	$(VENV)/bin/ruff check harness tests benchmarks tools
 	$(PY) -m mypy
 	$(PY) tools/import_graph.py
+	$(PY) tools/boundary.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

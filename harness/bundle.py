@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from harness.errors import ConfigError, HarnessError
 from harness.safety import grammar, paths, writes
 from harness.safety.readers import extract_flat_tar_xz, load_json, load_toml
+from harness.safety.roots import Root
 
 LOCK = "wheels.lock"
 MANIFEST = "bundle.json"
@@ -164,7 +165,7 @@ def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path) -> dic
                           hint="strip only wheels the bundle carries")
     entries = []
     seen = set()
-    for whl in sorted(downloaded.glob("*.whl")):
+    for whl in [downloaded / n for n in Root(downloaded, what="pip download folder").files(suffix=".whl")]:
         name, version = wheel_name_version(whl.name)
         if name not in wanted:
             continue
@@ -194,30 +195,32 @@ def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path) -> dic
 def pack(wheelhouse: Path, out: Path, spec: BundleSpec) -> dict:
     """wheelhouse -> out/part_NN (each <= part size) + out/bundle.json."""
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("part_*"):
-        writes.remove_file(old, flag="--out part")
+    for old in Root(out, what="--out").files():  # a link named part_* is not listed: writing over it is refused
+        if old.startswith("part_"):
+            writes.remove_file(out / old, flag="--out part")
     limit = int(spec.part_size_mb * 1_000_000)
     archive = writes.check_target(out / f".{spec.name}.tar.xz", "--out archive")
     xz = shutil.which("xz")
-    files = sorted(p.name for p in wheelhouse.iterdir() if p.is_file())
+    files = Root(wheelhouse, what="wheelhouse").files()
     if xz:  # multi-threaded xz where there is one; same format as lzma's
         tar = subprocess.Popen(["tar", "-C", str(wheelhouse), "--sort=name", "--mtime=@0", "--owner=0",
                                 "--group=0", "-cf", "-", *files], stdout=subprocess.PIPE)
-        with archive.open("wb") as fw:
+        with writes.open_new(archive, flag="--out archive", binary=True) as fw:
             r = subprocess.run([xz, "-T0", f"-{spec.xz_preset}", "-c"], stdin=tar.stdout, stdout=fw)
         if tar.stdout is not None:  # always: stdout=PIPE
             tar.stdout.close()
         if tar.wait() != 0 or r.returncode != 0:
             raise HarnessError("packing the wheelhouse failed (tar | xz)")
     else:
-        with lzma.open(archive, "wb", preset=spec.xz_preset) as xw, tarfile.open(fileobj=xw, mode="w") as t:
+        with (writes.open_new(archive, flag="--out archive", binary=True) as fw,
+              lzma.LZMAFile(fw, "wb", preset=spec.xz_preset) as xw, tarfile.open(fileobj=xw, mode="w") as t):
             for name in files:
                 info = t.gettarinfo(str(wheelhouse / name), arcname=name)
                 info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-                with (wheelhouse / name).open("rb") as fh:
+                with paths.open_regular(wheelhouse / name, what="wheel") as fh:
                     t.addfile(info, fh)
     parts = []
-    with archive.open("rb") as f:
+    with paths.open_regular(archive, what="--out archive") as f:
         for i in range(10_000):
             chunk = f.read(limit)
             if not chunk:

@@ -27,7 +27,7 @@ def cmake_files(tree: Path) -> dict[str, str]:
     """The CMake files of an unpacked tree (a link in it is neither followed nor read)."""
     root = Root(tree, what="source tree")
     top = ["CMakeLists.txt"] if "CMakeLists.txt" in root.files() else []
-    return {n: root.read_text(n, limit=16 << 20) for n in [*top, *root.walk("cmake", suffix=".cmake")]}
+    return {n: root.load_text(n, limit=16 << 20) for n in [*top, *root.walk("cmake", suffix=".cmake")]}
 
 
 def _hunks(diff: list[str]) -> list[list[str]]:
@@ -72,7 +72,7 @@ def explain(store, history, result: dict) -> dict:
         return {**result, "cmake_diff": {"error": str(exc)}}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    store.write_text("cmake.diff", text)
+    store.save_text("cmake.diff", text)
     out = {**result, "cmake_diff": {"file": "cmake.diff", "from": good.id, "to": bad.id,
                                     "hunks": text.count("\n@@"), "text": text}}
     if hasattr(history, "changed"):

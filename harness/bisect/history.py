@@ -197,7 +197,7 @@ class ReleaseHistory:
                 if not isinstance(doc, dict) or not isinstance(doc.get("releases"), dict):
                     raise EnvironmentProblem(f"{url}: not a package index's project JSON (no `releases` table)",
                                              hint="give --index a PyPI-style JSON API, e.g. https://pypi.org/pypi/{name}/json")
-                Root(self.cache, what="sdist cache", create=True).write_text(name, json.dumps(doc))
+                Root(self.cache, what="sdist cache", create=True).save_text(name, json.dumps(doc))
             if not isinstance(doc, dict) or not isinstance(doc.get("releases"), dict):
                 raise EnvironmentProblem(f"{url}: not a package index's project JSON (no `releases` table)",
                                          hint="give --index a PyPI-style JSON API, e.g. https://pypi.org/pypi/{name}/json")

@@ -11,11 +11,9 @@ A probe never raises to the loop: session.py turns an exception into a skip with
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -28,6 +26,10 @@ from harness.bisect.search import BAD, GOOD, SKIP
 from harness.build import configure, sources
 from harness.bundle import sha256_file
 from harness.lock import LockedFile, LockedImage, lock_path, read_lock
+from harness.safety import writes
+from harness.safety.paths import MiB
+from harness.safety.readers import load_toml
+from harness.safety.roots import Root
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ class CommandProbe:
     def observe(self, tree: Path, point: Point, logs: Path) -> Observation:
         env = {**os.environ, "HARNESS_BISECT_POINT": point.id, "HARNESS_BISECT_TREE": str(tree)}
         res = proc.run(self.argv, timeout=self.timeout, cwd=str(tree), env=env)
-        logs.write_text(f"$ {shlex.join(self.argv)}\n{res.stdout}\n{res.stderr}")
+        writes.write_text(logs, f"$ {shlex.join(self.argv)}\n{res.stdout}\n{res.stderr}", flag="probe log")
         tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or [""]
         if res.returncode == 124 and res.stderr.startswith("timed out after"):
             return _skip(f"the command {res.stderr.strip()}", exit=124)
@@ -129,7 +131,7 @@ def pinned_matrix(matrix: Path, stack: str, source: dict, point: Point) -> Path:
     the point: a release (`pypi`, with the sha256 of the sdist the bisect downloaded and checked)
     or a commit (`git` + `commit`); the stack's patches stay. The other pins of the stack come
     from the matrix's lock, written into the copy, so the copy builds without locking again."""
-    doc = tomllib.loads(matrix.read_text())
+    doc = load_toml(matrix, what="matrix")
     entry = doc["stacks"][stack]
     vllm = dict(entry["vllm"])
     for key in ("pypi", "git", "commit", "sdist_sha256"):
@@ -148,7 +150,7 @@ def pinned_matrix(matrix: Path, stack: str, source: dict, point: Point) -> Path:
         elif key == "flashinfer" and isinstance(pin, LockedFile) and isinstance(entry.get(key), dict):
             entry[key].setdefault("sdist_sha256", pin.sha256)
     path = matrix.with_name(f".bisect-{point.short}-{matrix.name}")
-    path.write_text(tomli_w.dumps(doc))
+    writes.write_text(path, tomli_w.dumps(doc), flag="pinned matrix copy")
     return path
 
 
@@ -205,12 +207,15 @@ class BuildProbe:
             res = proc.run(argv, timeout=self.timeout)
         finally:
             copy.unlink(missing_ok=True)
-        logs.write_text(f"$ {shlex.join(argv)}\n{res.stdout}\n{res.stderr}")
-        found = out_dir / f"probe-{self.stack}.json"
-        if not found.is_file():
+        writes.write_text(logs, f"$ {shlex.join(argv)}\n{res.stdout}\n{res.stderr}", flag="probe log")
+        found = f"probe-{self.stack}.json"
+        root = Root(out_dir, what="probe --log-dir")
+        if not root.exists(found):
             return _skip(f"the probe build did not finish (exit {res.returncode}): {_last_line(res)}",
                          exit=res.returncode)
-        doc = json.loads(found.read_text())
+        doc = root.load_json(found, limit=16 * MiB)
+        if not isinstance(doc, dict) or not isinstance(doc.get("rows") or [], list):
+            return _skip(f"{out_dir / found}: not a probe build's answer", exit=res.returncode)
         if doc.get("status") == "error" or not doc.get("rows"):
             return _skip(f"the probe build failed: {str(doc.get('reason') or _last_line(res))[:200]}",
                          exit=res.returncode, log=doc.get("log_path"))
@@ -254,15 +259,18 @@ class CellProbe:
                             "--results", str(results), "--no-report"], timeout=6 * 3600)
         finally:
             copy.unlink(missing_ok=True)
-        logs.write_text(res.stdout + "\n" + res.stderr)
-        cells = sorted(results.glob("*/cells/*.json"))
-        cells = [c for c in cells if not c.name.endswith(".partial.json")]
+        writes.write_text(logs, res.stdout + "\n" + res.stderr, flag="probe log")
+        root = Root(results, what="probe results")
+        cells = [f"{run}/cells/{name}" for run in root.folders() for name in root.files(f"{run}/cells", suffix=".json")
+                 if not name.endswith(".partial.json")]
         if not cells:
             tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or [""]
             return _skip(f"harness run judged no cell (exit {res.returncode}): {tail[0][:200]}")
-        cell = json.loads(cells[0].read_text())
+        cell = root.load_json(cells[0], limit=16 * MiB)
+        if not isinstance(cell, dict):
+            return _skip(f"{results / cells[0]}: not a cell record")
         status = str(cell.get("status"))
         verdict = CELL_VERDICT.get(status, SKIP)
         why = cell.get("reason") or "; ".join(map(str, cell.get("reasons") or []))
         return Observation(verdict, None, f"cell {status}: {str(why)[:200]}",
-                           {"status": status, "run_dir": str(cells[0].parent.parent)})
+                           {"status": status, "run_dir": str(results / cells[0].split("/")[0])})

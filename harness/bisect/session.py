@@ -26,6 +26,7 @@ from harness.bisect.store import BisectStore
 from harness.build.preflight import apply_series
 from harness.errors import ConfigError
 from harness.results.store import utc_now
+from harness.safety import writes
 
 
 class Display(Protocol):
@@ -60,7 +61,7 @@ def observe(history: History, probe: Probe, setup: Setup, point: Point, logs: Pa
             return Observation(SKIP, None, why)
         return probe.observe(tree, point, logs)
     except Exception as exc:  # noqa: BLE001 - a crashing probe is a skip with its reason, not a crash
-        logs.write_text(traceback.format_exc())
+        writes.write_text(logs, traceback.format_exc(), flag="probe log")
         return Observation(SKIP, None, f"the probe crashed: {type(exc).__name__}: {str(exc)[:300]}",
                            {"traceback_in": str(logs)})
     finally:

@@ -75,7 +75,7 @@ class BisectStore:
 
     def _write_json(self, rel: str, obj: dict) -> None:
         # masked on the way in (a URL's password, a token in an index URL), as the run store does
-        self.root.write_text(rel, json.dumps(mask(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+        self.root.save_text(rel, json.dumps(mask(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
     def _name(self, index: int) -> str:
         return f"{index:04d}-{_UNSAFE.sub('_', self.points[index].short)}"
@@ -108,9 +108,9 @@ class BisectStore:
     def write_step(self, step: dict) -> None:
         self._write_json(f"steps/{self._name(step['index'])}.json", step)
 
-    def write_text(self, rel: str, text: str) -> Path:
-        return self.root.write_text(rel, text)
+    def save_text(self, rel: str, text: str) -> Path:
+        return self.root.save_text(rel, text)
 
     def write_result(self, result: dict, markdown: str) -> None:
         self._write_json("result.json", result)
-        self.root.write_text("result.md", mask(markdown))
+        self.root.save_text("result.md", mask(markdown))

@@ -27,7 +27,9 @@ from harness.lock import locked_matrix
 from harness.matrix.load import Matrix
 from harness.redact import redact_text
 from harness.results.model import BuildOutcome
-from harness.safety.writes import check_target
+from harness.safety.paths import tail_text
+from harness.safety.roots import Root
+from harness.safety.writes import open_new
 
 SITE_PACKAGES = "/opt/venv/lib"
 VLLM_BUILD_LOG = "/opt/build/vllm-build.log"
@@ -75,7 +77,10 @@ def image_site_packages(engine, ref: str, labels: dict[str, str]) -> str | None:
             dest = engine.export_path(ref, "/opt/build/site-packages.txt", Path(tmp), labels=labels)
         except EngineError:
             return None
-        text = (dest / "site-packages.txt").read_text(errors="replace")[:4096].strip()
+        try:  # from the image: a link or a FIFO there is refused, never followed
+            text = Root(dest, what="exported file").load_text("site-packages.txt", limit=4096).strip()
+        except (ConfigError, FileNotFoundError):
+            return None
     return text if _SITE.match(text) and ".." not in text.split("/") else None
 
 
@@ -141,7 +146,11 @@ def build_log_problems(engine, ref: str, torch_cuda_arch_list: str, labels: dict
             dest = engine.export_path(ref, VLLM_BUILD_LOG, Path(tmp), labels=labels)
         except EngineError:
             return ()  # an image without the vLLM build log (a test image): nothing to check
-        text = (dest / Path(VLLM_BUILD_LOG).name).read_text(errors="replace")
+        try:  # from the image: a link or a FIFO there is refused, never followed
+            text = Root(dest, what="exported file").load_text(Path(VLLM_BUILD_LOG).name, limit=256 << 20)
+        except (ConfigError, FileNotFoundError) as exc:
+            return (f"{VLLM_BUILD_LOG} in the image is not a readable regular file: "
+                    f"{getattr(exc, 'message', 'missing')}",)
     return tuple(str(p) for p in check_build_log(text, torch_cuda_arch_list))
 
 
@@ -166,7 +175,7 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
     tail: list[str] = []
     emit(BuildEvent(name, "start", ref, 0.0))
 
-    with check_target(log_path, "--log-dir file").open("w") as log:  # never through a planted link
+    with open_new(log_path, flag="--log-dir file") as log:  # never through a planted link
         def on_line(line: str) -> None:
             line = redact_text(line)  # a git URL or a build arg may carry a credential
             log.write(line + "\n")
@@ -228,7 +237,7 @@ def name_fetch_attempts(matrix: Matrix, name: str, outcome: BuildOutcome) -> Bui
         return outcome
     text = "\n".join(outcome.log_tail)
     if outcome.log_path and Path(outcome.log_path).is_file():
-        text = Path(outcome.log_path).read_text(errors="replace")
+        text = tail_text(outcome.log_path, max_bytes=64 << 20, what="build log")
     tried = offline.fetch_attempts(text, table)
     if not tried:
         return outcome

@@ -34,6 +34,7 @@ from pathlib import Path
 from harness import proc
 from harness.build.buildlog import SUPPORTED
 from harness.matrix.archs import split_arch_list
+from harness.safety import writes
 
 # Each kernel family: the `-- Building <name> for archs: ...` lines that decide it. vLLM up to
 # the 0.2x releases printed the SM12x FP4 block as `Building NVFP4 for archs:` (the SM10x block
@@ -119,7 +120,7 @@ def find(python: str | None = None, *, cutlass_dir: str | None = None, libcuda: 
 def _stub_libcuda(folder: Path) -> str:
     """An empty shared library named libcuda.so: find_library wants one, nothing links it."""
     src = folder / "stub.c"
-    src.write_text("int harness_libcuda_stub;\n")
+    writes.write_text(src, "int harness_libcuda_stub;\n", flag="stub source")
     out = folder / "libcuda.so"
     res = proc.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(out), str(src)], timeout=120)
     return str(out) if res.ok else ""
@@ -167,8 +168,7 @@ def configure(tree: Path, arch_list: str, tool: Toolchain, *, log_path: Path | N
         shutil.rmtree(scratch, ignore_errors=True)
     text = res.stdout + ("\n" + res.stderr if res.stderr else "")
     if log_path is not None:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_path.write_text(text)
+        writes.write_text(log_path, text, make_parents=True, flag="configure log")
     supported, decisions = decisions_of(text, families)
     stopped = None
     if not res.ok:

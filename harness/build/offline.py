@@ -120,7 +120,7 @@ def load_table(vllm_version: str, path: Path | None = None) -> Table | None:
     if not path.is_file():
         return None
     try:
-        table = SourceTable.model_validate(tomllib.loads(path.read_text()))
+        table = SourceTable.model_validate(tomllib.loads(paths_mod.read_text(path, limit=4 * MiB, what="source table")))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the file") from None
     except ValidationError as exc:
@@ -261,8 +261,8 @@ def fetch(pin: Pin, *, repos: dict[str, str] | None = None, from_dir: Path | Non
             raise EnvironmentProblem(f"{pin.name}: {src} does not exist",
                                      hint="on a host with network: `harness sources fetch -m MATRIX --out DIR`")
         part_name = f".{pin.archive_name}.part"
-        part = Root(cache, what="source cache", create=True).write_bytes(
-            part_name, given.read_bytes(pin.archive_name, limit=ARCHIVE_MAX_BYTES))
+        part = Root(cache, what="source cache", create=True).save_bytes(
+            part_name, given.load_bytes(pin.archive_name, limit=ARCHIVE_MAX_BYTES))
         try:
             check_archive(pin, part, shown=src, hint=f"make {src.name} again on the host with network "
                                                     "(`harness sources fetch -m MATRIX --out DIR`)")

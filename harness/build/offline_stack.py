@@ -20,6 +20,7 @@ from harness.bundle import LOCK, wheelhouse_files
 from harness.bundle import read_lock as read_bundle_lock
 from harness.errors import ConfigError
 from harness.matrix.model import Stack
+from harness.safety.roots import Root
 
 LEAVES_OUT = re.compile(r"^Leaves-out:\s*(.+)$", re.MULTILINE)
 
@@ -94,8 +95,8 @@ def _wheelhouse(matrix, stack_name: str, deps_wheelhouse: str) -> tuple[list[tup
 
 def _cached_sdist(src) -> Path | None:
     want = sources.sdist_filename(src.name, src.pin)
-    for candidate in (sources.SDIST_CACHE / want, sources.CACHE / want):
-        if candidate.is_file():
+    for folder in (sources.SDIST_CACHE, sources.CACHE):
+        if Root(folder, what="sdist cache").exists(want):
             return sources.sdist(src)  # checks the pinned sha256
     return None
 
@@ -145,7 +146,8 @@ def offline_parts(matrix, stack_name: str, stack: Stack, patch_texts: list[bytes
         if path is None:
             raise ConfigError(f"{where}.{project}: {sources.sdist_filename(src.name, src.pin)} is not in the cache",
                               hint=fetch_hint)
-        files.append((f"sources/{path.name}", path.read_bytes()))
+        files.append((f"sources/{path.name}", Root(path.parent, what="sdist cache").load_bytes(
+            path.name, limit=sources.SDIST_MAX_BYTES)))
         buildargs[f"{project.upper()}_SOURCE"] = f"file /opt/build/sources/{path.name} {src.pin}"
     table = require_table(where, version)
     cut = left_out(patch_texts)
@@ -158,11 +160,11 @@ def offline_parts(matrix, stack_name: str, stack: Stack, patch_texts: list[bytes
     lines, envs = [], ['-DFETCHCONTENT_FULLY_DISCONNECTED=ON']
     exports = []
     for pin in pins:
-        archive = offline.OFFLINE / pin.archive_name
-        if not archive.is_file():
+        cache = Root(offline.OFFLINE, what="source cache")  # a link planted there is refused
+        if not cache.exists(pin.archive_name):
             raise ConfigError(f"{where}: the pinned source {pin.name} ({pin.commit[:12]}) is not in the cache",
                               hint=fetch_hint)
-        files.append((f"sources/{pin.archive_name}", archive.read_bytes()))
+        files.append((f"sources/{pin.archive_name}", cache.load_bytes(pin.archive_name, limit=offline.ARCHIVE_MAX_BYTES)))
         lines.append(f"mkdir -p /opt/build/deps/{pin.name} && tar -C /opt/build/deps/{pin.name} "
                      f"-xJf /opt/build/sources/{pin.archive_name}")
         exports.append(f"{pin.env}=/opt/build/deps/{pin.name}")

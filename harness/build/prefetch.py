@@ -107,8 +107,8 @@ def fetch_all(wanted: list[StackNeeds], *, matrix_path: Path | str, repos: dict[
             how = f"cached, {checked}"
             if not cached and from_dir is not None and Root(from_dir, what="--from").exists(want):
                 # a root: an sdist there that is a link (to another file) is refused, not followed
-                data = Root(from_dir, what="--from").read_bytes(want, limit=sources.SDIST_MAX_BYTES)
-                Root(sources.SDIST_CACHE, what="sdist cache", create=True).write_bytes(want, data)
+                data = Root(from_dir, what="--from").load_bytes(want, limit=sources.SDIST_MAX_BYTES)
+                Root(sources.SDIST_CACHE, what="sdist cache", create=True).save_bytes(want, data)
                 how = f"taken from {from_dir}, {checked}"
             elif not cached:
                 say(f"downloading {want} from PyPI")

@@ -16,6 +16,7 @@ from pathlib import Path
 from harness import proc
 from harness.build import sources
 from harness.build.wheels import read_lock
+from harness.safety import paths
 
 # git apply's messages for a hunk/file that does not fit, e.g.
 #   error: patch failed: CMakeLists.txt:228
@@ -30,6 +31,8 @@ CHECKING = re.compile(r"^Checking patch (?P<file>.+)\.\.\.$", re.MULTILINE)
 DIFF_PATHS = re.compile(r"^diff --git a/(?P<a>\S+) b/(?P<b>\S+)$", re.MULTILINE)
 PLAIN_PATHS = re.compile(r"^(?:---|\+\+\+) [ab]/(\S+)", re.MULTILINE)
 SKIPPED = re.compile(r"^Skipped patch '(?P<file>.+)'\.$", re.MULTILINE)
+
+PATCH_MAX_BYTES = 64 << 20  # a patch series of a few PRs is kilobytes; a FIFO or /dev/zero never ends
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ def _copy_touched(tree: Path, work: Path, patches: list[Path]) -> None:
     """Copy only the files the series touches: a vLLM tree is ~10k files, a series a handful."""
     work.mkdir(parents=True)
     for patch in patches:
-        text = patch.read_text(errors="replace")
+        text = paths.read_text(patch, limit=PATCH_MAX_BYTES, what="patch")
         # `diff --git` headers, and the ---/+++ lines of a plain unified diff (no git header)
         rels = [r for m in DIFF_PATHS.finditer(text) for r in (m["a"], m["b"])]
         rels += PLAIN_PATHS.findall(text)
@@ -180,4 +183,5 @@ def preflight_wheels(matrix, stack_name: str) -> SeriesResult:
 def _patch_targets(path: Path) -> list[str]:
     import re
 
-    return [m.removeprefix("b/") for m in re.findall(r"^\+\+\+ (\S+)", path.read_text(), flags=re.MULTILINE)]
+    text = paths.read_text(path, limit=PATCH_MAX_BYTES, what="patch")
+    return [m.removeprefix("b/") for m in re.findall(r"^\+\+\+ (\S+)", text, flags=re.MULTILINE)]

@@ -146,7 +146,7 @@ def tree(source: Source, cache: Path = CACHE) -> Path:
         shutil.rmtree(staging)
     else:
         _git_checkout(source, dest)
-    Root(dest, what="source cache").write_text(".harness-complete", f"{source}\n")
+    Root(dest, what="source cache").save_text(".harness-complete", f"{source}\n")
     return dest
 
 

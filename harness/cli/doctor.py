@@ -271,7 +271,9 @@ def write_generic(gpu, dest: Path, template: Path) -> Path:
 
     import tomli_w
 
-    data = tomllib.loads(template.read_text())
+    from harness.safety.paths import read_text
+
+    data = tomllib.loads(read_text(template, limit=1 << 20, what="matrix template"))
     key = f"sm{gpu.cc.replace('.', '')}"
     bw = next((v for k, v in sorted(KNOWN_BANDWIDTH_GBS.items(), key=lambda kv: -len(kv[0]))
                if k.upper() in gpu.name.upper()), None)

@@ -63,7 +63,9 @@ def read_log(path: Path) -> str:
     if (kind := special(path)) is not None and kind != "a folder":
         raise ConfigError(f"cannot read log {path}: it is {kind}", hint="pass the path of a saved server log")
     try:
-        data = read_bytes(path, limit=MAX_LOG_BYTES, what="log") if kind is None and path.exists() else path.read_bytes()
+        if kind == "a folder":
+            raise IsADirectoryError(path)
+        data = read_bytes(path, limit=MAX_LOG_BYTES, what="log")
     except IsADirectoryError as exc:
         raise ConfigError(
             f"cannot read log {path}: it is a directory", hint="pass the server log file inside it"

@@ -22,12 +22,13 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
-from harness.errors import MatrixError
+from harness.errors import ConfigError, MatrixError
 from harness.matrix.model import MatrixFile, PatchRef, is_local_checkpoint
 from harness.matrix.mounts import matrix_problems
 from harness.matrix.paths import is_inside, mount_problem, repo_root, secret_part, system_folder
 from harness.matrix.problem import problem
 from harness.matrix.select import SelectionError, compile_expression
+from harness.safety.paths import read_bytes
 
 MAX_FILE_BYTES = 4 << 20
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.=,+*-]+$")
@@ -136,9 +137,12 @@ def load_matrix(path: str | Path) -> Matrix:
         if path.stat().st_size > MAX_FILE_BYTES:
             raise MatrixError(str(path), [problem("(file)", f"the file is larger than {MAX_FILE_BYTES} bytes",
                                                   "a matrix is a few kilobytes: check the -m path")])
-        raw = path.read_bytes()
     except OSError as exc:
         raise MatrixError(str(path), [problem("(file)", f"cannot read the file: {exc.strerror}", fix_path)]) from None
+    try:  # regular files only, opened non-blocking and bounded: a FIFO swapped in meanwhile never blocks
+        raw = read_bytes(path, limit=MAX_FILE_BYTES, what="matrix file")
+    except ConfigError as exc:
+        raise MatrixError(str(path), [problem("(file)", exc.message, fix_path)]) from None
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a 5000-digit int

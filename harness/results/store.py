@@ -25,6 +25,7 @@ from harness.redact import redact_args, redact_env, redact_text
 from harness.results.model import BuildOutcome, CellResult, RunRecord, RunStatus
 from harness.safety.paths import tail_text, under
 from harness.safety.readers import load_json
+from harness.safety.roots import Root
 from harness.safety.writes import write_text
 
 RUN_FILE = "run.json"
@@ -246,11 +247,9 @@ class RunStore:
 
     def _all_cells(self) -> list[CellResult]:
         folder = self._dir / "cells"
-        if not folder.is_dir():
-            return []
-        # leftover .tmp files and partial records are not finished cells
-        return [self._load_cell(p) for p in sorted(folder.glob("*.json"))
-                if not p.name.endswith(".partial.json")]
+        # leftover .tmp files and partial records are not finished cells; a link is never listed
+        return [self._load_cell(folder / n) for n in Root(self._dir, what="run folder").files("cells", suffix=".json")
+                if not n.endswith(".partial.json")]
 
     # -- builds ---------------------------------------------------------------------------
 
@@ -268,7 +267,8 @@ class RunStore:
         plain stack name)."""
         folder = self._dir / "builds"
         out: dict[str, BuildOutcome] = {}
-        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        for name in Root(self._dir, what="run folder").files("builds", suffix=".json"):
+            path = folder / name
             data = self._load(path)
             try:
                 b = BuildOutcome.from_json(data, stack=path.stem)

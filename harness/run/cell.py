@@ -34,6 +34,7 @@ from harness.run.outcome import (
     image_info,
     skipped_cell,
 )
+from harness.safety.paths import tail_text
 from harness.serve import stage as serve_stage
 from harness.serve.base import Placement
 from harness.serve.readiness import wait_ready
@@ -130,7 +131,7 @@ def run_cell(cell: Cell, placement: Placement, build: BuildOutcome | None, *, ma
         log = store.log_path(cell.id)
         tail: tuple[str, ...] = ()
         if log.is_file():
-            tail = tuple(log.read_text(errors="replace").splitlines()[-40:])
+            tail = tuple(tail_text(log, max_bytes=1 << 20).splitlines()[-40:])
         result = error_cell(cell, exc, started=started, log_tail=tail,
                             partial=store.read_partial(cell.id),
                             log_rel=str(log.relative_to(store.dir)) if log.is_file() else None,

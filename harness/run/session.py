@@ -23,6 +23,7 @@ from harness.run.cell import run_cell
 from harness.run.executor import Executor, LazyEngine
 from harness.run.options import RunOptions, SerialProgress
 from harness.run.schedule import execution_order, hosts_of
+from harness.safety.roots import Root
 from harness.serve.local import kill_group
 
 
@@ -96,8 +97,8 @@ def reap_dead(results_root: Path, engine_if_needed: LazyEngine | None = None) ->
             done["containers"] = engine_if_needed().reap()
         except EnvironmentProblem:
             pass  # no engine: nothing of ours can be running there either
-    root = Path(results_root)
-    for run_json in sorted(root.glob("*/run.json")) if root.is_dir() else ():
+    root = Root(results_root, what="--results")
+    for run_json in [Path(results_root) / d / "run.json" for d in root.folders() if "run.json" in root.files(d)]:
         try:
             store = RunStore.open(run_json.parent)
         except ConfigError:

@@ -193,7 +193,7 @@ class Root:
                 h.update(block)
         return h.hexdigest()
 
-    def read_bytes(self, rel: str, *, limit: int) -> bytes:
+    def load_bytes(self, rel: str, *, limit: int) -> bytes:
         """The whole of regular file `rel`, at most `limit` bytes; FileNotFoundError when missing."""
         where = self.file(rel)
         with self.open_file(rel) as f:
@@ -206,17 +206,17 @@ class Root:
                               hint="this is not the file expected here: remove it or give another folder")
         return data
 
-    def read_text(self, rel: str, *, limit: int = 16 * MiB) -> str:
-        return self.read_bytes(rel, limit=limit).decode("utf-8", errors="replace")
+    def load_text(self, rel: str, *, limit: int = 16 * MiB) -> str:
+        return self.load_bytes(rel, limit=limit).decode("utf-8", errors="replace")
 
     def load_json(self, rel: str, *, limit: int = 64 * MiB, max_depth: int = MAX_DEPTH,
                   hint: str = "the file is damaged or not the one expected: restore it or write it again") -> Any:
-        return loads_json(self.read_bytes(rel, limit=limit), name=f"{self.what} {self.file(rel)}",
+        return loads_json(self.load_bytes(rel, limit=limit), name=f"{self.what} {self.file(rel)}",
                           max_depth=max_depth, hint=hint)
 
     # -- writing -------------------------------------------------------------------------------
 
-    def write_bytes(self, rel: str, data: bytes) -> Path:
+    def save_bytes(self, rel: str, data: bytes) -> Path:
         """Write `rel` whole (its folders made, none of them a link); never through a link."""
         parts = _parts(rel, self.what, self.path)
         where = self.path.joinpath(*parts)
@@ -240,8 +240,8 @@ class Root:
                 os.fsync(dfd)  # the rename itself reaches the disk
         return where
 
-    def write_text(self, rel: str, text: str) -> Path:
-        return self.write_bytes(rel, text.encode("utf-8"))
+    def save_text(self, rel: str, text: str) -> Path:
+        return self.save_bytes(rel, text.encode("utf-8"))
 
     def _check_target(self, dfd: int, name: str, where: Path) -> None:
         try:

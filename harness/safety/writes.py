@@ -83,6 +83,19 @@ def write_text(path: Path | str, text: str, *, make_parents: bool = False, flag:
     write_bytes(path, text.encode("utf-8"), make_parents=make_parents, flag=flag)
 
 
+def open_new(path: Path | str, *, flag: str = "output", binary: bool = False):
+    """A text file object writing `path` from the start (a log written as it grows): the target
+    is checked as for write_bytes, and opened with O_NOFOLLOW, so a link planted between the
+    check and the open is refused by the kernel, not followed."""
+    path = check_target(path, flag)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot write it ({exc.strerror})",
+                          hint=f"give {flag} a regular file path you can write") from None
+    return os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")
+
+
 def remove_file(path: Path | str, *, flag: str = "output") -> None:
     """Unlink a regular file the tool wrote; anything else there is left alone and refused."""
     path = Path(path)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from harness.redact import redact_text
-from harness.safety.writes import check_target
+from harness.safety.writes import open_new
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class LogBuffer:
     def __init__(self, path: Path, header: tuple[str, ...] = ()) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         # a resumed run folder is data: a link planted at the log's place is never written through
-        self._f = check_target(path, "server log").open("w", encoding="utf-8")
+        self._f = open_new(path, flag="server log")
         self._lines: list[str] = []
         self._lock = threading.Lock()
         self.last_line_at = time.monotonic()

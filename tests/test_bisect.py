@@ -214,8 +214,11 @@ def test_resume_after_an_interruption_judges_no_commit_twice(tmp_path):
         bisect_in(tmp_path, shas, probe, display=Interrupt(after=3))
     first = seen.read_text().split()
     assert len(first) == 3
-    # resumed through the command line, as a user would
+    # resumed through the command line, as a user would: the folder's command is shown and
+    # refused until the user names it again
     rc = cli.main(["bisect", "--resume", str(tmp_path / "out")])
+    assert rc == 2 and len(seen.read_text().split()) == 3
+    rc = cli.main(["bisect", "--resume", str(tmp_path / "out"), "--", *probe.argv])
     assert rc == 0
     every = seen.read_text().split()
     assert len(every) == len(set(every)), "a commit was judged twice"
@@ -380,7 +383,7 @@ def test_ctrl_c_then_resume_through_the_command_line(tmp_path):
     judged = {json.loads(f.read_text())["id"] for f in (out / "steps").glob("*.json")}
     assert len(judged) >= 3
     before = len(seen.read_text().split())
-    assert cli.main(["bisect", "--resume", str(out)]) == 0
+    assert cli.main(["bisect", "--resume", str(out), "--", "sh", "-c", command]) == 0
     again = set(seen.read_text().split()[before:])
     assert not judged & again, "a judged commit was judged again"
     assert json.loads((out / "result.json").read_text())["first_bad"]["id"] == shas[28]
@@ -406,7 +409,7 @@ def test_a_damaged_bisect_folder_is_bad_input_naming_the_file(tmp_path, capsys):
     assert "holds a bisect already (resume it with --resume)" in " ".join(capsys.readouterr().err.split())
     step = next((tmp_path / "out" / "steps").glob("*.json"))
     step.write_text("{not json")
-    assert cli.main(["bisect", "--resume", str(tmp_path / "out")]) == 2
+    assert cli.main(["bisect", "--resume", str(tmp_path / "out"), "--", *CHECK]) == 2
     said = " ".join(capsys.readouterr().err.split())
     assert step.name in said and "delete it to judge that point again" in said and "Traceback" not in said
     assert cli.main(["bisect", "--resume", str(tmp_path)]) == 2

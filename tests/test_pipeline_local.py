@@ -201,7 +201,12 @@ def test_resume_redoes_only_unfinished_cells(matrix_file, tmp_path, capsys):
     reopened = RunStore.open(store.dir)
     assert reopened.finished_ids() == {"fake/qwen-fp8/auto"}
 
-    code = main(["run", "--resume", str(store.dir), "--no-bench", "--no-report"])
+    # run.json names a matrix outside the run folder: shown and refused until -m names it again
+    assert main(["run", "--resume", str(store.dir), "--no-bench", "--no-report"]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert "outside the run folder" in said and f"-m {store.run.matrix.path}" in said
+    assert RunStore.open(store.dir).finished_ids() == {"fake/qwen-fp8/auto"}  # nothing ran
+    code = main(["run", "--resume", str(store.dir), "-m", str(matrix_file), "--no-bench", "--no-report"])
     assert code == 0
     again = {c.id: c for c in RunStore.open(store.dir).cells()}
     assert list(again) == list(first)
@@ -212,7 +217,8 @@ def test_resume_redoes_only_unfinished_cells(matrix_file, tmp_path, capsys):
     assert "resuming" in capsys.readouterr().err
 
     # an explicit -k on resume widens the run with more cells of the same matrix
-    assert main(["run", "--resume", str(store.dir), "-k", "flashinfer", "--no-bench", "--no-report"]) == 1
+    assert main(["run", "--resume", str(store.dir), "-m", str(matrix_file), "-k", "flashinfer", "--no-bench",
+                 "--no-report"]) == 1
     widened = RunStore.open(store.dir)
     assert widened.run.cells == [*first, "fake/qwen-nvfp4/moe=flashinfer_cutlass"]
     assert widened.read_cell("fake/qwen-nvfp4/moe=flashinfer_cutlass").status is Status.FAIL

@@ -23,6 +23,7 @@ from harness.bisect.history import Point
 from harness.bisect.search import VERDICTS
 from harness.errors import ConfigError
 from harness.results.store import mask, utc_now
+from harness.safety import grammar
 from harness.safety.paths import MiB
 from harness.safety.roots import Root
 
@@ -69,6 +70,10 @@ class BisectStore:
             points = [Point(_text(p["id"]), _text(p.get("title", "")), _text(p.get("date", ""))) for p in doc["points"]]
             spec = {"history": dict(doc["history"]), "probe": dict(doc["probe"]), "setup": dict(doc.get("setup") or {})}
             preferred = {int(i) for i in doc.get("preferred", [])}
+            # a point id reaches git (`git archive ID`) or a file name: checked against its grammar
+            field = "sha" if spec["history"].get("kind") == "git" else "version"
+            for p in points:
+                grammar.check(field, p.id, where=f"{path}: point id", hint="start a new bisect")
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
             raise _bad(path, f"unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None
         return cls(path.parent, spec, points, preferred)

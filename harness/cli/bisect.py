@@ -11,14 +11,30 @@ Exit 0 when a first bad point was found, 1 when skips leave several suspects, 2 
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
+from harness.safety import grammar
 
 SOURCE_HELP = "a git repository (a local clone or mirror, or its URL), or pypi:PROJECT for its releases"
+
+
+MAX_TIMEOUT_S = 7 * 86400
+
+
+def _seconds(text: str) -> float:
+    """--timeout: a finite number of seconds, 1 to 7 days (nan, inf, 0 and negatives are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 1 <= value <= MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 1 to {MAX_TIMEOUT_S}")
+    return value
 
 
 def register(sub) -> None:
@@ -40,7 +56,7 @@ def register(sub) -> None:
     p.add_argument("--index", default=None, help="package index JSON API (default https://pypi.org/pypi/{name}/json)")
     p.add_argument("--python", help="a Python with a CUDA build of torch and cmake, for --probe configure")
     p.add_argument("--cutlass", help="a CUTLASS checkout for VLLM_CUTLASS_SRC_DIR (default: an empty folder)")
-    p.add_argument("--timeout", type=float, default=3600, help="seconds one command probe may run")
+    p.add_argument("--timeout", type=_seconds, default=3600, help="seconds one command probe may run (1 s to 7 days)")
     p.set_defaults(func=main, command=[])
     # `-- COMMAND`: argparse cannot give a positional after options and `--` to a subcommand, so
     # this parser takes what follows `--` itself, before its own parse.
@@ -57,6 +73,58 @@ def register(sub) -> None:
         return ns, extra
 
     p.parse_known_args = split
+
+
+def _same_path(a: object, b: object) -> bool:
+    try:
+        return isinstance(a, str) and isinstance(b, str) and Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
+def _inside(folder: Path, value: object) -> bool:
+    try:
+        return isinstance(value, str) and Path(value).is_absolute() and \
+            folder.resolve() in Path(value).resolve().parents
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
+def untrusted(store, args) -> list[tuple[str, str, str]]:
+    """What a resumed bisect folder says to run or read that the user has not named again on this
+    command line and that does not lie inside the folder: (what, value, the flag that names it).
+    A bisect folder is data (it may have been copied from elsewhere, or edited): it never picks
+    a command, a Python, a matrix or a patch on its own."""
+    probe, setup = store.spec["probe"], store.spec.get("setup") or {}
+    out: list[tuple[str, str, str]] = []
+
+    def need(what: str, value: object, given: object, flag: str) -> None:
+        if value is None or value == "":
+            return
+        if not isinstance(value, str) or not (_same_path(value, given) or _inside(store.dir, value)):
+            out.append((what, str(value), flag))
+
+    kind = probe.get("probe")
+    if kind == "command":
+        command = probe.get("command")
+        if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command)):
+            raise ConfigError(f"{store.dir}/bisect.json: probe.command is not a list of words",
+                              hint="start a new bisect")
+        if list(args.command) != command:
+            out.append(("command", shlex.join(command), "-- " + shlex.join(command)))
+    elif kind == "configure":
+        need("python", probe.get("python"), args.python, "--python")
+        need("CUTLASS folder", probe.get("cutlass_dir"), args.cutlass, "--cutlass")
+    elif kind in ("build", "cell"):
+        need("matrix", probe.get("matrix"), args.matrix, "-m")
+    patches = setup.get("patches") or []
+    if not isinstance(patches, list) or not all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
+                                                for p in patches):
+        raise ConfigError(f"{store.dir}/bisect.json: setup.patches is not a list of [name, path]", hint="start a new bisect")
+    for _name, path in patches:
+        if not any(_same_path(path, given) for given in args.patch) and not _inside(store.dir, path):
+            out.append(("patch", path, "--patch"))
+    return out
 
 
 def _history(spec: dict):
@@ -174,6 +242,14 @@ def main(args: argparse.Namespace) -> int:
 
     if args.resume:
         store = BisectStore.open(Path(args.resume))
+        if refused := untrusted(store, args):
+            shown = "; ".join(f"{what} {grammar.one_line(value)[:300]}" for what, value, _flag in refused)
+            again = " ".join(f"{flag} {shlex.quote(value)}" for what, value, flag in refused if what != "command")
+            tail = next((flag for what, _v, flag in refused if what == "command"), "")
+            raise ConfigError(f"{store.dir}/bisect.json names what it would run or read, outside the folder and not "
+                              f"named on this command line: {shown}",
+                              hint="a bisect folder never picks what runs: if these are yours, name them again, "
+                                   f"e.g. harness bisect --resume {shlex.quote(str(store.dir))} {again} {tail}".rstrip())
         setup = Setup(tuple((n, Path(p)) for n, p in store.spec.get("setup", {}).get("patches", [])))
         history = _history(store.spec["history"])
         probe = _probe(store.spec["probe"], store.spec["history"])

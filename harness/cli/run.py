@@ -10,6 +10,7 @@ from pathlib import Path
 from harness.cli.plan import add_matrix_args
 from harness.console import err, out
 from harness.errors import CellsFailed, ConfigError
+from harness.safety.grammar import one_line
 
 STATUS_STYLE = {"pass": "green", "fail": "red", "build-failed": "red", "crashed": "red",
                 "hung": "red", "timeout": "red", "error": "magenta", "skipped": "yellow"}
@@ -210,6 +211,34 @@ def _print_cell(console, result, prefix: str) -> None:
 # --- commands ---------------------------------------------------------------------------------
 
 
+def resumed_matrix(run_dir: Path, recorded: str | None, given: str | None, *, default: str | None = None) -> str | None:
+    """The matrix a resumed run loads. run.json is data: the matrix it names (which the run then
+    builds and serves) is loaded only when it lies inside the run folder or the user names the
+    same file again with -m; otherwise it is shown and refused."""
+    if not recorded:
+        return given
+
+    def resolved(p: str) -> Path | None:
+        try:
+            return Path(p).expanduser().resolve()
+        except (OSError, RuntimeError, ValueError):
+            return None
+
+    where, folder = resolved(recorded), resolved(str(run_dir))
+    if given == default and (given is None or resolved(given) != where):
+        given = None  # -m left at its default: not a choice the user made
+    if given is not None:
+        if where is None or resolved(given) != where:
+            raise ConfigError(f"{run_dir}/run.json: the run was made from matrix {one_line(recorded)[:300]}, "
+                              f"not -m {given}", hint="resume with the matrix the run was made from, or start a new run")
+        return given
+    if where is None or folder is None or folder not in where.parents:
+        raise ConfigError(f"{run_dir}/run.json names matrix {one_line(recorded)[:300]}, outside the run folder: "
+                          "a run folder never picks what is built and served on its own",
+                          hint=f"if it is yours, name it again: harness run --resume {run_dir} -m {recorded}")
+    return recorded
+
+
 def run(args) -> int:
     from harness.matrix.load import load_matrix
     from harness.matrix.plan import expand
@@ -222,7 +251,9 @@ def run(args) -> int:
     matrix_path = args.matrix
     if resume is not None:
         stored = RunStore.open(resume)  # a missing or broken run.json is exit 2, named
-        matrix_path = stored.run.matrix.path or matrix_path
+        from harness.cli.plan import DEFAULT_MATRIX
+
+        matrix_path = resumed_matrix(resume, stored.run.matrix.path, args.matrix, default=DEFAULT_MATRIX)
         if k is None:  # an explicit -k widens the run; without one, finish what it planned
             k = stored.run.k
         if not matrix_path:

@@ -224,3 +224,14 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def _own_git_mirrors(tmp_path, monkeypatch):
+    """A repository on disk is read through a bare mirror in the cache (harness/git.py): each
+    test keeps its mirrors in its own folder, not in the user's cache."""
+    import harness.bisect.history as history
+    import harness.build.offline as offline
+
+    monkeypatch.setattr(history, "GIT_CACHE", tmp_path / ".git-mirrors")
+    monkeypatch.setattr(offline, "MIRRORS", tmp_path / ".git-mirrors")

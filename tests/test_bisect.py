@@ -370,7 +370,8 @@ def test_ctrl_c_then_resume_through_the_command_line(tmp_path):
     seen = tmp_path / "seen"
     out = tmp_path / "out"
     command = f'echo "$HARNESS_BISECT_POINT" >> {seen}; sleep 0.5; grep -q bad state && exit 1; exit 0'
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+           "HARNESS_CACHE_DIR": str(tmp_path / "cache")}  # the repository's mirror stays in the test's folder
     p = subprocess.Popen([sys.executable, "-m", "harness", "bisect", str(tmp_path / "repo"), "--good", shas[0],
                           "--bad", shas[-1], "--out", str(out), "--", "sh", "-c", command],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

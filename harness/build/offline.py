@@ -34,6 +34,7 @@ from harness.safety import readers
 from harness.safety.paths import MiB
 from harness.safety.roots import Root
 
+MIRRORS = CACHE_ROOT / "mirrors"  # bare clones of the local repositories `--mirror URL=PATH` names
 # A trimmed source archive (a few MB to a few hundred) and what it may unpack to.
 ARCHIVE_MAX_BYTES = 1024 * MiB
 ARCHIVE_MAX_UNPACKED = 4096 * MiB
@@ -161,7 +162,7 @@ def _export(repo: str, commit: str, dest: Path, what: str, paths: list[str],
     with tempfile.TemporaryDirectory() as tmp:
         commit = git.commit_id(commit, where=f"{what}: commit")
         if Path(repo).is_dir():  # read through a bare mirror: the folder's own config and filters never run
-            git_dir = git.mirror(Path(repo), CACHE_ROOT / "mirrors")
+            git_dir = git.mirror(Path(repo), MIRRORS)
         else:
             git_dir = str(Path(tmp) / "g")
             _git(["init", "-q", "--bare", "--", git_dir], what)

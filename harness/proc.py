@@ -39,12 +39,13 @@ def run(argv: Sequence[str], *, timeout: float = 60, cwd: str | None = None,
     """Run to completion and capture; a missing program or a timeout is a Result, not a raise."""
     log.debug("run: %s", shlex.join(argv))
     try:
-        p = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, cwd=cwd,
+        # errors="replace": a program's output that is not UTF-8 is read, not a UnicodeDecodeError
+        p = subprocess.run(list(argv), capture_output=True, text=True, errors="replace", timeout=timeout, cwd=cwd,
                            env=dict(env) if env is not None else None, input=input, check=False)
     except FileNotFoundError:
         return Result(tuple(argv), 127, "", f"{argv[0]}: not found")
     except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         return Result(tuple(argv), 124, out, f"timed out after {timeout:.0f} s")
     return Result(tuple(argv), p.returncode, p.stdout, p.stderr)
 

@@ -82,9 +82,10 @@ def parse_levels(text: str) -> tuple[int, ...]:
 def check_args(args: argparse.Namespace) -> tuple[int, ...]:
     """Every flag checked before anything is sent: one ConfigError naming the flag and the fix."""
     from harness.safety.grammar import http_url_problem
-    from harness.safety.writes import target_problem
+    from harness.safety.writes import STDOUT_NAMES, target_problem
 
-    if getattr(args, "out", None) is not None and (why := target_problem(Path(args.out))) is not None:
+    if getattr(args, "out", None) is not None and str(args.out) not in STDOUT_NAMES and \
+            (why := target_problem(Path(args.out))) is not None:
         raise ConfigError(f"--out {args.out}: {why}", hint="give --out a new file or a regular file")
 
     if (why := http_url_problem(args.url)) is not None:
@@ -192,9 +193,11 @@ def main(args: argparse.Namespace) -> int:
         bar, update = _progress_bar()
         with bar:
             result = run_sync(run_bench(args.url, args.model, progress=update, **kwargs))
-    if args.out:
-        from harness.safety.writes import write_text
+    from harness.safety.writes import is_stdout, write_text
 
+    if is_stdout(args.out):  # `--out -` or /dev/stdout: the JSON goes to standard output
+        out.print(result.to_json(), markup=False, highlight=False)
+    elif args.out:
         write_text(args.out, result.to_json() + "\n", make_parents=True, flag="--out")  # never through a link
         err.print(f"wrote {args.out}")
     if args.json:

@@ -29,8 +29,10 @@ def main(args: argparse.Namespace) -> int:
     from harness.cli.compare import check_output_file
     from harness.results.bug import write_report
     from harness.results.store import RunStore
+    from harness.safety.writes import is_stdout
 
-    target = check_output_file(args.out, "--out") if args.out else None
+    # `--out -` or /dev/stdout: standard output, as with no --out
+    target = check_output_file(args.out, "--out") if args.out and not is_stdout(args.out) else None
     store = RunStore.open(args.run_dir)
     text = write_report(store, args.cell_id, target, force=args.force)
     if target:

@@ -98,7 +98,10 @@ def main(args: argparse.Namespace) -> int:
     from harness.results.store import RunStore
 
     floor = check_floor(args.floor)
-    md_path = check_output_file(args.md, "--md") if args.md else None
+    from harness.safety.writes import is_stdout
+
+    md_to_stdout = is_stdout(args.md)  # `--md -` or /dev/stdout: the Markdown goes to standard output
+    md_path = check_output_file(args.md, "--md") if args.md and not md_to_stdout else None
     base, cand = RunStore.open(args.baseline), RunStore.open(args.candidate)
     cmp = compare_runs(base, cand, floor=floor, kernel_changes_regress=not args.allow_kernel_changes)
     _check_matched(cmp, args.baseline, args.candidate)
@@ -106,10 +109,10 @@ def main(args: argparse.Namespace) -> int:
     if md_path:
         write_output(md_path, md, "--md")
         err.print(f"wrote {md_path}", markup=False)
+    if md_to_stdout or (not md_path and not args.json):
+        out.print(md, markup=False, end="")
     if args.json:
         out.print(redact_text(json.dumps(cmp.to_json(), indent=2)), markup=False)
-    elif not md_path:
-        out.print(md, markup=False, end="")
     regs = cmp.regressions
     if regs:
         first = "; ".join(f"{f.cell}: {f.message}" for f in regs[:3])

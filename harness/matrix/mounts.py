@@ -132,6 +132,9 @@ def _engine_url_problem(url: str) -> str | None:
         return f"not a URL ({exc})"
     if not parts.hostname:
         return "it names no host"
+    # ssh reads a host or user that starts with '-' as an option (-oProxyCommand=... runs a command)
+    if (parts.hostname or "").startswith("-") or (parts.username or "").startswith("-"):
+        return "its user or host starts with '-' (ssh would read it as an option)"
     if port is not None and not 1 <= port <= 65535:
         return f"port {port} is not in 1..65535"
     if re.search(r":0*(?:/|$)", parts.netloc.rsplit("@", 1)[-1]) or parts.netloc.endswith(":"):

@@ -19,6 +19,15 @@ from pathlib import Path
 from harness.errors import ConfigError
 from harness.safety.paths import kind_of
 
+# What users type for "write it to the terminal": `-`, and /dev/stdout (a link to
+# /proc/self/fd/1, which is never written through: the text goes to standard output instead).
+STDOUT_NAMES = frozenset({"-", "/dev/stdout", "/proc/self/fd/1", "/dev/fd/1"})
+
+
+def is_stdout(path: Path | str | None) -> bool:
+    """Whether an output flag names standard output rather than a file."""
+    return path is not None and str(path) in STDOUT_NAMES
+
 
 def target_problem(path: Path) -> str | None:
     """Why `path` must not be written (replaced), or None."""

@@ -116,6 +116,9 @@ tls = { ca_cert = "ca.pem", client_cert = "cert.pem", client_key = "key.pem" }
     ('[hosts.a]\nstacks = ["nope*"]', "hosts.a.stacks[0]: 'nope*' names no stack"),
     ('[hosts.a]\nengine = "ssh://x"\ntls = { client_cert = "c", client_key = "k" }', "tls applies to a tcp:// engine"),
     ('[hosts.a]\nslot = 2', "hosts.a.slot: unknown key (valid keys here: description, engine, tls, hardware"),
+    # ssh reads a user or host that starts with '-' as an option: refused at load, so `plan` says so
+    ('[hosts.a]\nengine = "ssh://-oProxyCommand=touch%20/tmp/x@host"', "starts with '-'"),
+    ('[hosts.a]\nengine = "ssh://lab@-oProxyCommand=x"', "starts with '-'"),
 ])
 def test_bad_hosts_are_one_clear_problem_naming_the_key(tmp_path, extra, needle):
     problems = _problems(tmp_path, extra)

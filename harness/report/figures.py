@@ -7,6 +7,7 @@ figure can sit inside the HTML as it is: no files, no URLs.
 from __future__ import annotations
 
 import io
+import math
 import re
 
 import matplotlib
@@ -34,8 +35,11 @@ def _svg(fig, name: str) -> str:
 
 def _err(stats: list[Stat | None]) -> list[list[float]]:
     """Asymmetric error bars from the min and max of the repeats (zero where there is one)."""
-    lo = [s.value - s.lo if s else 0.0 for s in stats]
-    hi = [s.hi - s.value if s else 0.0 for s in stats]
+    def bar(d: float) -> float:  # a stored figure outside its repeats' range (an edited run) draws no bar
+        return d if math.isfinite(d) and d > 0 else 0.0
+
+    lo = [bar(s.value - s.lo) if s else 0.0 for s in stats]
+    hi = [bar(s.hi - s.value) if s else 0.0 for s in stats]
     return [lo, hi]
 
 

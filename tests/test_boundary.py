@@ -43,6 +43,7 @@ def test_the_check_sees_each_kind_of_direct_use():
     assert _kinds("from urllib import request") == ["urllib"]
     assert _kinds("from urllib.parse import urlsplit") == []  # pure string work
     assert _kinds("print('x')") == ["print"]
+    assert _kinds("proc.run(['git', 'archive', ref])") == ["git"]  # git only through harness/git.py
     # through the safety modules it is not a direct use
     assert _kinds("from harness.safety import writes\nwrites.write_text(p, 'x')") == []
 

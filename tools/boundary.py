@@ -8,7 +8,8 @@ printed by harness/ goes through harness/safety/ (files and folders), harness/pr
 (subprocesses), harness/http.py (URLs) and harness/console.py (the terminal). This reads the
 AST of every other module and lists each direct use: `open`, `Path.read_*`/`write_*`/`open`,
 a folder walk (`os.walk`, `os.scandir`, `os.listdir`, `.glob`, `.rglob`, `.iterdir`),
-`tarfile`, `subprocess`, `urllib.request`/`urllib.error`, and `print`. `urllib.parse` is pure
+`tarfile`, `subprocess`, `urllib.request`/`urllib.error`, `print`, and a git command line
+started anywhere but harness/git.py. `urllib.parse` is pure
 string work and fetches nothing, so it is not a use.
 
 EXCEPTIONS below is the one list of the uses that stay, each with its reason. An entry that no
@@ -29,6 +30,7 @@ CHOKE_POINTS: dict[str, frozenset[str]] = {
     "harness.proc": frozenset({"subprocess", "file"}),  # /proc/PID/stat, the start time of a process
     "harness.http": frozenset({"urllib", "file"}),  # a download written beside its target, then renamed
     "harness.console": frozenset({"print"}),
+    "harness.git": frozenset({"git"}),  # git's fixed options and environment (no repository code runs)
 }
 
 _HOST = "reads the host's own system files (/proc, /etc, /dev, a CUDA install), never a path from data"
@@ -140,6 +142,10 @@ def uses(tree: ast.AST, module: str) -> list[Use]:
                 add(node, "file", "open()")
             elif isinstance(f, ast.Attribute):
                 recv = f.value.id if isinstance(f.value, ast.Name) else None
+                first = node.args[0] if node.args else None
+                if (isinstance(first, ast.List) and first.elts and isinstance(first.elts[0], ast.Constant)
+                        and first.elts[0].value == "git"):
+                    add(node, "git", f"{recv}.{f.attr}(['git', ...])")
                 if recv in safe:
                     continue
                 if f.attr in _FILE_METHODS:

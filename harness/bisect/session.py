@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from harness import proc
+from harness import git
 from harness.bisect.history import History, Point, Unavailable
 from harness.bisect.probes import Observation, Probe
 from harness.bisect.search import BAD, GOOD, SKIP, narrow, next_point
@@ -43,7 +43,7 @@ def _patch(tree: Path, patches) -> str | None:
     """None when every patch applies; else the reason (the first that does not)."""
     if not patches:
         return None
-    proc.run(["git", "init", "-q", "--", str(tree)], timeout=60)  # git apply works in this tree only
+    git.run(["init", "-q", "--", str(tree)], timeout=60)  # git apply works in this tree only
     result = apply_series(tree, list(patches), project="source", in_place=True)
     return None if result.ok else "a patch does not apply: " + "; ".join(result.problems())
 

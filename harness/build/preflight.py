@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import proc
+from harness import git
 from harness.build import sources
 from harness.build.wheels import read_lock
 from harness.safety import paths
@@ -107,11 +107,11 @@ def apply_series(tree: Path, patches: list[tuple[str, Path]], *, project: str = 
         work = tree if scratch_parent is None else scratch_parent / "src"
         if not in_place and patches:
             _copy_touched(tree, work, [path for _n, path in patches])
-            proc.run(["git", "init", "-q", "--", str(work)], timeout=60)
+            git.run(["init", "-q", "--", str(work)], timeout=60)
         for name, path in patches:
             # --unsafe-paths is not needed: patches are relative; -v lists the files it touches.
             # `cwd` is outside any enclosing repo (scratch), so git applies to this tree only.
-            check = proc.run(["git", "apply", "--check", "-v", "--", str(path)], cwd=str(work), timeout=120)
+            check = git.run(["apply", "--check", "-v", "--", str(path)], cwd=str(work), timeout=120)
             files = tuple(CHECKING.findall(check.stderr))
             if check.ok and (skipped := SKIPPED.findall(check.stderr)):
                 results.append(PatchResult(name, False, files, skipped[0], None,
@@ -121,7 +121,7 @@ def apply_series(tree: Path, patches: list[tuple[str, Path]], *, project: str = 
                 f, line, why = parse_failure(check.stderr)
                 results.append(PatchResult(name, False, files, f, line, why))
                 break
-            done = proc.run(["git", "apply", "--", str(path)], cwd=str(work), timeout=120)
+            done = git.run(["apply", "--", str(path)], cwd=str(work), timeout=120)
             if not done.ok:
                 f, line, why = parse_failure(done.stderr)
                 results.append(PatchResult(name, False, files, f, line, why))

@@ -9,8 +9,8 @@ printed by harness/ goes through harness/safety/ (files and folders), harness/pr
 AST of every other module and lists each direct use: `open`, `Path.read_*`/`write_*`/`open`,
 a folder walk (`os.walk`, `os.scandir`, `os.listdir`, `.glob`, `.rglob`, `.iterdir`),
 `tarfile`, `subprocess`, `urllib.request`/`urllib.error`, `print`, and a git command line
-started anywhere but harness/git.py. `urllib.parse` is pure
-string work and fetches nothing, so it is not a use.
+started anywhere but harness/git.py. `urllib.parse` is pure string work and fetches nothing,
+so it is not a use.
 
 EXCEPTIONS below is the one list of the uses that stay, each with its reason. An entry that no
 longer matches anything is an error too, so the list never outlives its reasons.

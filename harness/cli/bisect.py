@@ -3,7 +3,7 @@
     harness bisect REPO --good A --bad B -- COMMAND       exit 0 good, 125 skip, 1..127 bad
     harness bisect REPO --good A --bad B --probe configure --arch-list 12.1a
     harness bisect pypi:vllm --good 0.10.0 --bad 0.33.0 --probe configure --arch-list 12.1a
-    harness bisect --resume DIR                           finish an interrupted bisect
+    harness bisect --resume DIR [-- COMMAND]              finish an interrupted bisect (what it runs, named again)
 
 Exit 0 when a first bad point was found, 1 when skips leave several suspects, 2 bad input.
 """
@@ -50,7 +50,8 @@ def register(sub) -> None:
     p.add_argument("--stack", help="the stack of the matrix whose arch list and vLLM patches apply")
     p.add_argument("--patch", action="append", default=[], metavar="FILE", help="a patch applied to every point (repeatable)")
     p.add_argument("--out", help="the bisect's folder (default results/bisect-<time>)")
-    p.add_argument("--resume", metavar="DIR", help="finish an interrupted bisect (nothing is judged twice)")
+    p.add_argument("--resume", metavar="DIR", help="finish an interrupted bisect (nothing is judged twice); its command, "
+                   "--python, -m and --patch are named again when they lie outside DIR")
     p.add_argument("--all-releases", action="store_true",
                    help="bisect every release at once (default: the newest patch of each minor first)")
     p.add_argument("--index", default=None, help="package index JSON API (default https://pypi.org/pypi/{name}/json)")

@@ -261,7 +261,7 @@ def render_source(matrix: Matrix, stack_name: str, *, template: Path | None = No
     if not fi_aot:
         labels[f"{LABEL}.flashinfer.aot"] = "false"
     reqs = None
-    if requirements:
+    if requirements and REQUIREMENTS_FILE in dockerfile:  # a template that installs none needs none read
         reqs = for_stack(stack_name, stack, platform)
         # derived from the pins (in the hash): added after hashing, so `plan` can name the tag offline
         files = (*files, (REQUIREMENTS_FILE, reqs.file_text().encode()))

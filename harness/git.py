@@ -37,8 +37,10 @@ _URL = re.compile(r"^(https://|ssh://|[\w.-]+@[\w.-]+:)")
 
 
 def run(args: list[str], *, timeout: float = 600, cwd: str | None = None, fetch: bool = False,
-        allow_file: bool = False) -> proc.Result:
-    """`git OPTIONS ARGS` with the read (or fetch) environment."""
+        allow_file: bool = False, purpose: str | None = None) -> proc.Result:
+    """`git OPTIONS ARGS` with the read (or fetch) environment; a host without git is exit 3
+    naming what needed it (`purpose`)."""
+    proc.require_tool("git", purpose)
     extra = ("-c", "protocol.file.allow=always") if allow_file else ()
     env = {**os.environ, **(FETCH_ENV if fetch else READ_ENV)}
     return proc.run(["git", *OPTIONS, *extra, *args], timeout=timeout, cwd=cwd, env=env)

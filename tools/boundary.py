@@ -38,6 +38,8 @@ _HOST = "reads the host's own system files (/proc, /etc, /dev, a CUDA install), 
 EXCEPTIONS: dict[tuple[str, str], str] = {
     ("harness.probe_image", "print"): "runs inside a built image as a script (no harness there): its one "
                                       "JSON line on stdout is its answer",
+    ("harness.cli", "print"): "`harness --version` answers before rich is imported (start-up time, "
+                              "tests/test_install.py); the text is the tool's own",
     ("harness.hostenv", "file"): _HOST,
     ("harness.results.memwatch", "file"): _HOST,
     ("harness.serve.signals", "file"): "reads /proc/PID/environ of a process before signalling it",

@@ -78,7 +78,8 @@ class GitHistory:
         self.bad = self._commit(bad, "--bad")
 
     def _git(self, *args: str, timeout: float = 600):
-        return git.run([f"--git-dir={self.git_dir}", *args], timeout=timeout)
+        return git.run([f"--git-dir={self.git_dir}", *args], timeout=timeout,
+                       purpose="reads the upstream history it bisects")
 
     @staticmethod
     def _open(repo: str) -> str:

@@ -147,7 +147,7 @@ def tree_sha256(root: Path) -> str:
 
 
 def _git(argv: list[str], what: str) -> str:
-    res = git.run(argv, timeout=1800, fetch=True)
+    res = git.run(argv, timeout=1800, fetch=True, purpose="fetches the pinned sources vLLM's CMake would clone")
     if not res.ok:
         raise EnvironmentProblem(f"{what}: git {argv[2] if len(argv) > 2 else argv[0]} failed: "
                                  f"{res.stderr.strip()[-300:]}", hint="check the URL, the commit and the network")

@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import git
+from harness import git, proc
 from harness.build import sources
 from harness.build.wheels import read_lock
 from harness.safety import paths
@@ -102,6 +102,8 @@ def apply_series(tree: Path, patches: list[tuple[str, Path]], *, project: str = 
     Stops at the first patch that does not apply: later ones would be checked on the wrong base.
     """
     results: list[PatchResult] = []
+    if patches:
+        proc.require_tool("git", "checks each patch with `git apply` (the patch preflight)")
     scratch_parent = None if in_place else Path(tempfile.mkdtemp(prefix="harness-preflight-"))
     try:
         work = tree if scratch_parent is None else scratch_parent / "src"

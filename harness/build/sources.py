@@ -15,7 +15,7 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import git, http
+from harness import git, http, proc
 from harness.bundle import sha256_file
 from harness.errors import ConfigError, EnvironmentProblem
 from harness.matrix.model import FULL_SHA, GIT_URL, VERSION
@@ -151,6 +151,7 @@ def tree(source: Source, cache: Path = CACHE) -> Path:
 
 
 def _git_checkout(source: Source, dest: Path) -> None:
+    proc.require_tool("git", "fetches git-pinned sources")
     # `--` ends the options: the URL and the commit are positionals whatever they hold.
     # the checkout reads no system or global config (a filter defined there would run)
     steps = (("init", ["init", "-q", "--", str(dest)], False),

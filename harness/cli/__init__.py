@@ -96,9 +96,7 @@ def _term_as_interrupt(signum, frame) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] in (["--version"], ["-V"]):
-        from harness.console import out
-
-        out.print(f"harness {__version__}", markup=False, highlight=False)
+        print(f"harness {__version__}")
         return 0
     parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)

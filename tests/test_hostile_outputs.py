@@ -45,3 +45,23 @@ def test_report_on_bench_figures_at_the_edges(home, value):
         cell.write_text(json.dumps(doc))
     rc, text = run_cli(["report", run])
     assert rc in (0, 1, 2) and "Traceback" not in text, text[-2000:]
+
+
+@pytest.mark.parametrize("sub", ["cells", "logs", "builds"])
+@pytest.mark.parametrize("command", ["rejudge", "report", "bug"])
+def test_a_run_folder_whose_sub_folder_is_a_link_is_refused(home, victim, sub, command):
+    from support.hostile import check_after, make_sandbox
+
+    sb = make_sandbox(home / "sb", victim)
+    run = sb.work / "run"
+    shutil.copytree(BASE, run)
+    shutil.copytree(run / sub, sb.canary / sub)  # the link's target looks like the real thing
+    shutil.rmtree(run / sub)
+    (run / sub).symlink_to(sb.canary / sub)
+    before = sb.snapshot()
+    argv = {"rejudge": ["rejudge", run], "report": ["report", run], "bug": ["bug", run, CELL, "--force"]}[command]
+    rc, text = run_cli(argv)
+    check_after(sb, before, victim, argv, rc, text)
+    said = " ".join(text.split())
+    if sub == "cells":  # every one of these reads the cells: refused, naming why
+        assert rc == 2 and ("symbolic link" in said or "outside" in said), said[-2000:]

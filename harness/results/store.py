@@ -23,8 +23,7 @@ from typing import Any
 from harness.errors import ConfigError, StorageError
 from harness.redact import redact_args, redact_env, redact_text
 from harness.results.model import BuildOutcome, CellResult, RunRecord, RunStatus
-from harness.safety.paths import tail_text, under
-from harness.safety.readers import load_json
+from harness.safety.paths import under
 from harness.safety.roots import Root
 from harness.safety.writes import write_text
 
@@ -164,7 +163,7 @@ class RunStore:
             self._save_run_locked()
 
     def _save_run_locked(self) -> None:
-        _write(self._dir / RUN_FILE, mask(self._run.to_json()))
+        _write(self._dir / RUN_FILE, mask(self._run.to_json()), root=self._dir)
 
     # -- cells ----------------------------------------------------------------------------
 
@@ -184,7 +183,7 @@ class RunStore:
         """Replace a cell's server log with a masked copy (for a log captured to memory or
         to a file first): results directories get shared, and vLLM echoes its arguments."""
         path = self.log_path(cell_id)
-        _write_text(path, redact_text(text))
+        _write_text(path, redact_text(text), root=self._dir)
         return path
 
     def seal(self) -> None:
@@ -197,9 +196,9 @@ class RunStore:
         path = self.cell_path(cell.id)
         if self._sealed:
             return path
-        _write(path, mask(cell.to_json()))
-        with contextlib.suppress(OSError):
-            self.partial_path(cell.id).unlink(missing_ok=True)
+        _write(path, mask(cell.to_json()), root=self._dir)
+        with contextlib.suppress(OSError, ConfigError):
+            Root(self._dir, what="run folder").remove(f"cells/{self.partial_path(cell.id).name}")
         return path
 
     def write_partial(self, cell_id: str, data: dict[str, Any]) -> None:
@@ -207,7 +206,7 @@ class RunStore:
         `--resume` redoes the cell, and report/bug can still show what it had."""
         if self._sealed:
             return
-        _write(self.partial_path(cell_id), mask({"id": cell_id, **data}))
+        _write(self.partial_path(cell_id), mask({"id": cell_id, **data}), root=self._dir)
 
     def read_partial(self, cell_id: str) -> dict[str, Any] | None:
         path = self.partial_path(cell_id)
@@ -224,11 +223,13 @@ class RunStore:
         is missing. A path that leaves the run folder (absolute, '..', a symlink out) or a file
         that is not regular (a FIFO, a device) is a ConfigError: a run folder is data."""
 
-        path = under(self._dir, str(rel), what=f"{self._dir}: log path",
-                     hint="logs are files inside the run folder: this one was edited by hand")
-        if not path.exists():
+        # the run folder is a root: a log path with a link in it is refused, never followed
+        root = Root(self._dir, what="run folder")
+        under(self._dir, str(rel), what=f"{self._dir}: log path",
+              hint="logs are files inside the run folder: this one was edited by hand")
+        if not root.exists(str(rel)):
             return None
-        return tail_text(path, max_bytes=max_bytes, what="log")
+        return root.tail_text(str(rel), max_bytes=max_bytes)
 
     def read_cell(self, cell_id: str) -> CellResult | None:
         path = self.cell_path(cell_id)
@@ -259,7 +260,7 @@ class RunStore:
         if host is not None:
             outcome = outcome.model_copy(update={"stack": f"{outcome.stack}@{host}"})
         path = self._dir / "builds" / f"{cell_key(outcome.stack)}.json"
-        _write(path, mask(outcome.model_dump(mode="json")))
+        _write(path, mask(outcome.model_dump(mode="json")), root=self._dir)
         return path
 
     def builds(self, host: str | None = None) -> dict[str, BuildOutcome]:
@@ -300,8 +301,9 @@ def _read_json(run_dir: Path, rel: str | Path) -> Any:
     """A JSON file of a run folder: inside it (symlinks included), regular, bounded in size and depth."""
     hint = ("files here are written atomically: this one was edited or truncated by hand, or is not "
             "from `harness run`; delete it to have `harness run --resume` redo that part")
-    path = under(run_dir, str(rel), what=f"{run_dir}: result file", hint=hint)
-    return load_json(path, limit=MAX_RESULT_BYTES, what="result file", hint=hint)
+    under(run_dir, str(rel), what=f"{run_dir}: result file", hint=hint)  # absolute or '..': named as such
+    # the run folder is a root: a link anywhere under it is refused, never followed
+    return Root(run_dir, what="run folder").load_json(str(rel), limit=MAX_RESULT_BYTES, hint=hint)
 
 
 def _short(exc: BaseException) -> str:
@@ -317,16 +319,16 @@ def _bad_file(path: Path, exc: BaseException) -> ConfigError:
     )
 
 
-def _write(path: Path, obj: Any) -> None:
-    try:
-        atomic_write_json(path, obj)
-    except OSError as exc:
-        raise StorageError(path, exc) from None
+def _write(path: Path, obj: Any, *, root: Path) -> None:
+    # Serialise before touching the disk: a value json cannot encode leaves the old file as it was.
+    _write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n", root=root)
 
 
-def _write_text(path: Path, text: str) -> None:
+def _write_text(path: Path, text: str, *, root: Path) -> None:
+    """Written under the run folder opened as a root (harness.safety.roots): a cells/ or logs/
+    that is a link is refused, never written through."""
     try:
-        atomic_write_text(path, text)
+        Root(root, what="run folder").save_text(str(path.relative_to(root)), text)
     except OSError as exc:
         raise StorageError(path, exc) from None
 

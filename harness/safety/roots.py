@@ -209,6 +209,14 @@ class Root:
     def load_text(self, rel: str, *, limit: int = 16 * MiB) -> str:
         return self.load_bytes(rel, limit=limit).decode("utf-8", errors="replace")
 
+    def tail_text(self, rel: str, *, max_bytes: int = 4 * MiB) -> str:
+        """The last `max_bytes` of regular file `rel`, decoded leniently (a log tail of any size)."""
+        with self.open_file(rel) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > max_bytes:
+                f.seek(size - max_bytes)
+            return f.read(max_bytes).decode("utf-8", errors="replace")
+
     def load_json(self, rel: str, *, limit: int = 64 * MiB, max_depth: int = MAX_DEPTH,
                   hint: str = "the file is damaged or not the one expected: restore it or write it again") -> Any:
         return loads_json(self.load_bytes(rel, limit=limit), name=f"{self.what} {self.file(rel)}",

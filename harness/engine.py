@@ -36,6 +36,7 @@ from harness import owner as owners
 from harness import platforms
 from harness.errors import BuildFailed, EngineError, EnvironmentProblem
 from harness.platforms import Platform
+from harness.safety import readers
 
 log = logging.getLogger("harness.engine")
 
@@ -253,8 +254,11 @@ class Engine:
             bits, _stat = container.get_archive(path)
             buf = io.BytesIO(b"".join(bits))
             dest.mkdir(parents=True, exist_ok=True)
-            with tarfile.open(fileobj=buf) as tar:
-                tar.extractall(dest, filter="data")
+            # the image is data: a member that is a link out (to /, /etc/passwd, ../../etc), a FIFO
+            # or a device is refused by name (harness.safety.readers), never unpacked
+            readers.extract_tree(buf, dest, name=f"{ref}:{path}",
+                                 hint="the image holds a link, a FIFO or a device where a file or folder "
+                                      "is expected: it is never followed; rebuild the image, or pass another path")
         except docker.errors.NotFound as exc:
             raise EngineError(f"{ref}: no {path} in the image", hint="check the image's Python prefix") from exc
         finally:

@@ -60,3 +60,42 @@ def test_what_counts_as_an_image(target, image):
     from harness.cli.audit import _looks_like_image
 
     assert _looks_like_image(target) is image
+
+
+def _image_running(script: str) -> str:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        data = f"FROM harness-test/busybox:latest\nRUN {script}\n".encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    tag = f"harness-test/audit:{uuid.uuid4().hex[:8]}"
+    connect().build(buf.getvalue(), tag, labels={"harness.role": "test"})
+    return tag
+
+
+SITE = "/usr/local/lib/python3.12/site-packages"
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("script", [
+    "mkdir -p /opt/build && ln -s /etc/passwd /opt/build/site-packages.txt",
+    "mkdir -p /opt/build && ln -s ../../etc/passwd /opt/build/site-packages.txt",
+    "mkdir -p /opt/build && mkfifo /opt/build/site-packages.txt",
+    f"mkdir -p /opt/build {SITE} && echo {SITE} > /opt/build/site-packages.txt && ln -s / {SITE}/vllm",
+    f"mkdir -p /opt/build {SITE}/vllm && echo {SITE} > /opt/build/site-packages.txt && ln -s ../../../../../etc "
+    f"{SITE}/vllm/etc && mkfifo {SITE}/vllm/pipe",
+])
+def test_links_fifos_and_devices_inside_an_image_are_never_followed(script):
+    """The image is data: /opt/build/site-packages.txt or the vllm folder being a link to /,
+    /etc/passwd or ../../etc, or a FIFO, is refused by name (exit 2) or left out, never read
+    or walked."""
+    from support.hostile import run_cli
+
+    tag = _image_running(script)
+    try:
+        rc, text = run_cli(["audit", tag, "--image"])
+        assert rc in (0, 1, 2, 3) and "Traceback" not in text, text[-2000:]
+        assert "root:x:0:0" not in text
+    finally:
+        connect().remove_image(tag)

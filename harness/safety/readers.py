@@ -149,12 +149,12 @@ def extract_flat_tar_xz(stream, dest: Path, *, name: str, allowed: set[str] | No
     return written
 
 
-def extract_tree(stream, dest: Path, *, name: str, max_bytes: int = 8 << 30, max_members: int = 500_000) -> None:
+def extract_tree(stream, dest: Path, *, name: str, max_bytes: int = 8 << 30, max_members: int = 500_000,
+                 hint: str = "the archive is damaged or not a source tarball: delete it to fetch it again") -> None:
     """Unpack a source tarball (an sdist, a `git archive`) read from the binary file `stream` into
     `dest`, with tarfile's "data" filter (no absolute names, no link that leaves `dest`, no device
     or FIFO), at most `max_members` members and `max_bytes` unpacked: a bomb stops at the header
     that crosses the bound, before its data is inflated."""
-    hint = "the archive is damaged or not a source tarball: delete it to fetch it again"
     total = 0
     try:
         with tarfile.open(fileobj=stream, mode="r:*") as tar:

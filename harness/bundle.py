@@ -180,7 +180,7 @@ def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path) -> dic
                                    hint="fix strip.paths (wheel member paths, e.g. 'vllm/vllm_flash_attn/*.so')")
             entry.update(repacked=True, stripped=removed, strip_reason=strips[name].reason)
         else:
-            shutil.copy2(whl, wheelhouse / whl.name)
+            Root(wheelhouse, what="wheelhouse").copy_in(Root(downloaded, what="pip download folder"), whl.name)
             entry.update(repacked=False)
         entry["sha256"] = sha256_file(wheelhouse / whl.name)
         entries.append(entry)

@@ -285,3 +285,29 @@ def test_a_corrupted_archive_of_a_table_pin_is_refused_naming_the_source(tmp_pat
     shutil.copy(usb / pin.archive_name, tmp_path / "cache")
     with pytest.raises(kind, match="^deepgemm: "):
         offline.fetch(pin, cache=tmp_path / "cache", check_cached=True)
+
+
+def test_an_xz_bomb_in_the_source_cache_stops_at_the_bound(tmp_path, monkeypatch):
+    """An archive that unpacks past the bound is refused at the member header that crosses it,
+    before its data is inflated to the end of the disk; a link planted in --from is refused."""
+    import io
+    import lzma
+
+    pin = next(p for p in offline.load_table("0.25.1").pins if p.name == "deepgemm")
+    monkeypatch.setattr(offline, "ARCHIVE_MAX_UNPACKED", 1 << 20)
+    raw = io.BytesIO()
+    with lzma.open(raw, "wb", preset=1) as xw, tarfile.open(fileobj=xw, mode="w") as tar:
+        info = tarfile.TarInfo("csrc/zeros.bin")
+        info.size = 64 << 20  # 64 MiB of zeros: a few KB of xz
+        tar.addfile(info, io.BytesIO(bytes(info.size)))
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / pin.archive_name).write_bytes(raw.getvalue())
+    assert len(raw.getvalue()) < 1 << 20
+    with pytest.raises(EnvironmentProblem, match="unpacks to more than"):
+        offline.check_archive(pin, cache / pin.archive_name)
+    usb = tmp_path / "usb"
+    usb.mkdir()
+    (usb / pin.archive_name).symlink_to(cache / pin.archive_name)
+    with pytest.raises(ConfigError, match="symbolic link"):
+        offline.fetch(pin, from_dir=usb, cache=tmp_path / "other")

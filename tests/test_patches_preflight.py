@@ -102,3 +102,23 @@ PARSE = [
 @pytest.mark.parametrize(("stderr", "expected"), PARSE)
 def test_parse_failure(stderr, expected):
     assert parse_failure(stderr) == expected
+
+
+@pytest.mark.parametrize("named", ["../../canary/secret.txt", "linked/secret.txt"])
+def test_a_patch_naming_a_path_outside_the_tree_copies_nothing_out(tmp_path, named):
+    """The paths a patch names are data: the scratch copy takes files from inside the tree only,
+    through no link, and writes nothing outside the scratch folder."""
+    canary = tmp_path / "canary"
+    canary.mkdir()
+    (canary / "secret.txt").write_text("secret\n")
+    tree = tmp_path / "a" / "tree"
+    tree.mkdir(parents=True)
+    (tree / "file.txt").write_text("one\n")
+    (tree / "linked").symlink_to(canary)
+    patch = tmp_path / "evil.patch"
+    patch.write_text(f"--- a/{named}\n+++ b/{named}\n@@ -1 +1 @@\n-secret\n+owned\n")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    result = apply_series(tree, [(patch.name, patch)], project="vllm")
+    assert not result.ok
+    assert (canary / "secret.txt").read_text() == "secret\n"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written outside the scratch copy

@@ -7,6 +7,7 @@ Every file read or written, folder walked, subprocess started, URL fetched and c
 printed by harness/ goes through harness/safety/ (files and folders), harness/proc.py
 (subprocesses), harness/http.py (URLs) and harness/console.py (the terminal). This reads the
 AST of every other module and lists each direct use: `open`, `Path.read_*`/`write_*`/`open`,
+`shutil.copy*`/`move`,
 a folder walk (`os.walk`, `os.scandir`, `os.listdir`, `.glob`, `.rglob`, `.iterdir`),
 `tarfile`, `subprocess`, `urllib.request`/`urllib.error`, `print`, and a git command line
 started anywhere but harness/git.py. `urllib.parse` is pure string work and fetches nothing,
@@ -156,6 +157,8 @@ def uses(tree: ast.AST, module: str) -> list[Use]:
                     add(node, "file", f"{recv}.{f.attr}()")
                 elif f.attr == "open" and recv != "tarfile" and _mode_literal(node):
                     add(node, "file", ".open(mode)")
+                elif recv == "shutil" and f.attr in ("copy", "copy2", "copyfile", "copytree", "move", "copyfileobj"):
+                    add(node, "file", f"shutil.{f.attr}()")
                 elif recv == "os" and f.attr in _WALK_OS:
                     add(node, "walk", f"os.{f.attr}()")
                 elif f.attr in _WALK_METHODS and recv not in ("ast", "glob"):

@@ -37,7 +37,7 @@ from harness.safety.roots import Root
 MIRRORS = CACHE_ROOT / "mirrors"  # bare clones of the local repositories `--mirror URL=PATH` names
 # A trimmed source archive (a few MB to a few hundred) and what it may unpack to.
 ARCHIVE_MAX_BYTES = 1024 * MiB
-ARCHIVE_MAX_UNPACKED = 4096 * MiB
+ARCHIVE_MAX_UNPACKED = 1024 * MiB
 
 OFFLINE = CACHE_ROOT / "offline"
 TABLES = Path(str(resources.files("harness").joinpath("data", "sources")))

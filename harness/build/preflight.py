@@ -7,6 +7,7 @@ build spends an hour getting to the same place.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import tempfile
@@ -16,7 +17,9 @@ from pathlib import Path
 from harness import git, proc
 from harness.build import sources
 from harness.build.wheels import read_lock
+from harness.errors import ConfigError
 from harness.safety import paths
+from harness.safety.roots import Root
 
 # git apply's messages for a hunk/file that does not fit, e.g.
 #   error: patch failed: CMakeLists.txt:228
@@ -88,11 +91,14 @@ def _copy_touched(tree: Path, work: Path, patches: list[Path]) -> None:
         # `diff --git` headers, and the ---/+++ lines of a plain unified diff (no git header)
         rels = [r for m in DIFF_PATHS.finditer(text) for r in (m["a"], m["b"])]
         rels += PLAIN_PATHS.findall(text)
+        # a path named by a patch is data: copied only from inside the tree to inside the scratch
+        # copy, through no link (`../../etc/passwd` or a linked folder is skipped; git apply then
+        # names the file it cannot find)
+        source, scratch = Root(tree, what="source tree"), Root(work, what="patch scratch copy")
         for rel in rels:
-            src, dst = tree / rel, work / rel
-            if src.is_file() and not dst.exists():
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, dst)
+            with contextlib.suppress(ConfigError, FileNotFoundError):
+                if not scratch.exists(rel):
+                    scratch.copy_in(source, rel)
 
 
 def apply_series(tree: Path, patches: list[tuple[str, Path]], *, project: str = "", source: str = "",

@@ -14,7 +14,6 @@ already in the cache is checked again, not fetched. `harness lock` does the same
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 
@@ -66,6 +65,7 @@ def run_fetch(args) -> int:
     from harness.console import err, out
     from harness.lock import locked_matrix
     from harness.matrix.load import load_matrix
+    from harness.safety.roots import Root
 
     repos = parse_mirrors(args.mirror)
     matrix = locked_matrix(load_matrix(Path(args.matrix)))  # the lock's sdist sha256s, where there is one
@@ -78,9 +78,9 @@ def run_fetch(args) -> int:
                     say=lambda s: err.print(s, markup=False))
     for g in sorted(got, key=lambda g: g.file):
         out.print(f"{g.path}  {g.path.stat().st_size / 1e6:.1f} MB  ({g.how})", markup=False)
-        if args.out is not None:
-            args.out.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(g.path, args.out / g.file)
+        if args.out is not None:  # a root: a file there that is a link is refused, never written through
+            Root(args.out, what="--out", create=True).copy_in(Root(g.path.parent, what="source cache"), g.path.name,
+                                                               to=g.file)
     if args.out is not None:
         out.print(f"copied {len(got)} file(s) to {args.out}: on the other host, "
                   f"`harness sources fetch -m {args.matrix} --from DIR`", markup=False)

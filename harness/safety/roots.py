@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import io
 import os
 import secrets
 import stat
@@ -206,6 +207,12 @@ class Root:
                               hint="this is not the file expected here: remove it or give another folder")
         return data
 
+    def copy_in(self, src: Root, rel: str, *, to: str | None = None) -> Path:
+        """Copy regular file `rel` of root `src` to `to` (default the same path) under this root,
+        with its permission bits; a link on either side is refused."""
+        with src.open_file(rel) as f:
+            return self.save_stream(to or rel, f, mode=os.fstat(f.fileno()).st_mode)
+
     def load_text(self, rel: str, *, limit: int = 16 * MiB) -> str:
         return self.load_bytes(rel, limit=limit).decode("utf-8", errors="replace")
 
@@ -226,6 +233,11 @@ class Root:
 
     def save_bytes(self, rel: str, data: bytes) -> Path:
         """Write `rel` whole (its folders made, none of them a link); never through a link."""
+        return self.save_stream(rel, io.BytesIO(data))
+
+    def save_stream(self, rel: str, src, *, mode: int | None = None) -> Path:
+        """Write `rel` whole from the binary file `src` (copied in blocks), with permission bits
+        `mode` when given; as save_bytes, never through a link."""
         parts = _parts(rel, self.what, self.path)
         where = self.path.joinpath(*parts)
         name = parts[-1]
@@ -235,7 +247,10 @@ class Root:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=dfd)
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(data)
+                    while block := src.read(1 << 20):
+                        f.write(block)
+                    if mode is not None:
+                        os.fchmod(f.fileno(), mode & 0o777)
                     f.flush()
                     os.fsync(f.fileno())
                 self._check_target(dfd, name, where)  # a link planted meanwhile is not replaced

@@ -200,7 +200,9 @@ class BuildProbe:
         return {"probe": self.name, "matrix": str(self.matrix), "stack": self.stack, "builder": build_probe_argv()}
 
     def observe(self, tree: Path, point: Point, logs: Path) -> Observation:
-        out_dir = logs.parent / f"{logs.stem}.build"
+        # made here under the bisect folder, refusing a link planted in its place: the child
+        # process is handed this path as its --log-dir and would write through it
+        out_dir = Root(logs.parent, what="bisect logs").mkdir(f"{logs.stem}.build")
         copy = pinned_matrix(self.matrix, self.stack, self.source, point)
         argv = [*build_probe_argv(), "-m", str(copy), "-k", f"{self.stack}/", "--probe", "--log-dir", str(out_dir)]
         try:
@@ -252,7 +254,7 @@ class CellProbe:
         return pinned_matrix(self.matrix, self.stack, point=point, source=self.source)
 
     def observe(self, tree: Path, point: Point, logs: Path) -> Observation:
-        results = logs.parent / f"{logs.stem}.run"
+        results = Root(logs.parent, what="bisect logs").mkdir(f"{logs.stem}.run")  # never a planted link
         copy = self.matrix_for(point)
         try:
             res = proc.run([sys.executable, "-m", "harness", "run", "-m", str(copy), "-k", self.cell,

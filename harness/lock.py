@@ -174,19 +174,42 @@ def pypi_files(project: str, version: str, *, fetch: JsonGetter | None = None,
     version_url = version_url or PYPI_VERSION_JSON
     project_url = project_url or PYPI_PROJECT_JSON
     name = _norm(project)
+    url = version_url.format(name=name, version=version)
     try:
-        return list(fetch(version_url.format(name=name, version=version)).get("urls") or [])
+        return _file_entries(_index_doc(fetch(url), url).get("urls"))
     except PyPIError as exc:
         if exc.status != 404:
             raise
-    doc = fetch(project_url.format(name=name))
-    releases = doc.get("releases") or {}
+    url = project_url.format(name=name)
+    doc = _index_doc(fetch(url), url)
+    found = doc.get("releases")
+    releases: dict = found if isinstance(found, dict) else {}
     if version not in releases:
         known = [v for v in releases if releases[v]]
+        about = doc.get("info")
+        info: dict = about if isinstance(about, dict) else {}
         raise ConfigError(f"{project} {version} is not on PyPI",
-                          hint=f"pin a released version (latest: {(doc.get('info') or {}).get('version', '?')}; "
+                          hint=f"pin a released version (latest: {str(info.get('version', '?'))[:40]}; "
                                f"{len(known)} releases listed)")
-    return list(releases[version] or [])
+    return _file_entries(releases[version])
+
+
+def _index_doc(doc: object, url: str) -> dict:
+    if not isinstance(doc, dict):
+        raise EnvironmentProblem(f"{url}: not a package index's JSON (a {type(doc).__name__}, not an object)",
+                                 hint="check the index URL; PyPI's JSON API answers an object")
+    return doc
+
+
+def _file_entries(value: object) -> list[dict]:
+    """An index's file list, entries of the right shape only (a text filename and packagetype,
+    digests of text): an answer of the wrong type lists nothing, it never raises."""
+    out = []
+    for f in value if isinstance(value, list) else []:
+        if isinstance(f, dict) and isinstance(f.get("filename"), str) and isinstance(f.get("packagetype"), str):
+            d = f.get("digests")
+            out.append({**f, "digests": {k: v for k, v in d.items() if isinstance(v, str)} if isinstance(d, dict) else {}})
+    return out
 
 
 def pick_file(files: list[dict], project: str, version: str, kind: str, arch: str = "x86_64") -> dict:
@@ -263,7 +286,7 @@ def resolve(matrix: Matrix, *, engine_factory: Callable[[], _Puller] | None = No
             if w.given:
                 fname = next((f["filename"] for f in files if f.get("packagetype") == "sdist"), "")
                 chosen: dict = {"filename": fname, "digests": {"sha256": w.given}}  # as pick_file's
-                listed = {f["digests"]["sha256"] for f in files if f.get("packagetype") == "sdist"}
+                listed = {f["digests"].get("sha256", "") for f in files if f.get("packagetype") == "sdist"}
                 if w.given not in listed:
                     raise ConfigError(f"{w.where}.sdist_sha256: {w.given} is not the sha256 of any "
                                       f"{w.project} {w.version} sdist on PyPI ({', '.join(sorted(listed))})",

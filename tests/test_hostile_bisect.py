@@ -229,3 +229,22 @@ def test_a_bundle_part_named_outside_is_refused_before_it_is_read(sb):
     with pytest.raises(ConfigError) as exc:
         check_parts(bundle)
     assert SECRET not in str(exc.value) and "parts[0].file" in exc.value.message
+
+
+@pytest.mark.parametrize("answer", [[1, 2], "text", None, {"urls": "x"}, {"urls": [1, None, {"filename": 5}]},
+                                    {"urls": [{"filename": "d-1.0.tar.gz", "packagetype": "sdist", "digests": "no"}]},
+                                    {"urls": [{"filename": "d-1.0.tar.gz", "packagetype": "sdist",
+                                               "digests": {"sha256": 7}}]}])
+def test_lock_reads_index_answers_of_the_wrong_type_as_one_error(answer):
+    """`harness lock` asks the index for a release's files: an answer of another shape is one
+    error naming the URL or the missing file, never a KeyError or an AttributeError."""
+    from harness.errors import HarnessError
+    from harness.lock import pick_file, pypi_files
+
+    try:
+        files = pypi_files("d", "1.0", fetch=lambda url: answer)
+        pick_file(files, "d", "1.0", "sdist")
+    except HarnessError as exc:
+        assert exc.exit_code in (2, 3) and "Traceback" not in str(exc)
+    else:
+        pytest.fail("an index answer without a usable sdist was accepted")

@@ -24,6 +24,7 @@ from harness.build.dockerfile import render
 from harness.build.render import Rendered, context_tar
 from harness.errors import BuildFailed, ConfigError, EngineError
 from harness.lock import locked_matrix
+from harness.matrix.archs import ccs_of
 from harness.matrix.load import Matrix
 from harness.platforms import Platform
 from harness.redact import redact_text
@@ -222,10 +223,18 @@ def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Pat
                           base_image_id=local_base_id(matrix, name, engine), platform=platform)
         out[name] = build_one(rendered, engine=engine, log_dir=log_dir, force=force, on_event=on_event,
                               audit=audit, torch_cuda_arch_list=matrix.spec.stacks[name].torch_cuda_arch_list,
-                              audit_ccs=(matrix.spec.hardware[matrix.spec.matrix.hardware].cc,))
+                              audit_ccs=audit_ccs(matrix, name))
         if out[name].failed and matrix.spec.stacks[name].offline:
             out[name] = name_fetch_attempts(matrix, name, out[name])
     return out
+
+
+def audit_ccs(matrix: Matrix, stack_name: str) -> tuple[str, ...]:
+    """The chips an image is judged for: the matrix's GPU and every chip its arch list builds for
+    (a stack built for 12.1a on an H200 is judged for the GB10 it targets too)."""
+    stack = matrix.spec.stacks[stack_name]
+    hw = matrix.spec.hardware[matrix.spec.matrix.hardware].cc
+    return tuple(sorted({hw} | ccs_of(stack.torch_cuda_arch_list or ""), key=lambda c: tuple(map(int, c.split(".")))))
 
 
 def name_fetch_attempts(matrix: Matrix, name: str, outcome: BuildOutcome) -> BuildOutcome:

@@ -97,7 +97,10 @@ def image_rust_frontend(engine, ref: str, labels: dict[str, str]) -> str | None:
             dest = engine.export_path(ref, RUST_FRONTEND, Path(tmp), labels=labels)
         except EngineError:
             return None
-        text = (dest / Path(RUST_FRONTEND).name).read_text(errors="replace")[:200].strip()
+        try:  # from the image: a link or a FIFO there is refused, never followed
+            text = Root(dest, what="exported file").load_text(Path(RUST_FRONTEND).name, limit=4096)[:200].strip()
+        except (ConfigError, FileNotFoundError):
+            return None
     return "".join(c for c in text if c.isprintable()) or None
 
 

@@ -91,3 +91,12 @@ def test_deep_json_is_one_clear_error(spot):
     (root / "bisect.json").write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ConfigError, match="nested"):
         Root(root).load_json("bisect.json")
+
+
+def test_a_walk_is_bounded_in_depth(spot):
+    root, _ = spot
+    deep = root.joinpath(*["d"] * 70)
+    deep.mkdir(parents=True)
+    (deep / "x.cmake").write_text("")
+    with pytest.raises(ConfigError, match="nested deeper than 64"):
+        Root(root).walk(suffix=".cmake")

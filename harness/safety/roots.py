@@ -133,15 +133,18 @@ class Root:
         except FileNotFoundError:
             return []
 
-    def walk(self, rel: str = ".", *, suffix: str = "", max_files: int = 100_000) -> list[str]:
-        """Every regular file under folder `rel`, at any depth, as sorted paths relative to the
-        root; links are neither listed nor descended, and a tree of more than `max_files` files
-        is refused (a walk is bounded like a read)."""
+    def walk(self, rel: str = ".", *, suffix: str = "", max_files: int = 100_000, max_depth: int = 64) -> list[str]:
+        """Every regular file under folder `rel`, as sorted paths relative to the root; links are
+        neither listed nor descended, and a tree of more than `max_files` files or `max_depth`
+        levels is refused (a walk is bounded like a read)."""
         start = () if rel in (".", "") else _parts(rel, self.what, self.path)
         out: list[str] = []
         todo = [start]
         while todo:
             parts = todo.pop()
+            if len(parts) - len(start) > max_depth:
+                raise ConfigError(f"{self.what} {self.path}: folders nested deeper than {max_depth} levels",
+                                  hint="this is not the folder expected here")
             try:
                 with self._dir(parts) as fd, os.scandir(fd) as it:
                     for e in it:

@@ -248,3 +248,15 @@ def test_lock_reads_index_answers_of_the_wrong_type_as_one_error(answer):
         assert exc.exit_code in (2, 3) and "Traceback" not in str(exc)
     else:
         pytest.fail("an index answer without a usable sdist was accepted")
+
+
+def test_a_source_folder_in_the_cache_that_is_a_link_is_never_built_from(sb):
+    """A planted `sources/<key>` link to another folder (with its own .harness-complete) is
+    refused, not handed to the build as the pristine tree."""
+    source = sources.Source("vllm", "pypi", "vllm", "0.1.0", "0" * 64)
+    cache = sb.work / "sources"
+    cache.mkdir()
+    (sb.canary / ".harness-complete").write_text("x\n")
+    (cache / source.key).symlink_to(sb.canary)
+    with pytest.raises(ConfigError, match="symbolic link"):
+        sources.tree(source, cache=cache)

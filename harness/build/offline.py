@@ -231,7 +231,7 @@ def check_archive(pin: Pin, archive: Path, *, hint: str = "", shown: Path | None
     named = shown or archive  # the file the user gave (`--from DIR`), not the scratch copy read
     with tempfile.TemporaryDirectory() as tmp:
         try:  # bounded: an xz bomb in the cache stops at the bound, not at the end of the disk
-            with paths_mod.open_regular(archive, what="source archive") as f:
+            with Root(archive.parent, what="source archive folder").open_file(archive.name) as f:  # never a link
                 readers.extract_tree(f, Path(tmp), name=f"{pin.name}: {named}", max_bytes=ARCHIVE_MAX_UNPACKED)
         except ConfigError as exc:
             raise EnvironmentProblem(exc.message, hint=fix) from None
@@ -251,7 +251,7 @@ def fetch(pin: Pin, *, repos: dict[str, str] | None = None, from_dir: Path | Non
     mirror in `repos`, else the URL)."""
     archive = (cache or OFFLINE) / pin.archive_name
     cache = archive.parent
-    if archive.is_file():
+    if Root(cache, what="source cache").exists(pin.archive_name):  # a link there is refused when read
         if check_cached:
             check_archive(pin, archive)
         return archive

@@ -126,7 +126,8 @@ def tree(source: Source, cache: Path = CACHE) -> Path:
     """The unpacked, pristine source tree (never patched in place: preflight copies it)."""
     check_source(source)
     dest = cache / source.key
-    if (dest / ".harness-complete").is_file():
+    # the cache is a root: a source folder there that is a link is refused, never built from
+    if Root(cache, what="source cache", create=True).exists(f"{source.key}/.harness-complete"):
         return dest
     if dest.exists():
         shutil.rmtree(dest)

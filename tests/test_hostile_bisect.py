@@ -260,3 +260,10 @@ def test_a_source_folder_in_the_cache_that_is_a_link_is_never_built_from(sb):
     (cache / source.key).symlink_to(sb.canary)
     with pytest.raises(ConfigError, match="symbolic link"):
         sources.tree(source, cache=cache)
+
+
+@pytest.mark.parametrize("project", ["../../x", "a/b", "-x", "", "x" * 200, "a b"])
+def test_a_release_history_names_a_package(sb, project):
+    rc, text = run_cli(["bisect", f"pypi:{project}", "--good", "1.0", "--bad", "2.0", "--index",
+                        "http://127.0.0.1:9/{name}", "--out", sb.work / "o", "--", *CHECK])
+    assert rc == 2 and "Traceback" not in text and not (sb.work / "o").exists()

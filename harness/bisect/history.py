@@ -26,6 +26,7 @@ from harness.safety import grammar, paths, readers
 from harness.safety.roots import Root
 
 PYPI_JSON = "https://pypi.org/pypi/{name}/json"
+_PROJECT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?")  # PEP 508 names
 GIT_CACHE = CACHE_ROOT / "bisect-git"
 
 
@@ -165,6 +166,9 @@ class ReleaseHistory:
 
     def __init__(self, project: str, good: str, bad: str, *, index: str = PYPI_JSON,
                  cache: Path | None = None, minor_first: bool = True) -> None:
+        if not isinstance(project, str) or not _PROJECT.fullmatch(project):
+            raise ConfigError(f"pypi:{grammar.one_line(str(project))[:100]}: not a package name",
+                              hint="e.g. pypi:vllm (letters, digits and . _ -)")
         self.project, self.index, self.minor_first = project, index, minor_first
         self.cache = Path(cache or SDIST_CACHE)
         self.good, self.bad = _version(good, "--good"), _version(bad, "--bad")

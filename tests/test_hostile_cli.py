@@ -21,9 +21,11 @@ FUZZ = settings(max_examples=300, derandomize=True, deadline=None, database=None
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 COMMANDS = [["plan"], ["plan", "--json"], ["plan", "--list"], ["build", "--dry-run"], ["lock", "--check"], ["run"],
             ["rejudge"], ["fingerprint"], ["fingerprint", "--json"], ["compare"], ["bug"], ["report"],
-            ["bundle", "install"], ["bundle", "make"], ["audit"], ["doctor"], ["env"], ["reap"], ["--version"], []]
+            ["bundle", "install"], ["bundle", "make"], ["audit"], ["doctor"], ["env"], ["reap"], ["--version"], [],
+            ["bisect"], ["bisect", "--resume"], ["sources", "fetch"], ["sources", "list"], ["build", "--probe"]]
 FLAGS = ["-m", "--matrix", "-k", "--out", "--md", "--results", "--resume", "--dest", "--downloaded", "--site",
-         "--json", "--floor", "--jobs", "--cc", "--force", "--no-report", "--soak", "--run", "--url", "--python"]
+         "--json", "--floor", "--jobs", "--cc", "--force", "--no-report", "--soak", "--run", "--url", "--python",
+         "--timeout", "--index", "--from", "--log-dir", "--patch", "--probe", "--cutlass", "--stack"]
 WORDS = ["", "-", "--", "nan", "-1", "0", "1e999", "((((x", "not not", "x" * 5000, "\x00", "a\nb", "$(id)", "`id`",
          "[red]x", f"https://u:{SECRET}@h.example/x", f"--api-key={SECRET}", f"DB_PASS={SECRET}",
          f"http://h/?access_token={SECRET}", "/etc/shadow", "/dev/zero", "/proc/self/environ", "../../../etc/passwd",

@@ -71,6 +71,7 @@ env = {{ PYTHONPATH = "{FAKEVLLM}", HARNESS_FAKESERVER = "{FAKESERVER}" }}
 [models.qwen-fp8]
 checkpoint = "fake/qwen3moe-fp8"
 quantization = "fp8"
+family = "qwen3moe"
 load_format = "dummy"
 active_params_b = 3.3
 bytes_per_param = 1.0
@@ -78,6 +79,7 @@ bytes_per_param = 1.0
 [models.qwen-nvfp4]
 checkpoint = "fake/qwen3moe-nvfp4"
 quantization = "nvfp4"
+family = "qwen3moe"
 load_format = "dummy"
 active_params_b = 3.3
 bytes_per_param = 0.5625

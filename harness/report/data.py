@@ -8,16 +8,17 @@ Absent facts stay None and print as "n/a".
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.bench.roofline import roofline_efficiency
 from harness.fingerprint.model import Fingerprint
 from harness.results.model import (
+    FORMAT_CHECK,
     BenchLevel,
     BuildOutcome,
     CellResult,
+    FormatComparison,
     MemoryRecord,
     RunRecord,
     Status,
@@ -27,8 +28,6 @@ from harness.results.model import (
 from harness.results.store import RunStore
 
 STATUS_ORDER = (*(s.value for s in Status), "not run")
-FORMAT_CHECK = "expect.nvfp4_over_fp8"  # harness.stages.judge.FORMAT_CHECK
-_QUANT_IN_NAME = re.compile(r"[-_.]?(?:nvfp4|fp8)(?=[-_.]|$)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -82,23 +81,25 @@ class Cell:
     total_s: float | None = None
     # the run's own FP8-vs-NVFP4 verdict on this (NVFP4) cell, noise band included
     format_verdict: Verdict | None = None
+    comparison: FormatComparison | None = None  # its figures (results format v3)
+    compare_with: str | None = None  # NVFP4: the FP8 cell the run paired it with
     error: str | None = None  # status "error": the tool raised inside the cell ("Type: message")
     traceback: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Pair:
-    """FP8 and NVFP4 of one model family on one stack and config."""
+    """An NVFP4 cell and the FP8 cell the run judged it against (same stack and config)."""
 
     stack: str
     config: str
-    family: str
+    family: str  # "<nvfp4 model> vs <fp8 model>"
     fp8: Cell
     nvfp4: Cell
     ratio: float | None  # nvfp4 / fp8, per-stream decode at c=1
     aggregate_ratio: float | None
     min_ratio: float | None
-    verdict: str  # PASS, FAIL, "no rule" or "n/a (...)"
+    verdict: str  # PASS, FAIL (at c=N), "no rule", "not judged ..." or "n/a (...)"
 
 
 @dataclass(frozen=True)
@@ -329,6 +330,8 @@ def _cell(cell: CellResult, run: RunRecord) -> Cell:
         memory_note=_memory(cell.memory),
         total_s=cell.durations.get("total_s"),
         format_verdict=cell.verdict(FORMAT_CHECK),
+        comparison=cell.format_comparison,
+        compare_with=cell.compare_with,
         error=error,
         traceback=cell.error.traceback if cell.error else (),
     )
@@ -349,46 +352,46 @@ def _missing(cell_id: str) -> Cell:
     )
 
 
-def family(model: str) -> str:
-    """The model name without its quantization, so qwen3moe-fp8 and qwen3moe-nvfp4 pair up."""
-    return _QUANT_IN_NAME.sub("", model) or model
+def _ratio(nv: Stat | None, fp8: Stat | None) -> float | None:
+    return nv.value / fp8.value if nv and fp8 and fp8.value else None
+
+
+def _pair_verdict(nv: Cell, min_ratio: float | None) -> str:
+    """The run's own verdict on the pair, from its typed comparison: the report judges nothing."""
+    cmp, verdict = nv.comparison, nv.format_verdict
+    if cmp is not None and verdict is not None:
+        word = verdict.status.value.upper()
+        if cmp.lost:
+            return f"{word} at c={cmp.deciding}"
+        return f"{word} (within noise)" if cmp.deciding_level.kind == "noise" else word
+    if verdict is not None:  # a v2 run: its verdict, without the figures it rested on
+        return verdict.status.value.upper()
+    if min_ratio is None:
+        return "no rule"
+    if not nv.per_stream_c1:
+        return "n/a (no decode figures)"
+    return "not judged (no verdict recorded)"
 
 
 def _pairs(cells: tuple[Cell, ...], min_ratio: float | None) -> tuple[Pair, ...]:
-    groups: dict[tuple[str, str, str], dict[str, Cell]] = {}
-    for c in cells:
-        if c.quantization in ("fp8", "nvfp4"):
-            groups.setdefault((c.stack, c.config, family(c.model)), {})[c.quantization] = c
+    """Each NVFP4 cell with the FP8 cell the run paired it with (CellResult.compare_with)."""
+    by_id = {c.id: c for c in cells}
     out = []
-    for (stack, config, fam), by_q in groups.items():
-        if len(by_q) != 2:
+    for nv in cells:
+        fp8 = by_id.get(nv.compare_with or "") if nv.quantization == "nvfp4" else None
+        if fp8 is None:
             continue
-        fp8, nv = by_q["fp8"], by_q["nvfp4"]
-        ratio = agg = None
-        if fp8.per_stream_c1 and nv.per_stream_c1 and fp8.per_stream_c1.value:
-            ratio = nv.per_stream_c1.value / fp8.per_stream_c1.value
-        if (
-            fp8.aggregate
-            and nv.aggregate
-            and fp8.aggregate.value
-            and fp8.top_concurrency == nv.top_concurrency
-        ):
-            agg = nv.aggregate.value / fp8.aggregate.value
-        if ratio is None:
-            missing = [c.quantization for c in (fp8, nv) if not c.per_stream_c1]
-            verdict = f"n/a (no decode at c=1 for {', '.join(missing)})"
-        elif min_ratio is None:
-            verdict = "no rule"
-        elif nv.format_verdict is not None:  # the run judged it, with its noise band: show that
-            verdict = nv.format_verdict.status.value.upper()
-            lost = re.search(r"Fails at (c=\d+)", nv.format_verdict.message)
-            if lost:
-                verdict += f" at {lost.group(1)}"
-            elif "(within the" in nv.format_verdict.message:
-                verdict += " (within noise)"
+        cmp = nv.comparison
+        if cmp is not None:
+            c1, top = cmp.level(1), cmp.levels[-1]
+            ratio = c1.ratio if c1 else None
+            agg = top.ratio if top.metric == "aggregate" else None
         else:
-            verdict = "PASS" if ratio >= min_ratio else "FAIL"
-        out.append(Pair(stack, config, fam, fp8, nv, ratio, agg, min_ratio, verdict))
+            ratio = _ratio(nv.per_stream_c1, fp8.per_stream_c1)
+            agg = (_ratio(nv.aggregate, fp8.aggregate)
+                   if fp8.top_concurrency == nv.top_concurrency else None)
+        out.append(Pair(nv.stack, nv.config, f"{nv.model} vs {fp8.model}", fp8, nv, ratio, agg,
+                        min_ratio, _pair_verdict(nv, min_ratio)))
     return tuple(out)
 
 

@@ -14,12 +14,13 @@ from typing import Any, Literal
 
 from harness.bench.noise import classify
 from harness.fingerprint.tables import signatures
+from harness.matrix.model import NOISE_FLOOR
 from harness.redact import redact_text
 from harness.results.model import STATUS_RANK, BenchRecord, CellResult, RunRecord
 from harness.results.store import RunStore
 
 Kind = Literal["regression", "gain", "change", "note"]
-DEFAULT_FLOOR = 0.02
+DEFAULT_FLOOR = NOISE_FLOOR
 # Prefill is one cold measurement: no repeats to estimate its noise from, and on a busy
 # client host two identical runs of the fake server differed by 5 %. Ask for 10 % before
 # calling it; a repeated prefill probe in harness.bench would let the band come from data.
@@ -273,6 +274,26 @@ def _memory(cid: str, b: CellResult, c: CellResult) -> list[Finding]:
     return []
 
 
+def _formats(cid: str, b: CellResult, c: CellResult) -> list[Finding]:
+    """The NVFP4-vs-FP8 verdict on a cell, as each run's judge recorded it (its typed comparison;
+    a v2 run's verdict has none, and only its pass/fail is compared)."""
+    vb, vc = b.format_comparison, c.format_comparison
+    if b.compare_with != c.compare_with:
+        return [Finding(cid, "note", "nvfp4_vs_fp8", f"judged against {c.compare_with or 'no FP8 cell'}, "
+                        f"was {b.compare_with or 'no FP8 cell'} (not comparable)",
+                        b.compare_with, c.compare_with)]
+    if vb is None or vc is None or vb.lost == vc.lost:
+        return []
+    lb, lc = vb.deciding_level, vc.deciding_level
+    if vc.lost:
+        return [Finding(cid, "regression", "nvfp4_vs_fp8",
+                        f"NVFP4 vs FP8 now fails at c={vc.deciding}: {lc.ratio:.3f}x "
+                        f"(required {vc.min_ratio:g}x, band ±{lc.band:.1%})", lb.ratio, lc.ratio)]
+    return [Finding(cid, "gain", "nvfp4_vs_fp8",
+                    f"NVFP4 vs FP8 passes now: it failed at c={vb.deciding} ({lb.ratio:.3f}x)",
+                    lb.ratio, lc.ratio)]
+
+
 def compare_runs(
     baseline: RunStore,
     candidate: RunStore,
@@ -295,6 +316,7 @@ def compare_runs(
         findings += _status(cid, b, c)
         findings += _kernels(cid, b, c, kernel_changes_regress)
         findings += _signatures(cid, b, c)
+        findings += _formats(cid, b, c)
         rows, found = _bench(cid, b, c, floor)
         figures += rows
         findings += found

@@ -14,8 +14,9 @@ neither lose them nor refuse the file.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
@@ -35,8 +36,9 @@ BenchRecord = BenchResult
 BenchLevel = LevelResult
 FingerprintRecord = Fingerprint
 
-FORMAT = 2
-READABLE_FORMATS = (1, 2)
+FORMAT = 3
+READABLE_FORMATS = (1, 2, 3)
+FORMAT_CHECK = "expect.nvfp4_over_fp8"  # the judge's NVFP4-vs-FP8 verdict (harness.stages.judge)
 
 
 class Status(StrEnum):
@@ -147,6 +149,53 @@ class CrossCheck(Open):
     result: Any = None
 
 
+class LevelRatio(Record):
+    """NVFP4 against FP8 at one concurrency level both cells measured."""
+
+    concurrency: int
+    metric: Literal["per_stream", "aggregate"] = Field(description="per-stream decode at c=1, aggregate above")
+    nvfp4_tok_s: float = Field(description="median of the NVFP4 cell's repeats")
+    fp8_tok_s: float = Field(description="median of the FP8 cell's repeats")
+    ratio: float = Field(description="nvfp4_tok_s / fp8_tok_s")
+    band: float = Field(description="the noise band the difference had to clear: the floor, or either "
+                        "side's spread over its repeats if larger")
+    kind: Literal["gain", "loss", "noise"] = Field(
+        description="against min_ratio x FP8: loss (below it beyond the band), noise, or gain")
+
+
+class FormatComparison(Record):
+    """The judge's NVFP4-vs-FP8 comparison of one pair of cells, as figures: what report and
+    compare show, so that none of them parses the verdict's message."""
+
+    nvfp4: str = Field(description="the NVFP4 cell id")
+    fp8: str = Field(description="the FP8 cell id it was judged against")
+    min_ratio: float
+    noise_floor: float
+    levels: tuple[LevelRatio, ...]
+    deciding: int = Field(description="the concurrency that decided: the first loss, else the lowest ratio")
+
+    @property
+    def deciding_level(self) -> LevelRatio:
+        return next(lv for lv in self.levels if lv.concurrency == self.deciding)
+
+    @property
+    def lost(self) -> bool:
+        return any(lv.kind == "loss" for lv in self.levels)
+
+    def level(self, concurrency: int) -> LevelRatio | None:
+        return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
+
+
+class FormatVerdict(Verdict):
+    """The `expect.nvfp4_over_fp8` verdict, with the comparison it rests on."""
+
+    comparison: FormatComparison
+
+
+# A stored verdict with a `comparison` is the judge's format verdict; every other one a Verdict.
+AnyVerdict = FormatVerdict | Verdict
+
+
 class CellResult(Record):
     """Everything known about one cell of one run."""
 
@@ -158,7 +207,9 @@ class CellResult(Record):
     quantization: str | None = None
     runner: str | None = Field(default=None, description="docker | local")
     status: Status
-    verdicts: tuple[Verdict, ...] = ()
+    verdicts: tuple[AnyVerdict, ...] = ()
+    compare_with: str | None = Field(default=None, description="NVFP4 cells: the FP8 cell id it is "
+                                     "judged against (the matrix's family / compare_with), or none")
     requested: Requested = Field(default_factory=Requested)
     model_info: ModelInfo = Field(default_factory=ModelInfo)
     fingerprint: Fingerprint | None = None
@@ -187,6 +238,12 @@ class CellResult(Record):
         return next((v for v in self.verdicts if v.check == check), None)
 
     @property
+    def format_comparison(self) -> FormatComparison | None:
+        """The judge's NVFP4-vs-FP8 comparison on this cell, when it made one."""
+        v = self.verdict(FORMAT_CHECK)
+        return v.comparison if isinstance(v, FormatVerdict) else None
+
+    @property
     def decode_c1(self) -> float | None:
         return self.bench.per_stream(1) if self.bench else None
 
@@ -205,6 +262,8 @@ class CellResult(Record):
                 raise ValueError(f"a v1 cell record with a field of the wrong type ({exc})") from None
         else:
             data = {k: v for k, v in data.items() if k != "reasons"}
+        if fmt < 3:
+            data = _lift_v2(data)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -237,6 +296,21 @@ def _lift_v1(data: dict) -> dict:
     build = data.get("build")
     if isinstance(build, dict):
         data["build"] = {"log": build.get("log"), "log_tail": build.get("log_tail") or []}
+    return data
+
+
+_NVFP4_IN_NAME = re.compile(r"(?<![A-Za-z0-9])nvfp4(?![A-Za-z0-9])", re.IGNORECASE)
+
+
+def _lift_v2(data: dict) -> dict:
+    """v1/v2 -> v3. v2 had no pairing in the record: its judge paired NVFP4 with FP8 by stack and
+    config, its report by model name. A v2 NVFP4 cell is read as compared with the same name in
+    FP8 (qwen3moe-nvfp4 with qwen3moe-fp8), the pairing every shipped v2 run meant; a name with
+    no "nvfp4" in it is compared with nothing."""
+    data = {**data, "format": FORMAT}
+    model = data.get("model")
+    if data.get("quantization") == "nvfp4" and isinstance(model, str) and _NVFP4_IN_NAME.search(model):
+        data["compare_with"] = f"{data.get('stack')}/{_NVFP4_IN_NAME.sub('fp8', model)}/{data.get('config')}"
     return data
 
 

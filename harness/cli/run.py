@@ -113,7 +113,7 @@ class LiveProgress:
         from harness.redact import redact_text  # a rich Text passes the console's mask
 
         text = self._Text(_fit(redact_text(head), width), style="bold")
-        last = self.log.tail(1) if self.log is not None else []
+        last: list[str] = self.log.tail(1) if self.log is not None else []
         if last:
             text.append("\n" + _fit("  " + redact_text(last[-1].strip()), width), style="dim")
         return text

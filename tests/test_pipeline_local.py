@@ -442,7 +442,7 @@ def test_a_host_without_gpu_builds_audits_and_skips(matrix_file, tmp_path):
     assert [c.status for c in cells] == [Status.SKIPPED] * 3
     assert all(c.reasons == () for c in cells)
     assert cells[0].verdicts[0].message == "skipped: no GPU on this host (no NVIDIA driver on this host)"
-    assert store.builds()["fake"].status == "local"  # the audit of the install ran
+    assert store.builds()[("fake", None)].status == "local"  # the audit of the install ran
     assert not list((store.dir / "logs").glob("*.server.log"))  # nothing was served
 
 

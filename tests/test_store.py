@@ -125,7 +125,7 @@ def test_builds_round_trip(tmp_path):
     built = BuildOutcome(stack="spark-121a", status="built", image_ref="vllm-bw:x",
                          arch_problems=("asked 12.1a, built 12.0f",))
     store.write_build(built)
-    assert store.builds() == {"spark-121a": built}
+    assert store.builds() == {("spark-121a", None): built}
 
 
 def test_atomic_json_keeps_the_old_file_when_serialisation_fails(tmp_path):

@@ -16,6 +16,7 @@ from harness.fingerprint.model import Fingerprint
 from harness.results.model import (
     FORMAT_CHECK,
     BenchLevel,
+    BuildKey,
     BuildOutcome,
     CellResult,
     FormatComparison,
@@ -137,7 +138,7 @@ class Report:
         return dict(sorted(counts.items(), key=lambda kv: order.get(kv[0], len(order))))
 
 
-def read_run_dir(run_dir: Path) -> tuple[RunRecord, list[CellResult], dict[str, BuildOutcome]]:
+def read_run_dir(run_dir: Path) -> tuple[RunRecord, list[CellResult], dict[BuildKey, BuildOutcome]]:
     """run.json, the finished cells (plan order) and the build outcomes, as typed records."""
     store = RunStore.open(run_dir)
     return store.run, store.cells(), store.builds()
@@ -410,7 +411,8 @@ def _build(b: BuildOutcome) -> Build:
         lines.append(f"not audited: {summary['reason']}")
     if b.failed and b.reason:
         lines.insert(0, f"build: {b.reason}")
-    return Build(b.stack, b.status, str(image or "n/a"), str(audit_status), tuple(lines))
+    where = b.stack if b.host is None else f"{b.stack} on {b.host}"
+    return Build(where, b.status, str(image or "n/a"), str(audit_status), tuple(lines))
 
 
 def load(run_dir: str | Path) -> Report:

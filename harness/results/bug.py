@@ -432,7 +432,7 @@ def _read(store: RunStore, cell_id: str, force: bool) -> CellResult:
 def bug_report(store: RunStore, cell_id: str, *, force: bool = False) -> str:
     cell = _read(store, cell_id, force)
     run = store.run
-    build = store.builds().get(cell.stack)
+    build = store.build_for(cell.stack, cell.host)
     matrix, matrix_note = _shown_path(run.matrix.path, Path.cwd(), "matrix")
     chip = _chip(run)
     driver = run.host.get("driver")

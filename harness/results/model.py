@@ -395,10 +395,15 @@ class RunRecord(BaseModel):
         return self.model_dump(mode="json")
 
 
+BuildKey = tuple[str, str | None]  # (stack, host): host None in a run on one host
+
+
 class BuildOutcome(Open):
-    """builds/<stack>.json: what the build (or reuse, or local audit) of one stack gave."""
+    """builds/<stack>.json (builds/<stack>@<host>.json in a run over several hosts): what the
+    build (or reuse, or local audit) of one stack on one host gave."""
 
     stack: str
+    host: str | None = Field(default=None, description="the [hosts] entry it was built on, in a run of several")
     status: str = Field(description="built | reused | failed | local | skipped")
     image_ref: str | None = None
     image_id: str | None = None
@@ -416,6 +421,10 @@ class BuildOutcome(Open):
         return self.status == "failed"
 
     @property
+    def key(self) -> BuildKey:
+        return (self.stack, self.host)
+
+    @property
     def audit_status(self) -> str | None:
         """The arch audit's status, from the full report (`status`) or its flat summary
         (`audit.status`; records written before it held that pair have `status`); None when the
@@ -430,6 +439,9 @@ class BuildOutcome(Open):
             raise ValueError(f"a build record is a JSON object, not {type(data).__name__}")
         data = {k: v for k, v in data.items() if v is not None or k in ("audit",)}
         data.setdefault("stack", stack or "?")
+        if "host" not in data and isinstance(data["stack"], str) and "@" in data["stack"]:
+            # v2 kept a multi-host build as stack "<stack>@<host>"
+            data["stack"], data["host"] = data["stack"].split("@", 1)
         image = data.get("image")
         if isinstance(image, dict):  # v1 wrote {ref, id} where v2 has image_ref / image_id
             data.setdefault("image_ref", image.get("ref"))

@@ -72,7 +72,7 @@ def build_stage(matrix: Matrix, cells: list[Cell], store: RunStore, *, engine: C
     """Build (or reuse, or audit) what the cells need; outcomes by stack, each stored (as built on
     `host`, when a run has several)."""
     needed = list(group_by_stack(cells))
-    known = store.builds(host=host)
+    known = store.builds_on(host)
 
     def record(outcome: BuildOutcome) -> None:
         if outcome.log_path and Path(outcome.log_path).is_absolute():

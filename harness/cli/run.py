@@ -278,7 +278,7 @@ def rejudge(args) -> int:
 
     store = RunStore.open(Path(args.run_dir))
     try:
-        expect = Expect.model_validate(store.run.matrix.expect)
+        expect = Expect.model_validate(store.run.matrix.expect.model_dump(exclude_unset=True))
     except ValueError as exc:
         raise ConfigError(f"{store.dir}/run.json: matrix.expect is not valid ({exc})",
                           hint="re-run the matrix") from None

@@ -15,6 +15,7 @@ from harness.bench.roofline import roofline_efficiency
 from harness.fingerprint.model import Fingerprint
 from harness.results.model import (
     FORMAT_CHECK,
+    BenchInfo,
     BenchLevel,
     BuildKey,
     BuildOutcome,
@@ -128,7 +129,7 @@ class Report:
     pairs: tuple[Pair, ...]
     builds: tuple[Build, ...]
     note: str | None = None  # why the run stopped early, when it did
-    bench: dict = field(default_factory=dict)  # run.json matrix.bench: says why a section is empty
+    bench: BenchInfo = field(default_factory=BenchInfo)  # run.json matrix.bench: says why a section is empty
 
     def status_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -293,7 +294,7 @@ def _cell(cell: CellResult, run: RunRecord) -> Cell:
     per_stream, aggregate = _stat(c1, "per_stream_tok_s"), _stat(top, "aggregate_tok_s")
     top_c = top.concurrency if top else None
 
-    bandwidth = run.matrix.hardware.get("bandwidth_gbs")
+    bandwidth = run.matrix.hardware.bandwidth_gbs
     active_b, bpp = _model_info(cell, run)
     eff_c1 = eff_top = None
     if not (active_b and bpp):
@@ -398,17 +399,11 @@ def _pairs(cells: tuple[Cell, ...], min_ratio: float | None) -> tuple[Pair, ...]
 
 def _build(b: BuildOutcome) -> Build:
     image = b.image_ref or b.image_id  # v1's {ref, id} is lifted by BuildOutcome.from_json
-    audit = b.audit or {}
-    summary = b.audit_summary or {}
-    if isinstance(audit.get("verdicts"), list):  # AuditReport.to_json()
-        lines = [f"{v.get('target')}: {v.get('status')}: {v.get('message')}" for v in audit["verdicts"]]
-    else:  # AuditReport.summary(): flat "audit.*" labels
-        flat = audit or summary
-        lines = [f"{k.removeprefix('audit.verdict.')}: {v}" for k, v in flat.items()
-                 if k.startswith("audit.verdict.")]
-    audit_status = b.audit_status or ("n/a" if not (audit or summary) else "?")
-    if audit_status == "not-audited" and summary.get("reason"):
-        lines.append(f"not audited: {summary['reason']}")
+    audit = b.audit_record
+    lines = list(audit.lines) if audit else []
+    audit_status = b.audit_status or ("n/a" if audit is None else "?")
+    if audit_status == "not-audited" and audit and audit.reason:
+        lines.append(f"not audited: {audit.reason}")
     if b.failed and b.reason:
         lines.insert(0, f"build: {b.reason}")
     where = b.stack if b.host is None else f"{b.stack} on {b.host}"
@@ -426,17 +421,17 @@ def load(run_dir: str | Path) -> Report:
     return Report(
         run_id=run.run_id,
         matrix_name=str(matrix.name or "?"),
-        hardware=str(matrix.hardware_name or matrix.hardware.get("description") or "?"),
-        bandwidth_gbs=matrix.hardware.get("bandwidth_gbs"),
+        hardware=str(matrix.hardware_name or matrix.hardware.description or "?"),
+        bandwidth_gbs=matrix.hardware.bandwidth_gbs,
         run_status=run.status.value,
         started_at=str(run.started_at or "?"),
         finished_at=str(run.finished_at or "-"),
         tool_version=str(run.tool_version or "?"),
         min_ratio=min_ratio,
-        ratio_recorded="nvfp4_over_fp8_min_ratio" in matrix.expect,
+        ratio_recorded=matrix.ratio_recorded,
         cells=cells,
         pairs=_pairs(cells, min_ratio),
         builds=tuple(_build(b) for b in builds.values()),
         note=run.note,
-        bench=dict(matrix.bench),
+        bench=matrix.bench,
     )

@@ -163,7 +163,7 @@ def _pairs(r: Report) -> Section:
     if r.min_ratio:
         rule = (f"NVFP4 decode >= {r.min_ratio:g} x FP8 at every concurrency both measured (per stream "
                 f"at c=1, aggregate above), a shortfall inside the noise band "
-                f"(±{float(r.bench.get('noise_floor', NOISE_FLOOR)):.0%} or the repeats' spread) not counted")
+                f"(±{r.bench.noise_floor or NOISE_FLOOR:.0%} or the repeats' spread) not counted")
     else:
         rule = "none set" if r.ratio_recorded else "not recorded in this run.json"
     rows = tuple(
@@ -234,7 +234,7 @@ def _roofline(r: Report) -> Section:
 
 
 def _why_no_prefill(r: Report) -> str:
-    asked = r.bench.get("prefill")
+    asked = r.bench.prefill
     if asked is False:
         return ("No cell measured prefill: the run's bench config asks for none "
                 "(run.json matrix.bench.prefill = false; set [bench] prefill = true to measure it).")

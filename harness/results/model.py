@@ -20,6 +20,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
+# the audit summary is what the arch audit writes, the host's what `harness env` reads: defined there
+from harness.audit.report import AuditSummary
+
 # a cell's bench figures are what `harness bench` measured: one type, defined there
 from harness.bench.result import BenchResult, LevelResult
 
@@ -30,6 +33,7 @@ from harness.fingerprint.model import Fingerprint
 from harness.fingerprint.verdicts import SELECTION_CHECKS as SELECTION_CHECKS
 from harness.fingerprint.verdicts import Verdict as Verdict
 from harness.fingerprint.verdicts import VerdictStatus as VerdictStatus
+from harness.hostenv import HostFingerprint
 
 # The names readers of stored cells use for them: the same classes.
 BenchRecord = BenchResult
@@ -91,6 +95,33 @@ class MemoryRecord(Open):
     reason: str | None = None
     host_slope_gib_per_h: float | None = None
     gpu_slope_gib_per_h: float | None = None
+
+
+class VersionProbe(Open):
+    version: str | None = None
+    git_sha: str | None = None
+    error: str | None = None
+
+
+class TorchProbe(Open):
+    version: str | None = None
+    cuda: str | None = None
+    arch_list: tuple[str, ...] | None = None
+    error: str | None = None
+
+
+class ImageProbe(Open):
+    """What harness/probe_image.py prints from inside an image (or a local Python). That script
+    runs with the image's own interpreter and the standard library only, so its record is typed
+    here, where the harness reads it."""
+
+    python: str | None = None
+    executable: str | None = None
+    distributions: dict[str, str | None] = Field(default_factory=dict)
+    vllm: VersionProbe = Field(default_factory=VersionProbe)
+    torch: TorchProbe = Field(default_factory=TorchProbe)
+    cuda_runtime: VersionProbe = Field(default_factory=VersionProbe)
+    env: dict[str, str] = Field(default_factory=dict)
 
 
 # --- what the pipeline writes ----------------------------------------------------------------
@@ -215,8 +246,8 @@ class CellResult(Record):
     fingerprint: Fingerprint | None = None
     bench: BenchRecord | None = None
     image: ImageInfo | None = None
-    image_fingerprint: dict[str, Any] | None = None
-    audit: dict[str, Any] | None = None
+    image_fingerprint: ImageProbe | None = None
+    audit: AuditSummary | None = None
     memory: MemoryRecord | None = None
     serve: ServeInfo | None = None
     build: BuildInfo | None = None
@@ -340,24 +371,54 @@ class Controller(Record):
     started: float | None = Field(default=None, description="process start time (ticks), against pid reuse")
 
 
+class HardwareInfo(Open):
+    """The matrix's [hardware] profile the run used (harness.matrix.model.Hardware, stored)."""
+
+    cc: str | None = None
+    bandwidth_gbs: float | None = None
+    memory_gib: float | None = None
+    unified_memory: bool | None = None
+    description: str | None = None
+
+
+class ExpectInfo(Open):
+    """The matrix's [expect] table (harness.matrix.model.Expect); the judge validates it whole."""
+
+    nvfp4_over_fp8_min_ratio: float | None = Field(None, description="absent: the run predates the rule")
+
+
+class BenchInfo(Open):
+    """The matrix's [bench] table (harness.matrix.model.Bench)."""
+
+    noise_floor: float | None = None
+    prefill: bool | None = None
+
+
 class MatrixInfo(Open):
     path: str | None = None
     sha256: str | None = None
     name: str | None = None
     hardware_name: str | None = None
-    hardware: dict[str, Any] = Field(default_factory=dict)
-    expect: dict[str, Any] = Field(default_factory=dict)
-    bench: dict[str, Any] = Field(default_factory=dict)
+    hardware: HardwareInfo = Field(default_factory=HardwareInfo)
+    expect: ExpectInfo = Field(default_factory=ExpectInfo)
+    bench: BenchInfo = Field(default_factory=BenchInfo)
+
+    @property
+    def hardware_cc(self) -> str | None:
+        return self.hardware.cc
 
     @property
     def min_ratio(self) -> float | None:
-        value = self.expect.get("nvfp4_over_fp8_min_ratio")
-        return float(value) if isinstance(value, int | float) else None
+        return self.expect.nvfp4_over_fp8_min_ratio
+
+    @property
+    def ratio_recorded(self) -> bool:
+        """False: run.json predates the rule, or dropped it."""
+        return "nvfp4_over_fp8_min_ratio" in self.expect.model_fields_set
 
     @property
     def noise_floor(self) -> float | None:
-        value = self.bench.get("noise_floor")
-        return float(value) if isinstance(value, int | float) else None
+        return self.bench.noise_floor
 
 
 class RunRecord(BaseModel):
@@ -371,7 +432,7 @@ class RunRecord(BaseModel):
     argv: list[str] = Field(default_factory=list)
     k: str | None = None
     matrix: MatrixInfo = Field(default_factory=MatrixInfo)
-    host: dict[str, Any] = Field(default_factory=dict)
+    host: HostFingerprint = Field(default_factory=HostFingerprint)
     cells: list[str] = Field(default_factory=list)
     status: RunStatus = RunStatus.RUNNING
     started_at: str | None = None
@@ -411,8 +472,8 @@ class BuildOutcome(Open):
     log_path: str | None = None
     log_tail: tuple[str, ...] = ()
     duration_s: float = 0.0
-    audit: dict[str, Any] | None = None
-    audit_summary: dict[str, Any] | None = None
+    audit: AuditSummary | None = Field(None, description="the full report (a local stack)")
+    audit_summary: AuditSummary | None = None
     arch_problems: tuple[str, ...] = ()
     reason: str | None = None
 
@@ -425,13 +486,15 @@ class BuildOutcome(Open):
         return (self.stack, self.host)
 
     @property
+    def audit_record(self) -> AuditSummary | None:
+        """The audit's full report where one was kept (a local stack), else its summary."""
+        return self.audit or self.audit_summary
+
+    @property
     def audit_status(self) -> str | None:
-        """The arch audit's status, from the full report (`status`) or its flat summary
-        (`audit.status`; records written before it held that pair have `status`); None when the
-        stack was not audited."""
-        audit, summary = self.audit or {}, self.audit_summary or {}
-        return (audit.get("status") or audit.get("audit.status") or summary.get("audit.status")
-                or summary.get("status"))
+        """The arch audit's status; None when the stack was not audited."""
+        return self.audit.status if self.audit and self.audit.status else (
+            self.audit_summary.status if self.audit_summary else None)
 
     @classmethod
     def from_json(cls, data: Any, stack: str | None = None) -> BuildOutcome:

@@ -146,7 +146,7 @@ def test_run_serves_fingerprints_benchmarks_and_judges(matrix_file, tmp_path):
     identity = fp8.serve.command[fp8.serve.command.index("--served-model-name") + 2]
     assert identity.startswith("harness-")
     assert identity not in nv_auto.serve.command  # one per cell
-    assert fp8.image_fingerprint["python"]  # the probe ran inside the server's environment
+    assert fp8.image_fingerprint.python  # the probe ran inside the server's environment
     assert not list((store.dir / "cells").glob("*.partial.json"))  # finished cells keep no partial
 
     # NVFP4 auto: Marlin as expected; the FP8-vs-NVFP4 rule judged it from the measured samples

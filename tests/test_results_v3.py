@@ -4,6 +4,7 @@ the cell record (the matrix's family), never from the model's name or the stack 
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -67,3 +68,40 @@ def test_a_v2_nvfp4_cell_pairs_with_its_own_model_in_fp8_only() -> None:
     v3 = CellResult.from_json({**base, "format": 3, "id": "s/a/auto", "model": "a", "quantization": "nvfp4",
                                "compare_with": "s/b/auto"})
     assert v3.compare_with == "s/b/auto"
+
+
+def _v2_cell(model: str, quant: str, c1: list[float], c8: list[float], **extra) -> dict:
+    def level(conc, key, xs):
+        return {"concurrency": conc, key: sorted(xs)[len(xs) // 2], "samples": {key: xs}}
+    return {"format": 2, "id": f"rtx-120a/{model}/auto", "stack": "rtx-120a", "model": model,
+            "config": "auto", "quantization": quant, "status": "pass",
+            "bench": {"levels": [level(1, "per_stream_tok_s", c1), level(8, "aggregate_tok_s", c8)]},
+            **extra}
+
+
+def test_rejudge_drops_the_verdict_the_old_pairing_gave(tmp_path: Path) -> None:
+    """The rtx-pro-6000 case, stored by the old rule: nemotron-nvfp4 failed against qwen3-fp8
+    (`fail ... 0.750x`) and `harness rejudge` kept it. Read today, nemotron has no FP8 cell of its
+    own: the verdict goes, the cell passes; qwen3-nvfp4 is judged against qwen3-fp8, with figures."""
+    run = tmp_path / "run"
+    (run / "cells").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({
+        "format": 2, "run_id": "r", "status": "finished", "matrix": {"expect": {"nvfp4_over_fp8_min_ratio": 1.0}},
+        "cells": ["rtx-120a/nemotron-nvfp4/auto", "rtx-120a/qwen3-fp8/auto", "rtx-120a/qwen3-nvfp4/auto"]}))
+    stale = {"check": FORMAT_CHECK, "status": "fail", "lines": [], "asked": "1", "got": "0.750",
+             "message": "NVFP4 vs FP8 cell rtx-120a/qwen3-fp8/auto: c=1 per stream 150.0 vs 200.0 tok/s = "
+                        "0.750x (below the required 1x beyond the ±2.0% noise band). Fails at c=1"}
+    cells = [_v2_cell("nemotron-nvfp4", "nvfp4", [150.0], [900.0], status="fail", verdicts=[stale]),
+             _v2_cell("qwen3-fp8", "fp8", [200.0], [1200.0]),
+             _v2_cell("qwen3-nvfp4", "nvfp4", [201.0], [1210.0])]
+    for c in cells:
+        (run / "cells" / (c["id"].replace("/", "__") + ".json")).write_text(json.dumps(c))
+    assert RunStore.open(run).read_cell("rtx-120a/nemotron-nvfp4/auto").status.value == "fail"
+    assert main(["rejudge", str(run)]) == 0
+    after = {c.model: c for c in RunStore.open(run).cells()}
+    nemo, qwen = after["nemotron-nvfp4"], after["qwen3-nvfp4"]
+    assert nemo.status.value == "pass" and nemo.verdict(FORMAT_CHECK) is None
+    assert nemo.compare_with == "rtx-120a/nemotron-fp8/auto"
+    assert "nemotron-fp8" not in after  # its own name in FP8: none ran
+    assert qwen.status.value == "pass" and qwen.format_comparison.fp8 == "rtx-120a/qwen3-fp8/auto"
+    assert [lv.kind for lv in qwen.format_comparison.levels] == ["noise", "noise"]

@@ -217,10 +217,9 @@ def _kernels(cell: CellResult) -> dict[str, Kernel]:
 def _model_info(cell: CellResult, run: RunRecord) -> tuple[float | None, float | None]:
     """(active_params_b, bytes_per_param): the cell's model_info, else run.json matrix.models."""
     a, b = cell.model_info.active_params_b, cell.model_info.bytes_per_param
-    if a is None and b is None:
-        models = (run.matrix.model_extra or {}).get("models") or {}
-        info = models.get(cell.model) or {}
-        a, b = info.get("active_params_b"), info.get("bytes_per_param")
+    if a is None and b is None and cell.model in run.matrix.models:
+        info = run.matrix.models[cell.model]
+        a, b = info.active_params_b, info.bytes_per_param
     return (float(a) if a else None), (float(b) if b else None)
 
 

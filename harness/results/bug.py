@@ -159,10 +159,7 @@ def _image(cell: CellResult, build: BuildOutcome | None) -> tuple[str | None, st
         return cell.image.ref, cell.image.id
     if build is None:
         return None, None
-    legacy = (build.model_extra or {}).get("image")  # v1 build records kept a dict here
-    if isinstance(legacy, dict) and not build.image_ref:
-        return legacy.get("ref"), legacy.get("id")
-    return build.image_ref, build.image_id
+    return build.image_ref, build.image_id  # v1's {ref, id} is lifted by BuildOutcome.from_json
 
 
 def _labels(cell: CellResult, build: BuildOutcome | None) -> dict[str, str]:

@@ -394,6 +394,13 @@ class BenchInfo(Open):
     prefill: bool | None = None
 
 
+class MatrixModelInfo(Open):
+    """A [models] entry as run.json keeps it (v1 runs wrote them; cells now carry model_info)."""
+
+    active_params_b: float | None = None
+    bytes_per_param: float | None = None
+
+
 class MatrixInfo(Open):
     path: str | None = None
     sha256: str | None = None
@@ -402,6 +409,7 @@ class MatrixInfo(Open):
     hardware: HardwareInfo = Field(default_factory=HardwareInfo)
     expect: ExpectInfo = Field(default_factory=ExpectInfo)
     bench: BenchInfo = Field(default_factory=BenchInfo)
+    models: dict[str, MatrixModelInfo] = Field(default_factory=dict)
 
     @property
     def hardware_cc(self) -> str | None:

@@ -195,13 +195,13 @@ class AuditSummary(BaseModel):
         if "cubins" not in data and isinstance(data.get("totals"), dict):
             data["cubins"] = data["totals"]
         if "lines" not in data:
+            # the flat labels first (what the report always showed), else the full report's objects
+            lines = [f"{k.removeprefix('audit.verdict.')}: {v}" for k, v in data.items()
+                     if k.startswith("audit.verdict.")]
             verdicts = data.get("verdicts")
-            if isinstance(verdicts, list):  # full report: objects; audit_image: lines
+            if not lines and isinstance(verdicts, list):
                 lines = [f"{v.get('target')}: {v.get('status')}: {v.get('message')}" if isinstance(v, dict)
                          else str(v) for v in verdicts]
-            else:  # the flat labels
-                lines = [f"{k.removeprefix('audit.verdict.')}: {v}" for k, v in data.items()
-                         if k.startswith("audit.verdict.")]
             lines += [f"problem: {v}" for k, v in data.items() if k.startswith("audit.problem.")]
             data["lines"] = lines
         return data

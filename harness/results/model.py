@@ -429,6 +429,20 @@ class MatrixInfo(Open):
         return self.bench.noise_floor
 
 
+class EngineRecord(Open):
+    """One [hosts] entry of a run over several, as the run found its engine (harness.run.executor)."""
+
+    engine: str | None = Field(None, description="the engine's address, as it answered")
+    version: str | None = None
+    os: str | None = None
+    runtimes: tuple[str, ...] = ()
+    gpu_capable: bool | None = None
+    hardware: str | None = Field(None, description="its [hardware] profile")
+    gpus: tuple[str, ...] | Literal["all"] | None = None
+    slots: int | None = None
+    unreachable: str | None = Field(None, description="why it could not be used, when it could not")
+
+
 class RunRecord(BaseModel):
     """run.json. Mutable on purpose: the store updates status and cells as the run goes."""
 
@@ -447,6 +461,7 @@ class RunRecord(BaseModel):
     finished_at: str | None = None
     controller: Controller | None = None
     note: str | None = Field(default=None, description="why a run stopped early, when it did")
+    hosts: dict[str, EngineRecord] = Field(default_factory=dict, description="a run over several [hosts]: each engine")
 
     @classmethod
     def from_json(cls, data: Any) -> RunRecord:

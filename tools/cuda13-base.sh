@@ -25,7 +25,28 @@ case "$plat" in
   *) echo "cuda13-base: unknown platform $plat (linux/amd64 or linux/arm64)" >&2; exit 2 ;;
 esac
 tag=${2:-harness-test/cuda13:bookworm-$short}
-docker image inspect "$tag" >/dev/null 2>&1 && { echo "cuda13-base: $tag already there"; exit 0; }
+PY=${PYTHON:-python3}
+# An engine older than API 1.43 (Debian's docker.io 20.10) ignores `import --platform` and calls
+# the image amd64: say the real CPU in its config (docker save, edit, docker load), or a build for
+# linux/arm64 would look for that variant in a registry.
+relabel() {
+  [ "$(docker image inspect -f '{{.Architecture}}' "$tag")" = "$short" ] && return 0
+  docker save "$tag" | "$PY" -c '
+import io, json, sys, tarfile
+arch = sys.argv[1]
+src = tarfile.open(fileobj=sys.stdin.buffer, mode="r|")
+out = tarfile.open(fileobj=sys.stdout.buffer, mode="w|")
+for m in src:
+    data = src.extractfile(m).read() if m.isfile() else None
+    if data is not None and m.name.endswith(".json") and m.name != "manifest.json" and b"architecture" in data:
+        cfg = json.loads(data)
+        cfg["architecture"] = arch
+        data = json.dumps(cfg).encode()
+        m.size = len(data)
+    out.addfile(m, io.BytesIO(data) if data is not None else None)
+out.close()' "$short" | docker load >/dev/null
+}
+if docker image inspect "$tag" >/dev/null 2>&1; then relabel; echo "cuda13-base: $tag already there"; exit 0; fi
 need() { command -v "$1" >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null; }; }
 need debootstrap debootstrap
 need unzip unzip
@@ -37,7 +58,6 @@ if [ "$machine" != "$(uname -m)" ]; then
   [ -e "/proc/sys/fs/binfmt_misc/qemu-$machine" ] \
     || { echo "cuda13-base: no binfmt handler for $machine: qemu-user-static is not registered" >&2; exit 3; }
 fi
-PY=${PYTHON:-python3}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 t0=$(date +%s)
 debootstrap --arch="$short" --variant=minbase bookworm "$tmp/root" >"$tmp/debootstrap.log" 2>&1 \
@@ -60,22 +80,7 @@ tar -C "$tmp/root" -c . | docker import --platform "linux/$short" \
   --change 'ENV CUDA_HOME=/usr/local/cuda PIP_CERT=/opt/harness/host-ca.crt SSL_CERT_FILE=/opt/harness/host-ca.crt REQUESTS_CA_BUNDLE=/opt/harness/host-ca.crt' \
   --change 'LABEL harness.role=test-image harness.test=cuda13-base' \
   - "$tag" >/dev/null
-# An engine older than API 1.43 (Debian's docker.io 20.10) ignores `import --platform` and calls
-# the image amd64: say arm64 in its config (docker save, edit, docker load), or a build for
-# linux/arm64 would look for that variant in a registry.
-if [ "$(docker image inspect -f '{{.Architecture}}' "$tag")" != "$short" ]; then
-  docker save "$tag" | "$PY" -c '
-import io, json, sys, tarfile
-arch = sys.argv[1]
-src = tarfile.open(fileobj=sys.stdin.buffer, mode="r|")
-out = tarfile.open(fileobj=sys.stdout.buffer, mode="w|")
-for m in src:
-    data = src.extractfile(m).read() if m.isfile() else None
-    if data is not None and m.name.endswith(".json") and m.name not in ("manifest.json",) and b""architecture"" in data:
-        cfg = json.loads(data); cfg["architecture"] = arch; data = json.dumps(cfg).encode(); m.size = len(data)
-    out.addfile(m, io.BytesIO(data) if data is not None else None)
-out.close()' "$short" | docker load >/dev/null
-fi
+relabel
 docker image inspect -f "cuda13-base: $tag is {{.Os}}/{{.Architecture}}" "$tag"
 docker run --rm "$tag" sh -c 'echo "uname -m: $(uname -m)"; nvcc --version | tail -2'
 echo "cuda13-base: $tag in $(( $(date +%s) - t0 )) s"

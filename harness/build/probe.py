@@ -24,11 +24,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness import platforms
 from harness.audit import Target, audit_path
-from harness.build.builder import build_one, local_base_id
+from harness.build.builder import audit_ccs, build_one, local_base_id
 from harness.build.dockerfile import render
 from harness.build.offline_stack import offline_parts
 from harness.build.render import DOCKER_DIR, Rendered, content_hash
 from harness.errors import ConfigError, EngineError
+from harness.matrix.archs import ccs_of
 from harness.platforms import Platform
 from harness.safety.paths import under
 from harness.safety.readers import load_json
@@ -223,7 +224,7 @@ def collect(engine, ref: str, labels: dict[str, str], units: tuple[Unit, ...], c
         archs = "not compiled"
         verdicts: tuple[str, ...] = ()
         # judged for the chips the unit was built for (an SM12x kernel has nothing for a 9.0 chip)
-        targets = [Target.from_cc(cc) for cc in sorted(_ccs_of(row.get("patched") or "") & set(ccs)) or ccs]
+        targets = [Target.from_cc(cc) for cc in sorted(ccs_of(row.get("patched") or "") & set(ccs)) or ccs]
         if row.get("object"):
             with tempfile.TemporaryDirectory() as one:
                 # the name comes out of the probe image: a plain file name inside objects/, nothing else
@@ -288,8 +289,7 @@ def _units_probe(matrix, stack_name: str, *, engine, log_dir: Path, on_event=Non
     if outcome.status not in ("built", "reused"):
         return ProbeOutcome(stack_name, ref, "error", outcome.reason or "probe build failed", (), {},
                             outcome.log_path or "")
-    ccs = tuple(sorted({matrix.spec.hardware[matrix.spec.matrix.hardware].cc}
-                       | _ccs_of(stack.torch_cuda_arch_list or "")))
+    ccs = audit_ccs(matrix, stack_name)
     with tempfile.TemporaryDirectory(prefix="harness-probe-") as tmp:
         try:
             data, rows = collect(engine, ref, rendered.labels, units, ccs, Path(tmp))
@@ -300,12 +300,3 @@ def _units_probe(matrix, stack_name: str, *, engine, log_dir: Path, on_event=Non
     timings = {"configure_s": data.get("configure_s"), "compile_s": data.get("compile_s"),
                "image_build_s": outcome.duration_s}
     return ProbeOutcome(stack_name, ref, status, reason, tuple(rows), timings, outcome.log_path or "")
-
-
-def _ccs_of(arch_list: str) -> set[str]:
-    out = set()
-    for item in arch_list.replace(",", ";").replace(" ", ";").split(";"):
-        item = item.strip().removesuffix("+PTX")
-        if item:
-            out.add(item.rstrip("af"))
-    return out

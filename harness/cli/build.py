@@ -192,6 +192,8 @@ def run(args: argparse.Namespace) -> int:
     for o in outcomes.values():
         out.print(f"{o.stack}: {o.status} {o.image_ref} ({o.duration_s:.0f} s)"
                   + (f" log {o.log_path}" if o.log_path else ""), markup=False)
+        if o.rust_frontend:
+            out.print(f"  vLLM's Rust front end: {o.rust_frontend}", markup=False)
         for p in o.arch_problems:
             out.print(f"  arch: {p}", markup=False)
         if o.status == "failed":

@@ -16,8 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from harness.engine import ContainerSpec, Engine, RunningContainer
-from harness.serve.base import LogBuffer, ProcessState, ServeSpec
+from harness.serve.base import DRAIN_S, LogBuffer, ProcessState, ServeSpec
 from harness.serve.gpu_attach import require_port_free
+
+STOP_TIMEOUT_S = 10  # SIGTERM, then SIGKILL after this
 
 
 class DockerServer:
@@ -40,6 +42,9 @@ class DockerServer:
         # The program travels on the command line: an image may have no /tmp (a VM's root
         # imported as a base has none) and no shell, and `-c` needs neither.
         return self.container.exec(["python3", "-c", source.decode()], timeout_s=timeout_s)
+
+    def stop(self) -> None:
+        self.container.stop(timeout=STOP_TIMEOUT_S)  # its log stream ends with it
 
     def state(self) -> ProcessState:
         st = self.container.state()
@@ -97,17 +102,19 @@ class DockerRunner:
         state = {"failed": True}
         try:
             with self.engine.container(cspec, keep=lambda: spec.keep_failed and state["failed"]) as container:
-                pump = container.follow_logs(log.add, stop)
+                pump = container.follow_logs(log.add, stop, on_end=log.end)
                 server = DockerServer(container, spec.port, log, address=self.address,
                                       host_network=host_network)
                 try:
                     yield server
                     state["failed"] = server.failed
                 finally:
-                    stop.set()
                     try:
-                        container.stop(timeout=10)
+                        server.stop()
                     finally:  # even when the engine is gone: the log is closed after its pump
+                        # the stream ends with the container: what it printed while stopping is in
+                        log.drain(DRAIN_S)
+                        stop.set()
                         pump.join(timeout=5)
         finally:
             log.close()

@@ -16,13 +16,15 @@ from contextlib import contextmanager
 
 from harness import proc
 from harness.proc import start_ticks
-from harness.serve.base import LogBuffer, ProcessState, ServeSpec, lines_of
+from harness.serve.base import DRAIN_S, LogBuffer, ProcessState, ServeSpec, lines_of
 from harness.serve.signals import kill_orphan_group
 
 
 class LocalServer:
-    def __init__(self, popen: subprocess.Popen, spec: ServeSpec, log: LogBuffer) -> None:
+    def __init__(self, popen: subprocess.Popen, spec: ServeSpec, log: LogBuffer, *,
+                 stop_timeout_s: float = 30) -> None:
         self.popen = popen
+        self.stop_timeout_s = stop_timeout_s
         self.base_url = f"http://127.0.0.1:{spec.port}"
         self.log = log
         self._python = spec.argv[0]
@@ -47,6 +49,10 @@ class LocalServer:
         code = self.popen.poll()
         return ProcessState(code is None, code)
 
+    def stop(self) -> None:
+        # the whole group: engine-core children of a crashed server would hold its output open
+        _stop_group(self.popen, self.stop_timeout_s)
+
 
 class LocalRunner:
     name = "local"
@@ -61,17 +67,27 @@ class LocalRunner:
         popen = proc.spawn(spec.argv, env=env, stdout=subprocess.PIPE)
 
         def pump_lines() -> None:
-            for line in lines_of(popen.stdout):
-                log.add(line)
+            try:
+                for line in lines_of(popen.stdout):
+                    log.add(line)
+            except (OSError, ValueError):  # the pipe closed under it
+                pass
+            finally:
+                log.end()
 
         pump = threading.Thread(target=pump_lines, daemon=True, name=f"log-{spec.cell_id}")
         pump.start()
+        server = LocalServer(popen, spec, log, stop_timeout_s=self.stop_timeout_s)
         try:
-            yield LocalServer(popen, spec, log)
+            yield server
         finally:
-            _stop_group(popen, self.stop_timeout_s)
-            pump.join(timeout=5)
-            log.close()
+            try:
+                server.stop()
+            finally:
+                # what it printed while stopping is in the log file before it closes
+                log.drain(DRAIN_S)
+                pump.join(timeout=5)
+                log.close()
 
 
 def kill_group(pgid: int, started: float | None) -> bool:

@@ -26,6 +26,9 @@ from harness.redact import redact_args
 
 log = logging.getLogger("harness.proc")
 T = TypeVar("T")
+# for the callers of spawn: the process type and the pipe flag, without importing subprocess
+Popen = subprocess.Popen
+PIPE = subprocess.PIPE
 
 
 @dataclass(frozen=True)

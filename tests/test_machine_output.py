@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.local import fake_server
 
 from harness.cli import build_parser
-from support.local import fake_server
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"

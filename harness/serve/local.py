@@ -7,8 +7,6 @@ The server runs in its own process session, so stopping it stops its engine-core
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -21,7 +19,7 @@ from harness.serve.signals import kill_orphan_group
 
 
 class LocalServer:
-    def __init__(self, popen: subprocess.Popen, spec: ServeSpec, log: LogBuffer, *,
+    def __init__(self, popen: proc.Popen, spec: ServeSpec, log: LogBuffer, *,
                  stop_timeout_s: float = 30) -> None:
         self.popen = popen
         self.stop_timeout_s = stop_timeout_s
@@ -51,7 +49,7 @@ class LocalServer:
 
     def stop(self) -> None:
         # the whole group: engine-core children of a crashed server would hold its output open
-        _stop_group(self.popen, self.stop_timeout_s)
+        proc.end_group(self.popen, self.stop_timeout_s)
 
 
 class LocalRunner:
@@ -64,7 +62,7 @@ class LocalRunner:
     def serve(self, spec: ServeSpec) -> Iterator[LocalServer]:
         env = {**os.environ, **spec.env}
         log = LogBuffer(spec.log_path, spec.header)
-        popen = proc.spawn(spec.argv, env=env, stdout=subprocess.PIPE)
+        popen = proc.spawn(spec.argv, env=env, stdout=proc.PIPE)
 
         def pump_lines() -> None:
             try:
@@ -98,21 +96,3 @@ def kill_group(pgid: int, started: float | None) -> bool:
         return False
     # the run folder only says where to look: the process itself must prove the tool started it
     return kill_orphan_group(pgid)
-
-
-def _stop_group(popen: subprocess.Popen, timeout_s: float) -> None:
-    """SIGTERM the whole process group, SIGKILL what is left after `timeout_s`."""
-    if popen.poll() is None:
-        try:
-            os.killpg(popen.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            popen.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(popen.pid, signal.SIGKILL)  # children (engine core) may outlive the parent
-    except (ProcessLookupError, PermissionError):
-        pass
-    popen.wait(timeout=10)

@@ -126,3 +126,33 @@ def test_the_bench_out_file_is_the_same_masked_json(tmp_path):
                     "--repeats", "1", "--no-prefill", "--no-warmup", "--json", "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert json.loads(out.read_text()) == json.loads(r.stdout)
+
+
+# --- the same rule in what is written and in argparse's errors -------------------------------
+
+
+def test_a_bisect_folder_s_files_are_masked_and_stay_json(tmp_path):
+    from harness.bisect.history import Point
+    from harness.bisect.store import BisectStore
+
+    spec = {"history": {"kind": "releases", "index": f"https://pypi.example/pypi/{{name}}/json?token={SECRET}"},
+            "probe": {"kind": "command", "command": ["probe.sh", "--api-key", SECRET]},
+            "setup": {"env": {"HF_TOKEN": SECRET}}}
+    store = BisectStore.create(tmp_path, spec, [Point("0.20.1", "a"), Point("0.20.2", f"b https://{SECRET}@h")],
+                               set())
+    store.write_step({"index": 1, "id": "0.20.2", "verdict": "bad", "reason": f"--x-token {SECRET}",
+                      "token_counts_reliable": True})
+    store.write_result({"first_bad": "0.20.2", "note": f"{'X' * 200}_TOKEN={SECRET}"}, f"see ?api_key={SECRET}\n")
+    for path in (tmp_path / "bisect.json", store.step_path(1), tmp_path / "result.json", tmp_path / "result.md"):
+        text = path.read_text()
+        assert SECRET not in text and "***" in text, (path, text)
+        if path.suffix == ".json":
+            json.loads(text)
+    assert json.loads(store.step_path(1).read_text())["token_counts_reliable"] is True
+
+
+def test_argparse_errors_are_masked_by_the_same_rule():
+    for bad in (("--x-token", SECRET), (f"--api-key={SECRET}",), (f"https://admin:p@ss{SECRET}@host/x",)):
+        r = harness("plan", "-m", "matrix/generic.toml", *bad)
+        assert r.returncode == 2 and "error" in r.stderr, r.stderr
+        assert SECRET not in r.stderr + r.stdout, r.stderr

@@ -73,7 +73,7 @@ def serve_cell(cell: Cell, placement: Placement, build: BuildOutcome | None, *, 
         serve_info = ServeInfo(
             command=spec.argv, env=spec.env, log=str(log_path.relative_to(store.dir)),
             startup_s=round(ready.startup_s, 1), exit_code=ready.exit_code, state=ready.state,
-            log_tail=ready.tail, url=server.base_url, served_model=cmd.served_name)
+            log_tail=ready.tail, url=server.base_url or None, served_model=cmd.served_name)
         m = measure_stage.Measurement()
         if ready.ready:
             watch.mark_steady()

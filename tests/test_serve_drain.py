@@ -166,3 +166,26 @@ def test_a_hung_container_is_stopped_and_what_it_said_is_in_its_tail(tmp_path, e
         ready = wait_ready(server, timeout_s=120, quiet_s=1, poll_s=0.05)
     assert ready.state == "hung" and ON_TERM in ready.tail, ready.tail
     assert ON_TERM in (tmp_path / "server.log").read_text()
+
+
+# --- a whole run: the crash cell of the stand-in vLLM, as `harness run` stores it ----------------
+
+
+@pytest.mark.usefixtures("held")
+def test_a_crash_cell_stores_the_lines_that_say_why(tmp_path):
+    # the cell of tests/test_pipeline_local.py that once lost its last lines on a loaded machine
+    from test_pipeline_local import matrix_text
+
+    from harness.matrix.load import load_matrix
+    from harness.results.model import Status
+    from harness.run.options import RunOptions
+    from harness.run.session import run_matrix
+
+    path = tmp_path / "fake.toml"
+    path.write_text(matrix_text(free_port()) + '\n[configs.crash]\nenv = { FAKE_VLLM_MODE = "crash" }\n')
+    store = run_matrix(load_matrix(path), k="qwen-fp8 and crash", opts=RunOptions(results_root=tmp_path / "r"))
+    (crash,) = store.cells()
+    print("DBG", crash.serve.log_tail, crash.reasons, [type(l).__name__ for l in __import__("test_serve_drain").HeldPump.made])
+    assert crash.status is Status.CRASHED and crash.serve.exit_code == 3
+    assert any("illegal memory access" in line for line in crash.serve.log_tail), crash.serve.log_tail
+    assert any("illegal" in s for s in crash.fingerprint.signatures), crash.fingerprint.signatures

@@ -36,8 +36,7 @@ from harness.run.outcome import (
 )
 from harness.serve import stage as serve_stage
 from harness.serve.base import Placement
-from harness.serve.readiness import ended as server_ended
-from harness.serve.readiness import wait_ready
+from harness.serve.readiness import settle, wait_ready
 from harness.stages import judge as judge_stage
 from harness.stages import measure as measure_stage
 
@@ -87,7 +86,7 @@ def serve_cell(cell: Cell, placement: Placement, build: BuildOutcome | None, *, 
         memory = MemoryRecord.model_validate(watch.result())
         progress.cell_phase(cell, "judge", None)
         if ready.ready and not server.state().running:
-            server_ended(server)  # it died while measured: its last lines are read to the end first
+            settle(server)  # it died while measured: its last lines are read to the end first
         fp = fingerprint(server.log.text(), process_ended=not ready.ready)
         verdict = judge_stage.judge(judge_stage.Subject.of(cell), matrix.spec.expect, fp, ready_state=ready.state,
                                     exit_code=ready.exit_code, detail=ready.detail, bench=m.bench,

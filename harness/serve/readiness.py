@@ -58,15 +58,16 @@ def model_names(body: bytes | None) -> set[str]:
     return {c["id"] for c in cards if isinstance(c, dict) and isinstance(c.get("id"), str)}
 
 
-def ended(server: Server) -> bool:
-    """Once the server's process is seen ended: wait for its output to be read to the end, so
-    that its last lines are in the log; whether they all are."""
+def settle(server: Server) -> bool:
+    """End the server (a no-op for one that has ended, but its children go too: they would hold
+    its output open) and wait for its output to be read to the end, so that its last lines are
+    in the log; whether they all are."""
+    server.stop()
     return server.log.drain(DRAIN_S)
 
 
 def _not_ready(server: Server, state: str, startup_s: float, exit_code: int | None, detail: str) -> Readiness:
-    server.stop()  # a no-op for one that has ended; its children go too
-    if not ended(server):
+    if not settle(server):
         detail += f"{'; ' if detail else ''}its last output was not read within {DRAIN_S:.0f} s"
     return Readiness(state, startup_s, exit_code, tuple(server.log.tail(40)), detail)
 

@@ -185,7 +185,6 @@ def test_a_crash_cell_stores_the_lines_that_say_why(tmp_path):
     path.write_text(matrix_text(free_port()) + '\n[configs.crash]\nenv = { FAKE_VLLM_MODE = "crash" }\n')
     store = run_matrix(load_matrix(path), k="qwen-fp8 and crash", opts=RunOptions(results_root=tmp_path / "r"))
     (crash,) = store.cells()
-    print("DBG", crash.serve.log_tail, crash.reasons, [type(l).__name__ for l in __import__("test_serve_drain").HeldPump.made])
     assert crash.status is Status.CRASHED and crash.serve.exit_code == 3
     assert any("illegal memory access" in line for line in crash.serve.log_tail), crash.serve.log_tail
     assert any("illegal" in s for s in crash.fingerprint.signatures), crash.fingerprint.signatures

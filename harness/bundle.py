@@ -1,15 +1,19 @@
 """`harness bundle make|install`: carry a wheel stack to a host with no package index.
 
 `make` reads a bundle spec (TOML: the pinned requirements, the target platform, what to strip
-and why), downloads the wheels with pip, re-packs a wheel only where the spec strips files from
+and why), downloads the wheels with pip for one CPU platform (`--platform`, else the spec's
+`platform` key, else this host's: harness/platforms.py), re-packs a wheel only where the spec strips files from
 it (the re-packed wheel gets its own sha256, and the lock says what was removed and why),
 writes `wheels.lock` beside the wheels, then packs the wheelhouse as one tar.xz split into parts
 no larger than the spec's limit, each with its sha256 in `bundle.json`.
 
-`install` checks every part and the whole archive against `bundle.json`, unpacks the
-wheelhouse, checks every wheel against `wheels.lock`, and can install the wheels into a folder
-(`--site`, for a local runner) with no index: pip with `--no-index --no-deps`, or, where the
-Python has no pip, by unpacking each wheel (what pip does for a pure-path install).
+`install` refuses a bundle made for another CPU than the one it unpacks for (this host's, or
+`--platform`), checks every part and the whole archive against `bundle.json`, unpacks the
+wheelhouse, checks every wheel against `wheels.lock` and, by the platform tag in its name,
+against that CPU, and can install the wheels into a folder (`--site`, for a local runner) with
+no index: pip with `--no-index --no-deps`, or, where the Python has no pip, by unpacking each
+wheel (what pip does for a pure-path install). Every wheel is checked against the CPU of that
+Python before the first is installed, and each is found installed afterwards.
 
 A wheel stack in a matrix names the wheelhouse folder; the image build reads `wheels.lock`.
 """
@@ -31,6 +35,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness import platforms
 from harness.errors import ConfigError, HarnessError
 from harness.safety import grammar, paths, writes
 from harness.safety.readers import extract_flat_tar_xz, load_json, load_toml
@@ -40,11 +45,6 @@ MANIFEST = "bundle.json"
 PART = "part_{:02d}"
 WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
 
-DEFAULT_PLATFORMS = (
-    "manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_28_x86_64",
-    "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-    "manylinux1_x86_64",
-)
 
 
 class _Strict(BaseModel):
@@ -63,7 +63,10 @@ class BundleSpec(_Strict):
     requirements: tuple[str, ...] = Field(description="Pinned requirements, 'name==version' each.")
     python_version: str = Field("3.12", description="Target Python (pip download --python-version).")
     implementation: str = Field("cp", description="pip download --implementation.")
-    platforms: tuple[str, ...] = Field(DEFAULT_PLATFORMS, description="pip download --platform values.")
+    platform: str | None = Field(None, description="The CPU platform the bundle is for (linux/amd64 or "
+                                 "linux/arm64); absent: this host's, or `bundle make --platform`.")
+    platforms: tuple[str, ...] | None = Field(None, description="pip download --platform tags; absent: "
+                                              "the manylinux tags of `platform` (harness/platforms.py).")
     part_size_mb: float = Field(60, gt=0, description="Largest part, in MB (10^6 bytes).")
     xz_preset: int = Field(6, ge=0, le=9, description="xz compression preset.")
     strip: tuple[Strip, ...] = Field((), description="Files removed from wheels, with the reason.")
@@ -77,8 +80,10 @@ def load_spec(path: Path) -> BundleSpec:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{path}: {problems}", hint="fix those keys (see harness/bundle.py BundleSpec)") from None
     grammar.check("bundle_name", spec.name, where=f"{path}: name")
+    if spec.platform is not None:
+        platforms.parse(spec.platform, where=f"{path}: platform")
     # every value below becomes an argument of `pip download`: none may read as an option
-    for i, plat in enumerate(spec.platforms):
+    for i, plat in enumerate(spec.platforms or ()):
         if not re.fullmatch(r"[A-Za-z0-9_.]{1,64}", plat):
             raise ConfigError(f"{path}: platforms[{i}] {plat!r} is not a platform tag", hint="e.g. manylinux_2_28_x86_64")
     if not re.fullmatch(r"\d(?:\.\d{1,2})?", spec.python_version):
@@ -90,6 +95,27 @@ def load_spec(path: Path) -> BundleSpec:
         raise ConfigError(f"{path}: requirements must be exact pins 'name==version', not {', '.join(bad)}",
                           hint="pin every package (resolve once with pip, then copy `pip freeze`)")
     return spec
+
+
+def target_platform(spec: BundleSpec, spec_path: Path, given: platforms.Platform | None = None) -> platforms.Platform:
+    """The platform a bundle is made for: `--platform`, else the spec's `platform`, else this
+    host's. A `--platform` the spec contradicts, or a spec tag for another CPU, is bad input."""
+    own = platforms.parse(spec.platform, where=f"{spec_path}: platform") if spec.platform else None
+    if given is not None and own is not None and given != own:
+        raise ConfigError(f"{spec_path}: platform is {own.describe()}; --platform asks for {given.describe()}",
+                          hint="drop --platform to make the bundle the spec describes, or write a spec for "
+                               f"{given.docker} (its pins may differ per CPU)")
+    target = given or own or platforms.host()
+    for i, tag in enumerate(spec.platforms or ()):
+        if not target.takes_wheel(f"x-0-py3-none-{tag}.whl"):
+            raise ConfigError(f"{spec_path}: platforms[{i}] {tag!r} is not a tag for {target.describe()}",
+                              hint="remove `platforms` (the tags then follow the platform) or list tags "
+                                   f"ending in _{target.machine}")
+    return target
+
+
+def wheel_tags(spec: BundleSpec, target: platforms.Platform) -> tuple[str, ...]:
+    return spec.platforms or target.wheel_tags()
 
 
 def sha256_file(path: Path) -> str:
@@ -114,11 +140,11 @@ def wheel_name_version(filename: str) -> tuple[str, str]:
 # --- make ---------------------------------------------------------------------------------------
 
 
-def download(spec: BundleSpec, dest: Path, python: str = sys.executable) -> None:
+def download(spec: BundleSpec, dest: Path, target: platforms.Platform, python: str = sys.executable) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [python, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
            "--python-version", spec.python_version, "--implementation", spec.implementation,
-           *[a for p in spec.platforms for a in ("--platform", p)], "-d", str(dest), *spec.requirements]
+           *[a for p in wheel_tags(spec, target) for a in ("--platform", p)], "-d", str(dest), *spec.requirements]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise HarnessError(f"pip download failed: {r.stderr.strip()[-2000:]}",
@@ -153,8 +179,9 @@ def repack(src: Path, dest: Path, globs: tuple[str, ...]) -> list[str]:
     return removed
 
 
-def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path) -> dict:
-    """The wheelhouse folder (re-packed where the spec strips) and its lock, as a dict."""
+def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path, target: platforms.Platform) -> dict:
+    """The wheelhouse folder (re-packed where the spec strips) and its lock, as a dict. A wanted
+    wheel built for another CPU than `target` is refused by name."""
     wheelhouse.mkdir(parents=True, exist_ok=True)
     wanted = {norm(r.split("==")[0]): r.split("==")[1] for r in spec.requirements}
     strips = {norm(s.wheel): s for s in spec.strip}
@@ -168,6 +195,10 @@ def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path) -> dic
         name, version = wheel_name_version(whl.name)
         if name not in wanted:
             continue
+        if why := platforms.wheel_refusal(whl.name, target):
+            raise ConfigError(f"bundle {spec.name}: {downloaded}/{why}",
+                              hint=f"download the {target.machine} wheel of {name} {version} (or a pure one), "
+                                   "or make the bundle for that wheel's platform (--platform)")
         seen.add(name)
         upstream = sha256_file(whl)
         entry: dict[str, str | bool | list[str]] = {"name": name, "version": version, "file": whl.name,
@@ -186,12 +217,13 @@ def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path) -> dic
     missing = sorted(set(wanted) - seen)
     if missing:
         raise HarnessError(f"bundle {spec.name}: no wheel downloaded for {', '.join(missing)}")
-    lock = {"bundle": spec.name, "python_version": spec.python_version, "wheels": entries}
+    lock = {"bundle": spec.name, "python_version": spec.python_version, "platform": target.docker,
+            "wheels": entries}
     writes.write_text(wheelhouse / LOCK, json.dumps(lock, indent=1, sort_keys=True) + "\n", flag="wheel lock")
     return lock
 
 
-def pack(wheelhouse: Path, out: Path, spec: BundleSpec) -> dict:
+def pack(wheelhouse: Path, out: Path, spec: BundleSpec, target: platforms.Platform) -> dict:
     """wheelhouse -> out/part_NN (each <= part size) + out/bundle.json."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("part_*"):
@@ -226,6 +258,7 @@ def pack(wheelhouse: Path, out: Path, spec: BundleSpec) -> dict:
             writes.write_bytes(p, chunk, flag="--out part")
             parts.append({"file": p.name, "bytes": len(chunk), "sha256": hashlib.sha256(chunk).hexdigest()})
     manifest = {"bundle": spec.name, "description": spec.description, "format": "tar.xz split",
+                "platform": target.docker,
                 "archive_sha256": sha256_file(archive), "archive_bytes": archive.stat().st_size,
                 "part_size_limit_bytes": limit, "parts": parts,
                 "lock": read_lock(wheelhouse)}
@@ -234,15 +267,17 @@ def pack(wheelhouse: Path, out: Path, spec: BundleSpec) -> dict:
     return manifest
 
 
-def make(spec_path: Path, out: Path, *, downloaded: Path | None = None, keep_wheelhouse: Path | None = None) -> dict:
+def make(spec_path: Path, out: Path, *, downloaded: Path | None = None, keep_wheelhouse: Path | None = None,
+         platform: platforms.Platform | None = None) -> dict:
     spec = load_spec(spec_path)
+    target = target_platform(spec, spec_path, platform)
     with tempfile.TemporaryDirectory(prefix="harness-bundle-") as tmp:
         dl = downloaded or Path(tmp) / "download"
         if downloaded is None:
-            download(spec, dl)
+            download(spec, dl, target)
         wh = keep_wheelhouse or Path(tmp) / "wheelhouse"
-        make_wheelhouse(spec, dl, wh)
-        return pack(wh, out, spec)
+        make_wheelhouse(spec, dl, wh, target)
+        return pack(wh, out, spec, target)
 
 
 # --- install ------------------------------------------------------------------------------------
@@ -264,6 +299,7 @@ class _Wheel(BaseModel):
 
 class _Lock(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
+    platform: str | None = None  # absent in bundles made before platforms were recorded
     wheels: tuple[_Wheel, ...] = Field(max_length=10_000)
 
 
@@ -272,6 +308,7 @@ class _Manifest(BaseModel):
     bundle: str
     archive_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     archive_bytes: int = Field(ge=0)
+    platform: str | None = None
     parts: tuple[_Part, ...] = Field(min_length=1, max_length=10_000)
     lock: _Lock
 
@@ -284,7 +321,11 @@ def _validated(model, data, name: str, hint: str) -> dict:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()[:5])
         raise ConfigError(f"{name}: {grammar.one_line(problems)}", hint=hint) from None
-    wheels = data["lock"]["wheels"] if model is _Manifest else data["wheels"]
+    lock = data["lock"] if model is _Manifest else data
+    for where, d in (("platform", data), ("lock.platform", lock)) if model is _Manifest else (("platform", data),):
+        if d.get("platform") is not None:
+            platforms.parse(d["platform"], where=f"{name}: {where}")
+    wheels = lock["wheels"]
     for i, w in enumerate(wheels):
         grammar.check("wheel_file", w["file"], where=f"{name}: wheels[{i}].file", hint=hint)
     for i, p in enumerate(data.get("parts", ())):
@@ -343,8 +384,26 @@ def check_lock(wheelhouse: Path) -> dict:
     return lock
 
 
-def unpack(bundle_dir: Path, dest: Path) -> dict:
+def refuse_other_cpu(where: str, lock: dict, target: platforms.Platform, made_for: str | None = None) -> None:
+    """Bad input (exit 2) when a bundle or wheelhouse was made for another CPU than `target`, or
+    holds a wheel whose tag names another one: named, before anything is unpacked or installed."""
+    made = platforms.parse(made_for or lock.get("platform") or target.docker, where=f"{where}: platform")
+    if made != target:
+        raise ConfigError(f"{where}: made for {made.describe()}; this is {target.describe()}",
+                          hint=f"make the bundle for {target.docker} (`harness bundle make SPEC --platform "
+                               f"{target.docker}`), or install it on a {made.machine} host")
+    wrong = [why for w in lock["wheels"] if (why := platforms.wheel_refusal(w["file"], target))]
+    if wrong:
+        raise ConfigError(f"{where}: {len(wrong)} wheel(s) for another CPU: " + "; ".join(wrong[:5]),
+                          hint=f"make the bundle again for {target.docker}: its wheels must be pure or "
+                               f"tagged _{target.machine}")
+
+
+def unpack(bundle_dir: Path, dest: Path, target: platforms.Platform | None = None) -> dict:
+    """Check and unpack a bundle into the wheelhouse `dest`, for `target` (default: this host)."""
+    target = target or platforms.host()
     manifest = check_parts(bundle_dir)
+    refuse_other_cpu(str(bundle_dir / MANIFEST), manifest["lock"], target, manifest.get("platform"))
     h = hashlib.sha256()
     dest.mkdir(parents=True, exist_ok=True)
 
@@ -376,12 +435,25 @@ def unpack(bundle_dir: Path, dest: Path) -> dict:
     return manifest
 
 
+def python_platform(python: str) -> platforms.Platform:
+    """The CPU platform a Python interpreter runs on (its platform.machine())."""
+    r = subprocess.run([python, "-c", "import platform; print(platform.machine())"], capture_output=True, text=True)
+    machine = r.stdout.strip()
+    if r.returncode != 0 or not machine:
+        raise ConfigError(f"--python {python}: it does not run ({(r.stderr or '').strip()[-300:] or 'no output'})",
+                          hint="give the Python that will import the site")
+    return platforms.parse(machine, where=f"--python {python}: platform.machine()")
+
+
 def install_site(wheelhouse: Path, site: Path, python: str) -> list[str]:
-    """Install every locked wheel into `site` with no index (pip, or unpacking where pip is absent)."""
+    """Install every locked wheel into `site` with no index (pip, or unpacking where pip is absent).
+    Every wheel is checked against that Python's CPU first: none for another is ever unpacked. The
+    wheels returned are the ones found installed (each one's .dist-info in `site`)."""
     lock = check_lock(wheelhouse)
     files = [str(wheelhouse / w["file"]) for w in lock["wheels"]]
     if shutil.which(python) is None:
         raise ConfigError(f"--python {python}: no such interpreter", hint="give the Python that will import the site")
+    refuse_other_cpu(str(wheelhouse / LOCK), lock, python_platform(python))
     site.mkdir(parents=True, exist_ok=True)
     has_pip = subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode == 0
     if has_pip:
@@ -393,4 +465,9 @@ def install_site(wheelhouse: Path, site: Path, python: str) -> list[str]:
         for f in files:
             with zipfile.ZipFile(f) as z:
                 z.extractall(site)
+    found = {norm(d.name[:-len(".dist-info")].rsplit("-", 1)[0]) for d in site.glob("*.dist-info")}
+    missing = [w["file"] for w in lock["wheels"] if norm(w["name"]) not in found]
+    if missing:
+        raise HarnessError(f"{site}: {len(missing)} of {len(files)} wheel(s) not installed: {', '.join(missing[:5])}",
+                           hint="see the pip output above; install into an empty folder")
     return [w["file"] for w in lock["wheels"]]

@@ -221,3 +221,26 @@ def test_the_in_image_install_refuses_a_wheel_for_another_cpu(tmp_path, download
     site = Path(subprocess.check_output([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                         text=True).strip())
     assert sorted(p.name for p in site.iterdir()) == site_before
+
+
+def test_a_wheel_stack_build_refuses_a_wheelhouse_for_another_cpu(tmp_path):
+    """The image is built for this host's CPU (by default): its wheelhouse is checked at render,
+    before any build step, and named by its key."""
+    from test_wheel_stack import wheel_matrix
+
+    from harness.build.wheels import render_wheels
+    from harness.matrix.load import load_matrix
+
+    dl = tmp_path / "dl"
+    dl.mkdir()
+    tagged_wheel(dl, "vllm", "0.25.1", cpu_tag(OTHER))
+    (tmp_path / "b.toml").write_text('name = "v"\nrequirements = ["vllm==0.25.1"]\n')
+    manifest = bundle.make(tmp_path / "b.toml", tmp_path / "out", downloaded=dl, platform=OTHER)
+    wh = tmp_path / "wh"
+    bundle.unpack(tmp_path / "out", wh, OTHER)
+    m = load_matrix(wheel_matrix(tmp_path, wh, manifest["lock"]["wheels"][0]["sha256"]))
+    with pytest.raises(ConfigError) as exc:
+        render_wheels(m, "w", base_image_id="sha256:" + "a" * 64)
+    assert f"stacks.w.wheels.wheelhouse {wh}/wheels.lock: made for {OTHER.describe()}; this is " \
+           f"{HOST.describe()}" in exc.value.message
+    assert render_wheels(m, "w", base_image_id="sha256:" + "a" * 64, platform=OTHER).files  # for that CPU: fine

@@ -16,6 +16,7 @@ import hashlib
 import re
 from pathlib import Path
 
+from harness import platforms
 from harness.build.render import (
     LABEL,
     WHEELS_TEMPLATE,
@@ -25,7 +26,6 @@ from harness.build.render import (
     content_hash,
     fill,
 )
-from harness import platforms
 from harness.bundle import LOCK, refuse_other_cpu, wheelhouse_files
 from harness.bundle import read_lock as read_bundle_lock
 from harness.errors import ConfigError

@@ -435,14 +435,42 @@ def unpack(bundle_dir: Path, dest: Path, target: platforms.Platform | None = Non
     return manifest
 
 
-def python_platform(python: str) -> platforms.Platform:
-    """The CPU platform a Python interpreter runs on (its platform.machine())."""
-    r = subprocess.run([python, "-c", "import platform; print(platform.machine())"], capture_output=True, text=True)
-    machine = r.stdout.strip()
-    if r.returncode != 0 or not machine:
+def interpreter(python: str) -> tuple[platforms.Platform, str, tuple[int, int]]:
+    """The CPU platform a Python interpreter runs on, its implementation and version."""
+    code = "import platform, sys; print(platform.machine(), sys.implementation.name, *sys.version_info[:2])"
+    r = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    words = r.stdout.split()
+    if r.returncode != 0 or len(words) != 4:
         raise ConfigError(f"--python {python}: it does not run ({(r.stderr or '').strip()[-300:] or 'no output'})",
                           hint="give the Python that will import the site")
-    return platforms.parse(machine, where=f"--python {python}: platform.machine()")
+    return (platforms.parse(words[0], where=f"--python {python}: platform.machine()"), words[1],
+            (int(words[2]), int(words[3])))
+
+
+def python_refusal(filename: str, impl: str, version: tuple[int, int]) -> str | None:
+    """None when a wheel's Python and ABI tags suit this interpreter (CPython: what pip accepts
+    for py3/pyXY with no ABI, cpXY with its own ABI, cp3N-abi3 up to this version); else why not.
+    Other implementations are not judged here."""
+    if impl != "cpython":
+        return None
+    major, minor = version
+    tag = filename[:-4].split("-")[-3:-1] if filename.endswith(".whl") else []
+    if len(tag) != 2:
+        return f"{filename} is not a wheel file name"
+
+    def ok(py: str, abi: str) -> bool:
+        n = re.fullmatch(rf"(py|cp){major}(\d*)", py)
+        if n is None or (n[2] and int(n[2]) > minor):
+            return False
+        if abi == "none":
+            return n[1] == "py" or n[2] == str(minor)
+        if abi == "abi3":
+            return n[1] == "cp"
+        return n[1] == "cp" and n[2] == str(minor) and abi == f"cp{major}{minor}"
+
+    if any(ok(py, abi) for py in tag[0].split(".") for abi in tag[1].split(".")):
+        return None
+    return f"{filename} is for {tag[0]}-{tag[1]}, not CPython {major}.{minor}"
 
 
 def install_site(wheelhouse: Path, site: Path, python: str) -> list[str]:
@@ -453,7 +481,13 @@ def install_site(wheelhouse: Path, site: Path, python: str) -> list[str]:
     files = [str(wheelhouse / w["file"]) for w in lock["wheels"]]
     if shutil.which(python) is None:
         raise ConfigError(f"--python {python}: no such interpreter", hint="give the Python that will import the site")
-    refuse_other_cpu(str(wheelhouse / LOCK), lock, python_platform(python))
+    cpu, impl, version = interpreter(python)
+    refuse_other_cpu(str(wheelhouse / LOCK), lock, cpu)
+    wrong = [why for w in lock["wheels"] if (why := python_refusal(w["file"], impl, version))]
+    if wrong:
+        raise ConfigError(f"--python {python}: {len(wrong)} wheel(s) it cannot import: " + "; ".join(wrong[:5]),
+                          hint=f"make the bundle for Python {version[0]}.{version[1]} (python_version in the "
+                               "spec), or give the Python it was made for")
     site.mkdir(parents=True, exist_ok=True)
     has_pip = subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode == 0
     if has_pip:

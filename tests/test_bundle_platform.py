@@ -244,3 +244,22 @@ def test_a_wheel_stack_build_refuses_a_wheelhouse_for_another_cpu(tmp_path):
     assert f"stacks.w.wheels.wheelhouse {wh}/wheels.lock: made for {OTHER.describe()}; this is " \
            f"{HOST.describe()}" in exc.value.message
     assert render_wheels(m, "w", base_image_id="sha256:" + "a" * 64, platform=OTHER).files  # for that CPU: fine
+
+
+@pytest.mark.parametrize("pip", [True, False], ids=["pip", "no-pip"])
+def test_a_wheel_for_another_python_is_refused_before_anything_is_installed(tmp_path, pip):
+    """Without pip, unpacking a cp3(N+1) wheel into a 3.N site would "install" what cannot import."""
+    newer = f"cp{sys.version_info.major}{sys.version_info.minor + 1}"
+    dl = tmp_path / "dl"
+    dl.mkdir()
+    tagged_wheel(dl, "fastthing", "1.0", cpu_tag(HOST), abi=newer)
+    tagged_wheel(dl, "purething", "2.0", "any")
+    bundle.make(spec_file(tmp_path), tmp_path / "out", downloaded=dl)
+    bundle.unpack(tmp_path / "out", tmp_path / "wh")
+    py = sys.executable if pip else no_pip_python(tmp_path)
+    site = tmp_path / "site"
+    with pytest.raises(ConfigError) as exc:
+        bundle.install_site(tmp_path / "wh", site, python=py)
+    assert (f"1 wheel(s) it cannot import: fastthing-1.0-{newer}-{newer}-{cpu_tag(HOST)}.whl is for "
+            f"{newer}-{newer}, not CPython {sys.version_info.major}.{sys.version_info.minor}") in exc.value.message
+    assert not site.exists() or not any(site.iterdir())

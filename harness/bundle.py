@@ -2,8 +2,9 @@
 
 `make` reads a bundle spec (TOML: the pinned requirements, the target platform, what to strip
 and why), downloads the wheels with pip for one CPU platform (`--platform`, else the spec's
-`platform` key, else this host's: harness/platforms.py), re-packs a wheel only where the spec strips files from
-it (the re-packed wheel gets its own sha256, and the lock says what was removed and why),
+`platform` key, else this host's: harness/platforms.py), re-packs a wheel only where the spec
+strips files from it (the re-packed wheel gets its own sha256, and the lock says what was
+removed and why),
 writes `wheels.lock` beside the wheels, then packs the wheelhouse as one tar.xz split into parts
 no larger than the spec's limit, each with its sha256 in `bundle.json`.
 
@@ -44,7 +45,6 @@ LOCK = "wheels.lock"
 MANIFEST = "bundle.json"
 PART = "part_{:02d}"
 WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
-
 
 
 class _Strict(BaseModel):
@@ -180,8 +180,9 @@ def repack(src: Path, dest: Path, globs: tuple[str, ...]) -> list[str]:
 
 
 def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path, target: platforms.Platform) -> dict:
-    """The wheelhouse folder (re-packed where the spec strips) and its lock, as a dict. A wanted
-    wheel built for another CPU than `target` is refused by name."""
+    """The wheelhouse folder (re-packed where the spec strips) and its lock, as a dict. Wheels
+    built for another CPU than `target` are left out; a requirement with only such wheels is
+    refused, naming them."""
     wheelhouse.mkdir(parents=True, exist_ok=True)
     wanted = {norm(r.split("==")[0]): r.split("==")[1] for r in spec.requirements}
     strips = {norm(s.wheel): s for s in spec.strip}
@@ -191,14 +192,14 @@ def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path, target
                           hint="strip only wheels the bundle carries")
     entries = []
     seen = set()
+    foreign: dict[str, list[str]] = {}
     for whl in sorted(downloaded.glob("*.whl")):
         name, version = wheel_name_version(whl.name)
         if name not in wanted:
             continue
         if why := platforms.wheel_refusal(whl.name, target):
-            raise ConfigError(f"bundle {spec.name}: {downloaded}/{why}",
-                              hint=f"download the {target.machine} wheel of {name} {version} (or a pure one), "
-                                   "or make the bundle for that wheel's platform (--platform)")
+            foreign.setdefault(name, []).append(why)
+            continue
         seen.add(name)
         upstream = sha256_file(whl)
         entry: dict[str, str | bool | list[str]] = {"name": name, "version": version, "file": whl.name,
@@ -214,6 +215,10 @@ def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path, target
             entry.update(repacked=False)
         entry["sha256"] = sha256_file(wheelhouse / whl.name)
         entries.append(entry)
+    if wrong := [why for name in sorted(set(foreign) - seen) for why in foreign[name]]:
+        raise ConfigError(f"bundle {spec.name}: in {downloaded}: " + "; ".join(wrong[:5]),
+                          hint=f"download the {target.machine} wheels (or pure ones), or make the bundle for "
+                               "their platform (--platform)")
     missing = sorted(set(wanted) - seen)
     if missing:
         raise HarnessError(f"bundle {spec.name}: no wheel downloaded for {', '.join(missing)}")

@@ -56,6 +56,7 @@ def make(tmp_path: Path, wheels: Path, p: platforms.Platform, *, recorded: bool 
 
 
 SCRIPT = r"""
+exec 2>&1
 echo "uname $(uname -m)"
 python3 -m pip --version >/dev/null 2>&1 && echo "pip present" || echo "no pip"
 run() { echo "+ $*"; python3 -m harness "$@"; echo "rc=$?"; }

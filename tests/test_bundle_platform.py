@@ -105,7 +105,7 @@ def test_a_bundle_for_the_other_cpu(tmp_path, downloaded, how):
 def test_a_downloaded_wheel_for_another_cpu_is_refused_by_name(tmp_path, downloaded):
     with pytest.raises(ConfigError) as exc:
         bundle.make(spec_file(tmp_path), tmp_path / "out", downloaded=for_cpu(downloaded, OTHER), platform=HOST)
-    assert f"fastthing-1.0-{ABI}-{ABI}-{cpu_tag(OTHER)}.whl is built for {OTHER.machine}, not {HOST.docker}" \
+    assert f"fastthing-1.0-{ABI}-{ABI}-{cpu_tag(OTHER)}.whl is built for {OTHER.machine}, not {HOST.describe()}" \
         in exc.value.message
     assert not (tmp_path / "out").exists()
 
@@ -263,3 +263,30 @@ def test_a_wheel_for_another_python_is_refused_before_anything_is_installed(tmp_
     assert (f"1 wheel(s) it cannot import: fastthing-1.0-{newer}-{newer}-{cpu_tag(HOST)}.whl is for "
             f"{newer}-{newer}, not CPython {sys.version_info.major}.{sys.version_info.minor}") in exc.value.message
     assert not site.exists() or not any(site.iterdir())
+
+
+def test_a_download_folder_for_both_cpus_gives_each_bundle_its_own(tmp_path, downloaded):
+    both = for_cpu(downloaded, OTHER)
+    tagged_wheel(both, "fastthing", "1.0", cpu_tag(HOST))
+    for p in (HOST, OTHER):
+        lock = bundle.make(spec_file(tmp_path), tmp_path / p.short, downloaded=both, platform=p)["lock"]
+        assert sorted(w["file"] for w in lock["wheels"]) == [
+            f"fastthing-1.0-{ABI}-{ABI}-{cpu_tag(p)}.whl", "purething-2.0-py3-none-any.whl"]
+
+
+# --- the air-gap tools -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, env, named", [
+    ([], {"PLATFORM": "sparc"}, "device-inputs: PLATFORM: unknown platform 'sparc'"),
+    (["--platform", OTHER.docker], {}, f"device-inputs: the Docker kit is made from this host's packages "
+                                       f"({HOST.docker}), not {OTHER.docker}"),
+])
+def test_device_inputs_refuses_a_platform_it_cannot_serve_before_downloading(tmp_path, args, env, named):
+    import os
+
+    out = tmp_path / "inputs"
+    r = subprocess.run(["bash", str(ROOT / "tools" / "device-inputs.sh"), *args, str(out)], capture_output=True,
+                       text=True, env={**os.environ, "PY": sys.executable, **env})
+    assert r.returncode == 2 and named in r.stderr
+    assert not out.exists()  # nothing made, nothing downloaded

@@ -15,6 +15,9 @@ multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || true)
 [ -n "$multiarch" ] || multiarch="$(uname -m)-linux-gnu"  # Debian's triplet for both CPUs it packs
 [ -d "/lib/$multiarch" ] || [ -d "/usr/lib/$multiarch" ] || {
   echo "make-docker-kit: no /lib/$multiarch here: this needs a Debian or Ubuntu host (multiarch library folders)" >&2; exit 3; }
+for tool in apt-get dpkg dpkg-deb xz sha256sum; do
+  command -v "$tool" >/dev/null || { echo "make-docker-kit: needs $tool (Debian: apt, dpkg, xz-utils, coreutils)" >&2; exit 3; }
+done
 w=$(mktemp -d); trap 'rm -rf "$w"' EXIT; cd "$w"
 apt-get update -qq >/dev/null
 # the libraries' packages too (Debian bookworm's names), so that a host without them installed

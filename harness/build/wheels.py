@@ -5,8 +5,8 @@ Dockerfile text, build args, labels, context files, content hash, hence the same
 `vllm-bw:<stack>-<12 hex>` tag) from docker/Dockerfile.wheels.in. The wheels come from a local
 wheelhouse (`harness bundle install --dest`), each checked against its wheels.lock, or the vLLM
 wheel from PyPI with its sha256. A wheelhouse made for another CPU than the image's platform, or
-holding a wheel tagged for one, is refused before the build. Python-file patches apply to the installed package. A base image
-given as a local tag (`base_image.local = true`) is pinned by its image ID: the ID is the FROM,
+holding a wheel tagged for one, is refused before the build. Python-file patches apply to the
+installed package. A base image given as a local tag (`base_image.local = true`) is pinned by its image ID: the ID is the FROM,
 a label, and part of the hash.
 """
 
@@ -29,6 +29,7 @@ from harness.build.render import (
 from harness.bundle import LOCK, refuse_other_cpu, wheelhouse_files
 from harness.bundle import read_lock as read_bundle_lock
 from harness.errors import ConfigError
+from harness.platforms import Platform
 from harness.safety.paths import read_bytes
 
 PATCH_TARGET = re.compile(r"^\+\+\+ (?:b/)?(\S+)", re.MULTILINE)
@@ -84,9 +85,10 @@ def _patch_lines(patches: list[PatchFile]) -> str:
 
 def render_wheels(matrix, stack_name: str, *, template: Path | None = None, template_text: str | None = None,
                   buildkit: bool = False, extra: dict[str, str] | None = None,
-                  base_image_id: str | None = None, platform: platforms.Platform | None = None) -> Rendered:
+                  base_image_id: str | None = None, platform: Platform | None = None) -> Rendered:
     """`platform`: the CPU the image is built for (default: this host's); the wheelhouse must match it."""
     stack = matrix.spec.stacks[stack_name]
+    platform = platform or platforms.host()
     w = stack.wheels
     base = stack.base_image
     if base.local and base.image_id and base_image_id != base.image_id:
@@ -104,7 +106,7 @@ def render_wheels(matrix, stack_name: str, *, template: Path | None = None, temp
     repacked_note = ""
     if lock_info is not None:
         where, lock = lock_info
-        refuse_other_cpu(f"stacks.{stack_name}.wheels.wheelhouse {where / LOCK}", lock, platform or platforms.host())
+        refuse_other_cpu(f"stacks.{stack_name}.wheels.wheelhouse {where / LOCK}", lock, platform)
         vllm = [e for e in lock["wheels"] if e["name"] == "vllm"]
         if len(vllm) != 1 or vllm[0]["version"] != w.vllm.version:
             raise ConfigError(f"stacks.{stack_name}.wheels: {where / LOCK} has no vllm {w.vllm.version} wheel",
@@ -136,7 +138,7 @@ def render_wheels(matrix, stack_name: str, *, template: Path | None = None, temp
     }
     all_files = tuple(_context_support_files(template.parent, dockerfile)  # wheels.py
                       + files + [(p.context_path, p.data) for p in patches])
-    digest = content_hash(dockerfile, buildargs, all_files, stack)
+    digest = content_hash(dockerfile, buildargs, all_files, stack, platform)
     source = (f"wheel:vllm=={w.vllm.version} sha256:{w.vllm.sha256 or 'unchecked'}"
               + (f" wheelhouse:{LOCK} sha256:{hashlib.sha256(files[0][1]).hexdigest()}" if lock_info else " pypi")
               + repacked_note)
@@ -158,4 +160,5 @@ def render_wheels(matrix, stack_name: str, *, template: Path | None = None, temp
     }
     for p in patches:
         labels[f"{LABEL}.vllm.patch.{Path(p.rel).name}.sha256"] = p.sha256
-    return Rendered(stack_name, dockerfile, buildargs, labels, all_files, tuple(patches), digest)
+    labels[f"{LABEL}.platform"] = platform.docker
+    return Rendered(stack_name, dockerfile, buildargs, labels, all_files, tuple(patches), digest, platform.docker)

@@ -327,3 +327,26 @@ def test_lock_command_takes_a_platform(tmp_path, capsys):
     assert main(["lock", "-m", str(path), "--platform", "linux/s390x"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "--platform: unknown platform 'linux/s390x'" in err and "linux/arm64" in err
+
+
+def test_locking_again_for_another_cpu_picks_its_wheel_without_calling_it_moved(tmp_path):
+    """A cubin wheel per CPU (made up: PyPI's are pure), served through `fetch`."""
+    cubin = [{"filename": f"flashinfer_cubin-0.7.2.post1-py3-none-manylinux_2_28_{p.machine}.whl",
+              "packagetype": "bdist_wheel", "digests": {"sha256": c * 64}}
+             for p, c in ((platforms.AMD64, "d"), (platforms.ARM64, "e"))]
+
+    def fetch(url):
+        name = url.split("/pypi/")[1].split("/")[0]
+        return {"urls": cubin if name == "flashinfer-cubin" else RELEASES[name][sorted(RELEASES[name])[-1]]}
+
+    eng = lambda: Engine({"example/cuda:13.0.1": DIGEST_A})  # noqa: E731
+    path = write_matrix(tmp_path)
+    path.write_text(path.read_text().replace("cubin = false", "cubin = true"))
+    m = load_matrix(path)
+    amd = lock.resolve(m, engine_factory=eng, fetch=fetch, platform=platforms.AMD64)
+    assert amd.stacks["a"]["flashinfer-cubin"].file.endswith("_x86_64.whl")
+    arm = lock.resolve(m, engine_factory=eng, fetch=fetch, platform=platforms.ARM64, previous=amd)  # no Moved
+    assert arm.stacks["a"]["flashinfer-cubin"].sha256 == "e" * 64 and arm.lock.platform == "linux/arm64"
+    cubin[0]["digests"]["sha256"] = "f" * 64  # the x86_64 wheel replaced upstream: that is a move
+    with pytest.raises(lock.Moved, match="flashinfer-cubin"):
+        lock.resolve(m, engine_factory=eng, fetch=fetch, platform=platforms.AMD64, previous=amd)

@@ -104,3 +104,25 @@ def test_an_arm64_bundle_installs_on_arm64_and_an_amd64_one_is_refused(tmp_path,
             "is built for x86_64, not linux/arm64 (aarch64)") in " ".join(old.split())
     assert "rc=2" in old
     assert "so left: 0" in out
+
+
+def test_a_docker_kit_made_on_x86_64_is_refused_on_arm64(tmp_path, wheels):
+    """tools/device-docker-up.sh on an arm64 host, given a kit whose MACHINE says x86_64 (as
+    tools/make-docker-kit.sh records it on an x86-64 machine): refused, named, nothing started."""
+    import io
+    import tarfile
+
+    kit = tmp_path / "docker-kit.tar.xz"
+    with tarfile.open(kit, "w:xz") as t:
+        for name, data in (("MACHINE", b"x86_64\n"), ("bin/dockerd", b"#!/bin/sh\necho started\n")):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755
+            t.addfile(info, io.BytesIO(data))
+    r = docker("run", "--rm", "--platform", "linux/arm64", "--network", "none",
+               "-v", f"{ROOT}/tools:/t:ro", "-v", f"{kit}:/kit.tar.xz:ro", IMAGE,
+               "bash", "-c", "bash /t/device-docker-up.sh /kit.tar.xz; echo rc=$?; ls /tmp/dk 2>&1 | head -1",
+               check=False)
+    out = " ".join((r.stdout + r.stderr).split())
+    assert "/kit.tar.xz is for x86_64, this host is aarch64: make the kit (tools/make-docker-kit.sh) on a " \
+           "aarch64 machine" in out
+    assert "rc=2" in out and "started" not in out and "No such file or directory" in out  # /tmp/dk removed

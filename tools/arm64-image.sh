@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # harness-test/arm64:bookworm, the linux/arm64 image of tests/test_arm64_docker.py (a DGX Spark's
-# CPU, emulated): Debian bookworm arm64 (debootstrap minbase + python3, whose Python has no pip),
-# with, for `python3 -m harness bundle ...` run from a checkout mounted in the container:
+# CPU, emulated): Debian bookworm arm64 (debootstrap minbase + python3, whose Python has no pip,
+# and xz-utils for the Docker kit's tar.xz), with, for `python3 -m harness bundle ...` run from a
+# checkout mounted in the container:
 #   /opt/harness-deps  the harness's imports for `harness bundle` (pydantic, rich and theirs),
 #                      aarch64 wheels for Python 3.11 unpacked (versions as installed here)
 #   /opt/wheels/{arm64,amd64}  markupsafe 3.0.3 cp311 for each CPU: a small real wheel with a
@@ -61,7 +62,7 @@ if [ "${1:-}" = --relabel ]; then  # an image imported before as amd64: the same
   docker image inspect -f "arm64-image: $IMAGE ({{.Os}}/{{.Architecture}})" "$IMAGE"; exit 0
 fi
 start=$(date +%s)
-debootstrap --arch=arm64 --variant=minbase --include=python3 bookworm "$root" >"$tmp/debootstrap.log" 2>&1 \
+debootstrap --arch=arm64 --variant=minbase --include=python3,xz-utils bookworm "$root" >"$tmp/debootstrap.log" 2>&1 \
   || { tail -20 "$tmp/debootstrap.log" >&2; exit 1; }
 rm -rf "$root/var/cache/apt/archives/"*.deb "$root/var/lib/apt/lists/"*
 # shellcheck disable=SC2086

@@ -3,7 +3,8 @@
 from this checkout. The wheel is a real one from PyPI with a compiled module (markupsafe 3.0.3
 cp311, for each CPU). The arm64 bundle installs and its aarch64 module imports there; the amd64
 bundle is refused naming both platforms, and leaves no .so behind, with or without the platform
-recorded in the bundle."""
+recorded in the bundle; a wheel stack's in-image install (docker/wheels.py) refuses its wheel too.
+A Docker kit made on x86-64 is refused there by tools/device-docker-up.sh."""
 
 from __future__ import annotations
 
@@ -70,7 +71,10 @@ EOF
 run bundle install /b/amd64 --dest /tmp/wh2 --site /tmp/site2
 run bundle install /b/amd64 --dest /tmp/wh3 --platform linux/amd64 --site /tmp/site3
 run bundle install /b/amd64-old --dest /tmp/wh4 --site /tmp/site4
-echo "so left: $(find /tmp/site2 /tmp/site3 /tmp/site4 -name '*.so' 2>/dev/null | wc -l)"
+echo "+ wheels.py install"  # a wheel stack's install step in an arm64 image, given the amd64 wheelhouse
+python3 /src/docker/wheels.py install --python python3 --vllm 0 --wheelhouse /tmp/wh3; echo "rc=$?"
+purelib=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+echo "so left: $(find /tmp/site2 /tmp/site3 /tmp/site4 "$purelib" -name 'markupsafe*' 2>/dev/null | wc -l) ($purelib)"
 """
 
 
@@ -81,7 +85,7 @@ def test_an_arm64_bundle_installs_on_arm64_and_an_amd64_one_is_refused(tmp_path,
         b.rename(tmp_path / "b" / b.name.removeprefix("bundle-"))
     name = f"harness-test-arm64-{uuid.uuid4().hex[:8]}"
     r = docker("run", "--rm", "--name", name, "--platform", "linux/arm64", "--network", "none",
-               "-v", f"{ROOT}/harness:/src/harness:ro", "-v", f"{tmp_path / 'b'}:/b:ro",
+               "-v", f"{ROOT}/harness:/src/harness:ro", "-v", f"{ROOT}/docker:/src/docker:ro", "-v", f"{tmp_path / 'b'}:/b:ro",
                "-e", "PYTHONPATH=/src:/opt/harness-deps", "-e", "COLUMNS=400", IMAGE, "bash", "-c", SCRIPT,
                check=False)
     out = r.stdout + r.stderr
@@ -103,7 +107,11 @@ def test_an_arm64_bundle_installs_on_arm64_and_an_amd64_one_is_refused(tmp_path,
     assert ("markupsafe-3.0.3-cp311-cp311-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl "
             "is built for x86_64, not linux/arm64 (aarch64)") in " ".join(old.split())
     assert "rc=2" in old
-    assert "so left: 0" in out
+    stack = out.split("+ wheels.py install")[1]
+    assert ("this image's Python runs on aarch64; the wheelhouse (linux/amd64) holds wheels for another CPU: "
+            "markupsafe-3.0.3-cp311-cp311-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl "
+            "is built for x86_64") in stack and "rc=1" in stack
+    assert "so left: 0 (/usr/local/lib/python3.11/dist-packages)" in out  # no site holds markupsafe
 
 
 def test_a_docker_kit_made_on_x86_64_is_refused_on_arm64(tmp_path, wheels):

@@ -114,6 +114,31 @@ _ATTN_LEGACY = re.compile(
 )
 
 
+# The quantization an older MoE selection line names in prose (the oracle line of 0.14+ prints it
+# as a word of its own: `Using 'X' NvFp4 MoE backend`), first match wins. From every release's
+# MoE lines (tests/fixtures/upstream/): 0.10-0.17 mxfp4.py "Using FlashInfer MXFP4 MXFP8 TRTLLM
+# backend for SM100" (MXFP4 weights, MXFP8 activations), 0.11-0.13 fp8.py "Using FlashInfer FP8
+# MoE TRTLLM backend for SM100", nvfp4_moe_support.py "Falling back to Marlin FP4 MoE kernel",
+# 0.12 "Using Marlin for ModelOptNvFp4FusedMoE.", "... CompressedTensorsW4A4Nvfp4MoEMethod",
+# 0.16 "Using Marlin backend for WNA16 MoE (group_size=..)", 0.20 "Using CutlassExpertsMxfp4 for
+# MXFP4 MoE", 0.24 "Using Mxfp8EmulationTritonExperts MoE backend", 0.26 "Int4EmulationTriton
+# Experts", 0.11 "Enabling FlashInfer CUTLASS MoE for UnquantizedFusedMoEMethod".
+_QUANT_WORDS = tuple((q, re.compile(rx)) for q, rx in (
+    ("mxfp4", r"(?i)mxfp4"),
+    ("nvfp4", r"(?i)nvfp4|\bfp4\b|w4a4"),
+    ("mxfp8", r"(?i)mxfp8"),
+    ("fp8", r"(?i)fp8"),
+    ("wna16", r"(?i)wna16|w4a16|w8a16"),
+    ("int8", r"(?i)\bint8|w8a8"),
+    ("int4", r"(?i)\bint4"),
+    ("unquantized", r"(?i)unquantized"),
+))
+
+
+def _quant_word(msg: str) -> str | None:
+    return next((q for q, rx in _QUANT_WORDS if rx.search(msg)), None)
+
+
 class KernelFacts(BaseModel):
     """The main model's kernel selections."""
 
@@ -141,6 +166,7 @@ class _Model:
     moe: str | None = None
     quant: str | None = None
     legacy_moe: str | None = None
+    legacy_quant: str | None = None
     attention: str | None = None
     linear: list[str] = field(default_factory=list)
     by_layer: dict[str, list[str]] = field(default_factory=dict)
@@ -157,6 +183,10 @@ class _Model:
     @property
     def moe_backend(self) -> str | None:
         return self.moe or self.legacy_moe
+
+    @property
+    def moe_quant(self) -> str | None:
+        return self.quant if self.moe else self.legacy_quant
 
 
 
@@ -203,12 +233,13 @@ def _read_kernel_line(model: _Model, tag: str, msg: str, cx: Context) -> None:
     elif model.legacy_moe is None and prose and (using or "MoE" in msg or "MOE" in msg):
         for rx, backend in names.moe_legacy:
             if rx.search(msg):
-                model.legacy_moe = backend
+                model.legacy_moe, model.legacy_quant = backend, _quant_word(msg)
                 ev.setdefault(f"{tag}moe_backend_legacy", msg)
                 break
         else:
             if m := _MOE_USING.search(msg):
                 model.legacy_moe = next(g for g in m.groups() if g)
+                model.legacy_quant = _quant_word(msg)
                 ev.setdefault(f"{tag}moe_backend_legacy", msg)
     if (
         using
@@ -255,7 +286,7 @@ class KernelReader(Reader):
 
     def facts(self) -> KernelFacts:
         m = self.model
-        return KernelFacts(moe_backend=m.moe_backend, moe_quant=m.quant, linear_kernels=tuple(m.linear),
+        return KernelFacts(moe_backend=m.moe_backend, moe_quant=m.moe_quant, linear_kernels=tuple(m.linear),
                            attention_backend=m.attention,
                            linear_by_layer={k: tuple(v) for k, v in m.by_layer.items()})
 
@@ -287,7 +318,7 @@ class DrafterReader(Reader):
 
     def facts(self) -> DrafterFacts:
         m = self.model
-        return DrafterFacts(drafter_moe_backend=m.moe_backend, drafter_moe_quant=m.quant,
+        return DrafterFacts(drafter_moe_backend=m.moe_backend, drafter_moe_quant=m.moe_quant,
                             drafter_linear_kernels=tuple(m.linear), drafter_attention_backend=m.attention)
 
 
@@ -471,12 +502,18 @@ _AUTOTUNER = re.compile(
     r"\[autotuner\]: Skipped (?P<n>\d+) unsupported tactic\(s\) for (?P<op>\S+)", re.IGNORECASE
 )
 # FlashInfer 0.2-0.5 logged each failed tactic instead of the summary (ERROR "[Autotuner]: Failed
-# when profiling {runner} {tactic}, shapes=..."; later WARNING "[Autotuner]: Skipping tactic
-# {runner} {tactic}, due to failure while profiling"): counted per runner class, distinct tactics.
+# when profiling {runner} {tactic}, shapes=..."; 0.5 WARNING "[Autotuner]: Skipping tactic
+# {runner} {tactic}, due to failure while profiling: {e}"; 0.6-0.7 the same at DEBUG, and "Skipping
+# tactic {runner} {tac} while ranking {custom_op}: {e}"): distinct tactics, counted under the op
+# being tuned (AutotunerReader).
 _AUTOTUNER_TACTIC = re.compile(
     r"\[Auto[Tt]un+er\]: (?:Skipping tactic|Failed when profiling) "
-    r"(?:<\S*?(?P<runner>\w+) object at 0x[0-9a-f]+>|(?P<name>[^\s,]+)) (?P<tactic>[^\s,]+)"
+    r"(?P<runner><[^<>]*?(?:<locals>[^<>]*?)?\w+ object at 0x[0-9a-f]+>|[^\s,]+) (?P<tactic>[^\s,]+)"
+    r"(?: while ranking (?P<op>[^\s:]+(?:::[^\s:]+)*))?"
 )
+# 0.6-0.7 the tqdm bar of each tuned op: "[AutoTuner]: Tuning trtllm::fused_moe::gemm1:  50%|..."
+_AUTOTUNER_TUNING = re.compile(r"\[Auto[Tt]uner\]: Tuning (?P<op>[^\s:]+(?:::[^\s:]+)*)")
+_RUNNER_CLASS = re.compile(r"(?P<cls>\w+) object at 0x")
 
 
 class AutotunerFacts(BaseModel):
@@ -485,29 +522,58 @@ class AutotunerFacts(BaseModel):
 
 
 class AutotunerReader(Reader):
-    """Skipped tactics per op (the summary line), or per runner (older per-tactic lines)."""
+    """Skipped tactics per op: the summary line's count, or the distinct tactics of the older
+    per-tactic lines, each attributed to the op being tuned (the line's own `while ranking {op}`,
+    the process's last `Tuning {op}` line, the process's next summary line, or the runner's op
+    from kernel_names.toml [autotuner.runner_ops]; the runner's class name only when none says)."""
 
     words = "utotuner|uto[Tt]uner|unsupported tactic"
 
     def __init__(self) -> None:
         self.skipped: dict[str, int] = {}
-        self.tactics: dict[str, set[str]] = {}  # runner -> failed tactics (older FlashInfer)
+        self.tactics: dict[str, set[str]] = {}  # op -> failed tactics (older FlashInfer)
+        self.tuning: dict[str | None, str] = {}  # process -> op its last `Tuning` line names
+        # process -> runner -> (failed tactics, first line) not yet tied to an op
+        self.pending: dict[str | None, dict[str, tuple[set[str], str]]] = {}
+        self.cx: Context | None = None
+
+    def _add(self, op: str, tactics: set[str], line: str, cx: Context) -> None:
+        self.tactics.setdefault(op, set()).update(tactics)
+        cx.evidence.setdefault(f"autotuner:{op}", line)
 
     def read(self, ln: LogLine, msg: str, cx: Context) -> None:
+        self.cx = cx
         if "unsupported tactic" in msg and (m := _AUTOTUNER.search(msg)):
             op, n = m.group("op"), int(m.group("n"))
             if n > self.skipped.get(op, -1):
                 self.skipped[op] = n
                 cx.evidence[f"autotuner:{op}"] = msg[m.start() :]
+            for tactics, line in self.pending.pop(ln.process, {}).values():
+                self._add(op, tactics, line, cx)
         elif ("tactic" in msg or "profiling" in msg) and (m := _AUTOTUNER_TACTIC.search(msg)):
-            runner = m.group("runner") or m.group("name")
-            self.tactics.setdefault(runner, set()).add(m.group("tactic"))
-            cx.evidence.setdefault(f"autotuner:{runner}", msg[m.start() :])
+            op = m.group("op") or self.tuning.get(ln.process) or self.tuning.get(None)
+            if op is not None:
+                self._add(op, {m.group("tactic")}, msg[m.start() :], cx)
+            else:
+                runners = self.pending.setdefault(ln.process, {})
+                tactics, _ = runners.setdefault(m.group("runner"), (set(), msg[m.start() :]))
+                tactics.add(m.group("tactic"))
+        elif "Tuning" in msg and (m := _AUTOTUNER_TUNING.search(msg)):
+            self.tuning[ln.process] = m.group("op")
 
     def facts(self) -> AutotunerFacts:
         skipped = dict(self.skipped)
-        for runner, failed in self.tactics.items():
-            skipped.setdefault(runner, len(failed))
+        tactics = {op: set(t) for op, t in self.tactics.items()}
+        for runners in self.pending.values():
+            for runner, (failed, line) in runners.items():
+                op = self.cx.names.runner_op(runner) if self.cx else None
+                if op is None:
+                    op = m.group("cls") if (m := _RUNNER_CLASS.search(runner)) else runner
+                tactics.setdefault(op, set()).update(failed)
+                if self.cx:
+                    self.cx.evidence.setdefault(f"autotuner:{op}", line)
+        for op, failed in tactics.items():
+            skipped.setdefault(op, len(failed))
         return AutotunerFacts(autotuner_skipped=tuple(skipped.items()))
 
 

@@ -153,11 +153,27 @@ class _AttentionTables(BaseModel):
     legacy_names: dict[str, str] = Field(description="0.11-era prose name -> enum name.")
 
 
+class _AutotunerTables(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    runner_ops: dict[str, str] = Field(
+        default_factory=dict,
+        description="Regex of a FlashInfer runner as a per-tactic line prints it -> the op it tunes.",
+    )
+
+    @field_validator("runner_ops")
+    @classmethod
+    def _runner_compiles(cls, value: dict[str, str]) -> dict[str, str]:
+        for rx in value:
+            re.compile(rx)
+        return value
+
+
 class _KernelNameFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     moe: _MoeTables
     linear: _LinearTables
     attention: _AttentionTables
+    autotuner: _AutotunerTables = Field(default_factory=_AutotunerTables)
 
 
 @dataclass(frozen=True)
@@ -194,6 +210,11 @@ class KernelNames:
     attention_legacy: dict[str, str]
     moe_legacy: tuple[tuple[re.Pattern[str], str], ...] = ()
     moe_display: tuple[tuple[str, str], ...] = ()
+    autotuner_runner_ops: tuple[tuple[re.Pattern[str], str], ...] = ()
+
+    def runner_op(self, runner: str) -> str | None:
+        """The op a FlashInfer runner (as a per-tactic autotuner line prints it) tunes."""
+        return next((op for rx, op in self.autotuner_runner_ops if rx.search(runner)), None)
 
     def moe_flag(self, backend: str) -> str | None:
         """The `--moe-backend` value whose table lists `backend` (reverse lookup)."""
@@ -292,4 +313,5 @@ def kernel_names() -> KernelNames:
         attention_legacy=dict(spec.attention.legacy_names),
         moe_legacy=tuple((re.compile(rx), b) for rx, b in spec.moe.legacy_messages.items()),
         moe_display=tuple(spec.moe.display_names.items()),
+        autotuner_runner_ops=tuple((re.compile(rx), op) for rx, op in spec.autotuner.runner_ops.items()),
     )

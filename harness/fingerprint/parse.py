@@ -56,8 +56,10 @@ class _Hit:
 
 
 def _signature_hit(
-    sig: Signature, ix: Indexed, root: RootCause | None, process_ended: bool
+    sig: Signature, ix: Indexed, root: RootCause | None, process_ended: bool, hung: bool
 ) -> _Hit | None:
+    if (sig.hung_only and not hung) or (sig.unless_hung and hung):
+        return None
     lines = ix.lines
     if sig.on == "root-cause":
         candidates: Iterator[int] = iter(
@@ -165,7 +167,7 @@ class FailureFacts(BaseModel):
 
 
 def read_failure(lines: list[LogLine], requested: dict[str, str | None], cx: Context,
-                 process_ended: bool) -> FailureFacts:
+                 process_ended: bool, hung: bool = False) -> FailureFacts:
     """Signatures with their context, then the death, its root cause and its name."""
     names, ev = cx.names, cx.evidence
     ix = Indexed(lines)
@@ -176,7 +178,7 @@ def read_failure(lines: list[LogLine], requested: dict[str, str | None], cx: Con
     for sig in signatures():
         if sig.on in _FALLBACK_ON:
             fallback[sig.on] = sig
-        elif hit := _signature_hit(sig, ix, root, process_ended):
+        elif hit := _signature_hit(sig, ix, root, process_ended, hung):
             hits.append(hit)
     fatal = death is not None or any(h.sig.severity == "fatal" for h in hits)
     failure_class = cause = phase = op = asked = named = None
@@ -248,9 +250,11 @@ def _words() -> tuple[re.Pattern[str], tuple[str, ...]]:
     return re.compile("|".join(words)), starts
 
 
-def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
-    """Read a vLLM log. `process_ended=False` when the server may still be running: then an
-    unfinished CUDA-graph capture is not yet a hang."""
+def fingerprint(text: str, *, process_ended: bool = True, hung: bool = False) -> Fingerprint:
+    """Read a vLLM log. `process_ended=False` when the server may still be running: then a log
+    that stops during CUDA-graph capture says nothing yet. `hung=True` when the run's own
+    quiet-period timer expired while the server was not ready: only then does a log that stops
+    during capture read as a capture hang (a file alone reads as `ends-during-capture`)."""
     cx = Context(kernel_names())
     lines = split_lines(text)
     drafter, kernels, graphs, kv = DrafterReader(), KernelReader(), GraphReader(), KVCacheReader()
@@ -265,7 +269,7 @@ def fingerprint(text: str, *, process_ended: bool = True) -> Fingerprint:
             reader.read(ln, msg, cx)
     main = kernels.facts()
     asked = request.facts_for(main, cx.names)
-    failure = read_failure(lines, asked.requested, cx, process_ended)
+    failure = read_failure(lines, asked.requested, cx, process_ended, hung)
     return Fingerprint(
         **dict(main), **dict(drafter.facts()), **dict(graphs.facts()), **dict(kv.facts()),
         **dict(load.facts()), **dict(autotuner.facts()), **dict(asked), **dict(spec.facts()),

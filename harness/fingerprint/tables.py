@@ -81,6 +81,14 @@ class _SignatureSpec(BaseModel):
         description="Ignore lines logged at DEBUG/INFO/WARNING (a backend the auto-selection "
         "skipped is logged with the same words as a refused request).",
     )
+    hung_only: bool = Field(
+        default=False,
+        description="Fires only when the run's quiet-period timer called the start hung: a log "
+        "file alone cannot show a hang.",
+    )
+    unless_hung: bool = Field(
+        default=False, description="Void when the run's quiet-period timer called the start hung."
+    )
     phases: list[Phase] = Field(
         default_factory=list, description="The hit counts only in these phases (empty: any)."
     )
@@ -195,6 +203,8 @@ class Signature:
     not_ops: frozenset[str] = frozenset()
     asked_from: str | None = None
     unless_any: re.Pattern[str] | None = None
+    hung_only: bool = False
+    unless_hung: bool = False
 
 
 @dataclass(frozen=True)
@@ -283,6 +293,8 @@ def signatures() -> tuple[Signature, ...]:
             not_ops=frozenset(s.not_ops),
             asked_from=s.asked_from,
             unless_any=re.compile(s.unless_any) if s.unless_any else None,
+            hung_only=s.hung_only,
+            unless_hung=s.unless_hung,
         )
         for s in spec.signature
     )

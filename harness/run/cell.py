@@ -85,7 +85,7 @@ def serve_cell(cell: Cell, placement: Placement, build: BuildOutcome | None, *, 
         watch.stop()
         memory = MemoryRecord.model_validate(watch.result())
         progress.cell_phase(cell, "judge", None)
-        fp = fingerprint(server.log.text(), process_ended=not ready.ready)
+        fp = fingerprint(server.log.text(), process_ended=not ready.ready, hung=ready.state == "hung")
         verdict = judge_stage.judge(judge_stage.Subject.of(cell), matrix.spec.expect, fp, ready_state=ready.state,
                                     exit_code=ready.exit_code, detail=ready.detail, bench=m.bench,
                                     memory=memory, extra=build_verdicts(build))

@@ -43,6 +43,8 @@ class Expect(BaseModel):
     cudagraph_mode: str | None = Field(default=None, description="final mode")
     kv_cache_tokens: int | None = Field(default=None, description="GPU KV cache size")
     max_concurrency: float | None = Field(default=None, description="Maximum concurrency (x)")
+    graph_capture_s: float | None = Field(default=None, description="Graph capturing finished in")
+    model_load_gib: float | None = Field(default=None, description="Model loading took (GiB)")
     moe_quant: str | None = Field(default=None, description="main model's MoE quantization")
     autotuner_skipped: dict[str, int] | None = Field(default=None, description="op -> count")
     drafter_moe_backend: str | None = Field(default=None, description="drafter's MoE backend")

@@ -335,7 +335,8 @@ def root_cause(ix: Indexed) -> RootCause | None:
     return None
 
 
-_FRAME = re.compile(r'^File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>[^\s]+)')
+# the line part may be wrapped onto the next line by a paste: `File "/x/y.py"` alone is a frame too
+_FRAME = re.compile(r'^File "(?P<file>[^"]+)"(?:, line (?P<line>\d+), in (?P<fn>[^\s]+)|\s*$)')
 _CARETS = re.compile(r"^[~^\s]+$")
 
 
@@ -385,6 +386,11 @@ def _cut_traceback(ix: Indexed) -> CutTraceback | None:
     return best[1] if best else None
 
 
+def _frame_name(m: re.Match[str]) -> str:
+    name = m.group("file").rsplit("/", 1)[-1]
+    return f"{name}:{m.group('line')} in {m.group('fn')}" if m.group("line") else name
+
+
 def _traceback_tail(lines: list[LogLine], process: str | None, at: int) -> int | None:
     """The last line `process` printed when nothing after lines[at] (its last frame or header)
     ends the traceback; None when something does (an exception line, any other line)."""
@@ -413,7 +419,7 @@ def _traceback_head(lines: list[LogLine], process: str | None, at: int) -> tuple
             start = j
             break
         if m := _FRAME.match(msg):
-            frames.append(f"{m.group('file').rsplit('/', 1)[-1]}:{m.group('line')} in {m.group('fn')}")
+            frames.append(_frame_name(m))
             start = j
             continue
         # a code line (the line before it is a frame) or a caret line

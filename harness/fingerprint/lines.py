@@ -29,7 +29,9 @@ from dataclasses import dataclass
 # SGR and other CSI sequences; tqdm also writes bare carriage returns between updates.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # `docker logs -t` and compose prefixes, before anything vLLM wrote.
-_DOCKER_TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\s+")
+# CI runners (Buildkite) write the same in brackets: "[2025-12-13T19:54:35Z] ".
+_DOCKER_TS = re.compile(r"^(?:\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\]"
+                        r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))\s+")
 # journalctl's short and short-iso forms: "Dec 01 12:00:00 host unit[pid]: " (pid optional).
 _JOURNALD = re.compile(
     r"^(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
@@ -112,11 +114,13 @@ def _strip_prefixes(line: str) -> tuple[str, str | None]:
     head = line[:1]
     # "(" starts none of the wrappers (each needs a letter, a digit or "[pod/" first): the
     # process-prefixed lines that make up most of a long log skip them all.
+    if head == "|" and line.startswith("| ["):  # a CI viewer's gutter: "  | [2025-03-10T15:07:20Z] ..."
+        line, head = line[2:], "["
     if head != "(":
         if head.isdigit() or line[3:4] == " ":
             line = _JOURNALD.sub("", line, count=1)
             head = line[:1]
-        if head.isdigit():
+        if head.isdigit() or (head == "[" and line[1:2].isdigit()):
             line = _VIEWER_TS.sub("", _DOCKER_TS.sub("", line, count=1), count=1)
         if line.find("|", 0, 120) != -1:
             line = _COMPOSE.sub("", line, count=1)

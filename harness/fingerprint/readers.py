@@ -452,7 +452,8 @@ class KVCacheReader(Reader):
 # --- model load and release -------------------------------------------------------------------
 
 _MODEL_LOAD = re.compile(
-    r"Model loading took (?P<gib>[\d.]+) GiB (?:memory )?and (?P<s>[\d.]+) seconds"
+    # 0.7-0.8 printed "Model loading took 0.2389 GB and 0.977005 seconds" (the same GiB figure)
+    r"Model loading took (?P<gib>[\d.]+) Gi?B (?:memory )?and (?P<s>[\d.]+) seconds"
 )
 _VERSION = (
     # 0.33.0 v1/engine/core.py; V0 (<=0.10) llm_engine.py "Initializing an LLM engine (v0.6.3) ..."

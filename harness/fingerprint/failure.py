@@ -336,8 +336,10 @@ def root_cause(ix: Indexed) -> RootCause | None:
 
 
 # the line part may be wrapped onto the next line by a paste: `File "/x/y.py"` alone is a frame too
-_FRAME = re.compile(r'^File "(?P<file>[^"]+)"(?:, line (?P<line>\d+), in (?P<fn>[^\s]+)|\s*$)')
-_CARETS = re.compile(r"^[~^\s]+$")
+# (a paste through a word processor turns the quotes into “ ”)
+_FRAME = re.compile(r'^File ["“](?P<file>[^"”]+)["”](?:, line (?P<line>\d+), in (?P<fn>[^\s]+)|\s*$)')
+# carets under a code line; loguru's variable annotations ("    │    └ <Command main>")
+_CARETS = re.compile(r"^(?:[~^\s]+|[│\s]*(?:└ .*)?)$")
 
 
 @dataclass(frozen=True)
@@ -368,7 +370,7 @@ def cut_traceback(ix: Indexed) -> CutTraceback | None:
 def _cut_traceback(ix: Indexed) -> CutTraceback | None:
     lines = ix.lines
     last: dict[str | None, int] = {}  # process -> its last frame or traceback header
-    for literal in ('File "', _TRACEBACK):
+    for literal in ('File "', 'File “', _TRACEBACK):
         for pos in _literal_line_starts(ix, literal):
             i = ix.index_of(pos)
             ln = lines[i]

@@ -337,7 +337,8 @@ def root_cause(ix: Indexed) -> RootCause | None:
 
 # the line part may be wrapped onto the next line by a paste: `File "/x/y.py"` alone is a frame too
 # (a paste through a word processor turns the quotes into “ ”)
-_FRAME = re.compile(r'^File ["“](?P<file>[^"”]+)["”](?:, line (?P<line>\d+), in (?P<fn>[^\s]+)|\s*$)')
+# (faulthandler's dump after a fatal signal writes `File "x.py", line 99 in fn`, no comma)
+_FRAME = re.compile(r'^File ["“](?P<file>[^"”]+)["”](?:, line (?P<line>\d+),? in (?P<fn>[^\s]+)|\s*$)')
 # carets under a code line; loguru's variable annotations ("    │    └ <Command main>")
 _CARETS = re.compile(r"^(?:[~^\s]+|[│\s]*(?:└ .*)?)$")
 

@@ -457,7 +457,8 @@ _MODEL_LOAD = re.compile(
 )
 _VERSION = (
     # 0.33.0 v1/engine/core.py; V0 (<=0.10) llm_engine.py "Initializing an LLM engine (v0.6.3) ..."
-    re.compile(r"Initializing an? (?:V1 )?LLM engine \(v(?P<v>[^)\s]+)\)"),
+    # 0.7 "Initializing a V0 LLM engine (v0.6.4.post2...) with config"
+    re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v(?P<v>[^)\s]+)\)"),
     # 0.11.0 entrypoints/openai/api_server.py; 0.33.0 entrypoints/common/startup.py (no logo)
     re.compile(r"vLLM (?:API )?server version (?P<v>[^\s,]+)"),
     # the logo form of the same message (0.20+): "... ▀▄▀ █  version 0.20.0"

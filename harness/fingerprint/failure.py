@@ -23,7 +23,8 @@ from harness.fingerprint.tables import _invalid, _read
 # `what():` line of an uncaught c10::Error, and CUDA runtime errors printed bare.
 _EXCEPTION = re.compile(
     r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failed|Exit|Interrupt|Fault))"
-    r"(?:\([\w.]+\))?(?::\s?(?P<msg>.*))?$"
+    # Ray's `Type(Inner)`; the repr form a V0 engine loop logs, `NotImplementedError('...')`
+    r"(?:\([\w.]+\)|(?=\(['\"]))?(?::\s?(?P<msg>.*)|\((?P<repr>['\"].*['\"])\))?$"
 )
 _CPP_WHAT = re.compile(r"^what\(\):\s+(?P<msg>.+)$")
 _TRACEBACK = "Traceback (most recent call last):"

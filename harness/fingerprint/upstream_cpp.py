@@ -217,7 +217,7 @@ class _Builder:
         self.text.append(s.replace("{", "{{").replace("}", "}}"))
 
     def field(self, expr: str) -> None:
-        self.text.append("{%d}" % len(self.fields))
+        self.text.append(f"{{{len(self.fields)}}}")
         self.fields.append(" ".join(expr.split())[:120])
 
     def expr(self, e: str) -> None:

@@ -325,13 +325,17 @@ def extract(src: str, path: str) -> list[CppMessage]:
         b = _Builder()
         if name.startswith("FLASHINFER_"):
             # flashinfer::Error::what(): "Error in function '{func}' at {file}:{line}: {message}"
-            b.lit("Error in function '"), b.field("__FUNCTION__"), b.lit("' at "), b.field("__FILE__:__LINE__"), b.lit(": ")
+            b.lit("Error in function '")
+            b.field("__FUNCTION__")
+            b.lit("' at ")
+            b.field("__FILE__:__LINE__")
+            b.lit(": ")
         if how == "args":
             if len(args) >= 2:
                 for a in args[1:]:
                     b.expr(a)
             elif args:
-                b.lit("Expected "), b.lit(" ".join(args[0].split())), b.lit(" to be true, but got false.")
+                b.lit("Expected " + " ".join(args[0].split()) + " to be true, but got false.")
         elif how == "all":
             for a in args:
                 b.expr(a)

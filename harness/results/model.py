@@ -336,6 +336,8 @@ class BuildOutcome(Open):
     audit_summary: dict[str, Any] | None = None
     arch_problems: tuple[str, ...] = ()
     reason: str | None = None
+    rust_frontend: str | None = Field(None, description="vLLM's optional Rust front end: built | not built (why) | "
+                                      "none in this release; None: not recorded (a wheel stack, an older image)")
 
     @property
     def failed(self) -> bool:

@@ -222,13 +222,14 @@ def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", choices=sorted(PROJECTS))
     ap.add_argument("--versions", nargs="*", help="only these versions (default: every minor)")
-    ap.add_argument("--sources", choices=("python", "cpp", "both"), default="both",
-                    help="which sources to read (default both)")
+    ap.add_argument("--sources", choices=("python", "cpp", "both"), default=None,
+                    help="which sources to read (default both; python with --versions)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
-    if args.versions and args.sources != "python":
-        ap.error("--versions reads part of the releases: cpp/<project>.json holds every release; "
-                 "use --sources python with --versions")
+    if args.versions and args.sources in ("cpp", "both"):
+        ap.error("--versions reads part of the releases, and cpp/<project>.json holds every release: "
+                 "refresh the C++ catalog without --versions")
+    args.sources = args.sources or ("python" if args.versions else "both")
     for project in [args.only] if args.only else list(PROJECTS):
         cpp: dict[str, tuple[dict, dict, list[dict]]] = {}
         for version, record in releases(project):

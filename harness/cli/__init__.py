@@ -15,6 +15,7 @@ import sys
 import threading
 
 from harness import __version__
+from harness.errors import EXIT_CODES
 
 # command -> (module that registers it, one-line help for the overview), in pipeline order
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -38,12 +39,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bundle": ("harness.cli.bundle", "make / install a wheelhouse bundle for a host with no package index"),
 }
 
-EPILOG = """exit codes (every command):
-  0    done, every verdict passed
-  1    a verdict, build or comparison failed (the results say which)
-  2    bad input: a matrix, flag, file or run directory (nothing was started)
-  3    this host cannot do it: no Docker engine, no GPU, no room, an engine failure
-  130  interrupted (Ctrl-C / SIGTERM); what finished is on disk"""
+EPILOG = "exit codes (every command):\n" + "\n".join(
+    f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES.items())
 
 
 class _Parser(argparse.ArgumentParser):

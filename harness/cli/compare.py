@@ -28,7 +28,7 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
     p.add_argument(
         "--floor", type=float, help="noise floor as a fraction, 0 < floor < 1 "
-        "(default: the matrix's, else 0.02)"
+        "(default: the matrix's bench.noise_floor, else the tool's default)"
     )
     p.add_argument(
         "--allow-kernel-changes",

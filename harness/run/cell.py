@@ -63,7 +63,7 @@ def serve_cell(cell: Cell, placement: Placement, build: BuildOutcome | None, *, 
     serve_cfg = matrix.spec.serve
     with ExitStack() as stack:
         server = stack.enter_context(placement.runner.serve(spec))
-        save("server", server.record())
+        save("server", server.record().model_dump(mode="json", exclude_defaults=True))
         watch = stack.enter_context(MemWatch(interval_s=5))
         progress.cell_phase(cell, "start-up", server.log)
         ready = wait_ready(server, timeout_s=serve_cfg.startup_timeout_s,

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from harness.engine import ContainerSpec, Engine, RunningContainer
-from harness.serve.base import LogBuffer, ProcessState, ServeSpec
+from harness.serve.base import LogBuffer, ProcessState, ServerRecord, ServeSpec
 from harness.serve.gpu_attach import require_port_free
 
 
@@ -33,8 +33,8 @@ class DockerServer:
         """The cell failed: with keep_failed, the container stays for `docker logs`."""
         self.failed = True
 
-    def record(self) -> dict:
-        return {"kind": "docker", "container": self.container.name}
+    def record(self) -> ServerRecord:
+        return ServerRecord(kind="docker", container=self.container.name)
 
     def run_python(self, source: bytes, *, timeout_s: float = 120) -> tuple[int, str]:
         # The program travels on the command line: an image may have no /tmp (a VM's root

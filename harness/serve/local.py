@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 from harness import proc
 from harness.proc import start_ticks
-from harness.serve.base import LogBuffer, ProcessState, ServeSpec, lines_of
+from harness.serve.base import LogBuffer, ProcessState, ServerRecord, ServeSpec, lines_of
 from harness.serve.signals import kill_orphan_group
 
 
@@ -31,10 +31,9 @@ class LocalServer:
     def mark_failed(self) -> None:  # nothing to keep: the log file is the record
         pass
 
-    def record(self) -> dict:
-
+    def record(self) -> ServerRecord:
         # the server leads its own process group (start_new_session): its pid is the group's id
-        return {"kind": "local", "pgid": self.popen.pid, "started": start_ticks(self.popen.pid)}
+        return ServerRecord(kind="local", pgid=self.popen.pid, started=start_ticks(self.popen.pid))
 
     def run_python(self, source: bytes, *, timeout_s: float = 120) -> tuple[int, str]:
         with tempfile.NamedTemporaryFile("wb", suffix=".py", prefix="harness-") as f:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from harness.engine import ContainerSpec, Engine, RunningContainer
 from harness.errors import EngineError
-from harness.serve.base import LogBuffer, ProcessState
+from harness.serve.base import LogBuffer, ProcessState, ServerRecord
 
 RAY = ("python3", "-m", "ray.scripts.scripts")  # the `ray` CLI, whatever the image's PATH holds
 PORTS_PER_NODE = 110  # 10 service ports + 100 worker ports
@@ -214,9 +214,9 @@ class RayServer:
     def mark_failed(self) -> None:
         pass  # the node logs are in the cell's log; the containers always go
 
-    def record(self) -> dict:
-        return {"kind": "ray", "containers": [c.name for c in self.cluster.containers],
-                "hosts": [n.host for n in self.cluster.nodes]}
+    def record(self) -> ServerRecord:
+        return ServerRecord(kind="ray", containers=tuple(c.name for c in self.cluster.containers),
+                            hosts=tuple(n.host for n in self.cluster.nodes))
 
     def run_python(self, source: bytes, *, timeout_s: float = 120) -> tuple[int, str]:
         # on the command line, as the Docker runner does: no /tmp or shell assumed in the image

@@ -22,7 +22,6 @@ import json
 import lzma
 import re
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -31,11 +30,16 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness import proc
 from harness.errors import ConfigError, HarnessError
 from harness.safety import grammar, paths, writes
 from harness.safety.readers import extract_flat_tar_xz, load_json, load_toml
 
 LOCK = "wheels.lock"
+# bounds on the commands a bundle runs (a wheelhouse may be gigabytes, on a slow link)
+DOWNLOAD_TIMEOUT_S = 3600
+PACK_TIMEOUT_S = 3600
+INSTALL_TIMEOUT_S = 1800
 MANIFEST = "bundle.json"
 PART = "part_{:02d}"
 WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
@@ -119,7 +123,7 @@ def download(spec: BundleSpec, dest: Path, python: str = sys.executable) -> None
     cmd = [python, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
            "--python-version", spec.python_version, "--implementation", spec.implementation,
            *[a for p in spec.platforms for a in ("--platform", p)], "-d", str(dest), *spec.requirements]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = proc.run(cmd, timeout=DOWNLOAD_TIMEOUT_S)
     if r.returncode != 0:
         raise HarnessError(f"pip download failed: {r.stderr.strip()[-2000:]}",
                            hint="check the pins and the platform tags in the bundle spec")
@@ -200,15 +204,13 @@ def pack(wheelhouse: Path, out: Path, spec: BundleSpec) -> dict:
     archive = writes.check_target(out / f".{spec.name}.tar.xz", "--out archive")
     xz = shutil.which("xz")
     files = sorted(p.name for p in wheelhouse.iterdir() if p.is_file())
-    if xz:  # multi-threaded xz where there is one; same format as lzma's
-        tar = subprocess.Popen(["tar", "-C", str(wheelhouse), "--sort=name", "--mtime=@0", "--owner=0",
-                                "--group=0", "-cf", "-", *files], stdout=subprocess.PIPE)
-        with archive.open("wb") as fw:
-            r = subprocess.run([xz, "-T0", f"-{spec.xz_preset}", "-c"], stdin=tar.stdout, stdout=fw)
-        if tar.stdout is not None:  # always: stdout=PIPE
-            tar.stdout.close()
-        if tar.wait() != 0 or r.returncode != 0:
-            raise HarnessError("packing the wheelhouse failed (tar | xz)")
+    if xz and shutil.which("tar"):  # multi-threaded xz where there is one; same format as lzma's
+        # tar runs xz itself (one command, one process group: a timeout or Ctrl-C ends both)
+        r = proc.run(["tar", "-C", str(wheelhouse), "--sort=name", "--mtime=@0", "--owner=0", "--group=0",
+                      f"--use-compress-program={xz} -T0 -{spec.xz_preset}", "-cf", str(archive), "--", *files],
+                     timeout=PACK_TIMEOUT_S)
+        if r.returncode != 0:
+            raise HarnessError(f"packing the wheelhouse failed (tar with xz): {r.stderr.strip()[-2000:]}")
     else:
         with lzma.open(archive, "wb", preset=spec.xz_preset) as xw, tarfile.open(fileobj=xw, mode="w") as t:
             for name in files:
@@ -383,10 +385,10 @@ def install_site(wheelhouse: Path, site: Path, python: str) -> list[str]:
     if shutil.which(python) is None:
         raise ConfigError(f"--python {python}: no such interpreter", hint="give the Python that will import the site")
     site.mkdir(parents=True, exist_ok=True)
-    has_pip = subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode == 0
+    has_pip = proc.run([python, "-m", "pip", "--version"], timeout=120).ok
     if has_pip:
-        r = subprocess.run([python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                            "--upgrade", "--target", str(site), *files], capture_output=True, text=True)
+        r = proc.run([python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                      "--upgrade", "--target", str(site), *files], timeout=INSTALL_TIMEOUT_S)
         if r.returncode != 0:
             raise HarnessError(f"pip install into {site} failed: {r.stderr.strip()[-2000:]}")
     else:

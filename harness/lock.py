@@ -16,10 +16,7 @@ naming the image, unless `--update` accepts it.
 
 from __future__ import annotations
 
-import json
 import re
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,8 +24,9 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness import __version__
+from harness import __version__, http
 from harness.errors import ConfigError, EnvironmentProblem
+from harness.http import HttpError
 from harness.matrix.load import Matrix
 from harness.matrix.model import DIGEST
 from harness.safety.readers import load_toml
@@ -141,20 +139,15 @@ def lock_path(matrix: Matrix | Path | str) -> Path:
 
 
 def get_json(url: str, *, timeout: float = 60) -> dict:
-    """GET a JSON document. The one network call of this module, kept to one function so it
-    can become harness.http.get_json (branch issue11-hostile) without touching the rest."""
-    req = urllib.request.Request(url, headers={"Accept": "application/json",
-                                               "User-Agent": "vllm-bw-harness"})
+    """GET a JSON document through harness.http (https only, capped, transient failures retried);
+    a failure is a PyPIError with the HTTP status (404 means "no such version")."""
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read(8 << 20))
-    except urllib.error.HTTPError as exc:
-        raise PyPIError(url, exc.code, f"HTTP {exc.code}") from None
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise PyPIError(url, None, f"cannot reach it ({reason})") from None
-    except (ValueError, RecursionError) as exc:
-        raise PyPIError(url, None, f"not JSON ({str(exc)[:200]})") from None
+        doc = http.get_json(url, timeout=timeout, max_bytes=8 << 20)
+    except HttpError as exc:
+        raise PyPIError(url, exc.status, exc.message.removeprefix(f"GET {url}: ")) from None
+    if not isinstance(doc, dict):
+        raise PyPIError(url, None, f"not a JSON object (a {type(doc).__name__})")
+    return doc
 
 
 class PyPIError(EnvironmentProblem):

@@ -256,3 +256,24 @@ def test_run_refuses_a_stale_lock_before_anything_starts(tmp_path, capsys):
     assert "stacks.a.base_image: the matrix asks for example/cuda:13.0.2" in err
     assert "fix: `harness lock -m " in err
     assert not results.exists()  # refused: no run directory marked interrupted
+
+
+@pytest.mark.usefixtures("pypi")
+def test_pypi_answers_go_through_harness_http_with_its_retries(monkeypatch):
+    # a 503 is a transient failure harness.http retries (lock had its own client without retries)
+    busy = {"left": 1}
+    answer = FakePyPI.do_GET
+
+    def flaky(handler):
+        if busy["left"]:
+            busy["left"] -= 1
+            handler._send(503, {"message": "busy"})
+            return
+        answer(handler)
+
+    monkeypatch.setattr(FakePyPI, "do_GET", flaky)
+    files = lock.pypi_files("vllm", "0.33.0")
+    assert busy["left"] == 0 and VLLM_SDIST in {f["digests"]["sha256"] for f in files}
+    # plain http to anything but this loopback test server is refused, as for every download
+    with pytest.raises(ConfigError, match="only https://"):
+        lock.get_json("http://pypi.example/pypi/vllm/json")

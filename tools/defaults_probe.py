@@ -68,7 +68,11 @@ def main(argv: list[str]) -> int:
         print(f"{matrix.stem} {platform}: exit {rc} in {took} s", flush=True)
         summary.append({"matrix": rel, "platform": platform, "exit": rc, "seconds": took,
                         "probes": sorted(p.name for p in logs.glob("probe-*.json"))})
-    (out / f"{short}-summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    path = out / f"{short}-summary.json"
+    earlier = json.loads(path.read_text()) if path.is_file() else []
+    done = {s["matrix"] for s in summary}
+    summary = [s for s in earlier if s["matrix"] not in done] + summary  # a rerun of one matrix keeps the others
+    path.write_text(json.dumps(summary, indent=1) + "\n")
     return max((s["exit"] for s in summary), default=0)
 
 

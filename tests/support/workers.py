@@ -27,6 +27,8 @@ GROUPS = {
     # alone: each starts its own dockerd (the engines of one module, not of the others)
     "test_multinode_docker": "test_multinode_docker",
     "test_hosts_docker": "test_hosts_docker",
+    # its own labelled busybox containers only
+    "test_serve_drain": "test_serve_drain",
 }
 FIRST = ("pypi-cache", "test_multinode_docker", "engine", "test_hosts_docker")
 

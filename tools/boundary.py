@@ -70,12 +70,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("harness.build.offline", "file"): "digests the files of a tree the tool unpacked itself with the data filter",
     ("harness.bundle", "tarfile"): "`bundle make` packs the wheelhouse pip wrote into the tool's own temporary "
                                    "folder (reading a bundle goes through harness.safety.readers)",
-    # Issue 32 routes these through harness/proc.py and harness/http.py; when that lands they
-    # match nothing and this check asks for their removal.
-    ("harness.bundle", "subprocess"): "tar | xz pipe of `bundle make`, and pip: to move to harness/proc.py",
-    ("harness.serve.local", "subprocess"): "the Popen of a local server (started by proc.spawn): to move to proc.py",
-    ("harness.lock", "urllib"): "the registry's token and manifest requests: to move to harness/http.py",
-    ("harness.serve.readiness", "urllib"): "the readiness probe of the tool's own server: to move to harness/http.py",
 }
 
 

@@ -26,6 +26,7 @@ from harness.bisect.search import BAD, GOOD, SKIP
 from harness.build import configure, sources
 from harness.bundle import sha256_file
 from harness.lock import LockedFile, LockedImage, lock_path, read_lock
+from harness.redact import redact_text
 from harness.safety import writes
 from harness.safety.paths import MiB
 from harness.safety.readers import load_toml
@@ -80,7 +81,7 @@ class CommandProbe:
     def observe(self, tree: Path, point: Point, logs: Path) -> Observation:
         env = {**os.environ, "HARNESS_BISECT_POINT": point.id, "HARNESS_BISECT_TREE": str(tree)}
         res = proc.run(self.argv, timeout=self.timeout, cwd=str(tree), env=env)
-        writes.write_text(logs, f"$ {shlex.join(self.argv)}\n{res.stdout}\n{res.stderr}", flag="probe log")
+        writes.write_text(logs, redact_text(f"$ {proc.shown(self.argv)}\n{res.stdout}\n{res.stderr}"), flag="probe log")
         tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or [""]
         if res.returncode == 124 and res.stderr.startswith("timed out after"):
             return _skip(f"the command {res.stderr.strip()}", exit=124)
@@ -209,7 +210,7 @@ class BuildProbe:
             res = proc.run(argv, timeout=self.timeout)
         finally:
             copy.unlink(missing_ok=True)
-        writes.write_text(logs, f"$ {shlex.join(argv)}\n{res.stdout}\n{res.stderr}", flag="probe log")
+        writes.write_text(logs, redact_text(f"$ {proc.shown(argv)}\n{res.stdout}\n{res.stderr}"), flag="probe log")
         found = f"probe-{self.stack}.json"
         root = Root(out_dir, what="probe --log-dir")
         if not root.exists(found):
@@ -261,7 +262,7 @@ class CellProbe:
                             "--results", str(results), "--no-report"], timeout=6 * 3600)
         finally:
             copy.unlink(missing_ok=True)
-        writes.write_text(logs, res.stdout + "\n" + res.stderr, flag="probe log")
+        writes.write_text(logs, redact_text(res.stdout + "\n" + res.stderr), flag="probe log")
         root = Root(results, what="probe results")
         cells = [f"{run}/cells/{name}" for run in root.folders() for name in root.files(f"{run}/cells", suffix=".json")
                  if not name.endswith(".partial.json")]

@@ -22,7 +22,8 @@ from pathlib import Path
 from harness.bisect.history import Point
 from harness.bisect.search import VERDICTS
 from harness.errors import ConfigError
-from harness.results.store import mask, utc_now
+from harness.redact import redact_json, redact_text
+from harness.results.store import utc_now
 from harness.safety import grammar
 from harness.safety.paths import MiB
 from harness.safety.roots import Root
@@ -79,8 +80,8 @@ class BisectStore:
         return cls(path.parent, spec, points, preferred)
 
     def _write_json(self, rel: str, obj: dict) -> None:
-        # masked on the way in (a URL's password, a token in an index URL), as the run store does
-        self.root.save_text(rel, json.dumps(mask(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+        # masked like every file the tool writes (an --index URL's token, a probe's --api-key)
+        self.root.save_text(rel, json.dumps(redact_json(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
     def _name(self, index: int) -> str:
         return f"{index:04d}-{_UNSAFE.sub('_', self.points[index].short)}"
@@ -118,4 +119,4 @@ class BisectStore:
 
     def write_result(self, result: dict, markdown: str) -> None:
         self._write_json("result.json", result)
-        self.root.save_text("result.md", mask(markdown))
+        self.root.save_text("result.md", redact_text(markdown))

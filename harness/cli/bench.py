@@ -193,15 +193,18 @@ def main(args: argparse.Namespace) -> int:
         bar, update = _progress_bar()
         with bar:
             result = run_sync(run_bench(args.url, args.model, progress=update, **kwargs))
+    from harness.redact import redact_json_text
     from harness.safety.writes import is_stdout, write_text
 
     if is_stdout(args.out):  # `--out -` or /dev/stdout: the JSON goes to standard output
-        out.print(result.to_json(), markup=False, highlight=False)
+        out.print_json(result.to_json())
     elif args.out:
-        write_text(args.out, result.to_json() + "\n", make_parents=True, flag="--out")  # never through a link
+        # masked inside its strings like every output (a URL's credentials), and still JSON
+        write_text(args.out, redact_json_text(result.to_json()) + "\n", make_parents=True,
+                   flag="--out")  # never through a link
         err.print(f"wrote {args.out}")
     if args.json:
-        out.print(result.to_json(), markup=False)
+        out.print_json(result.to_json())
         _warnings(result)  # on stderr too: a warning must not hide in a JSON field
     else:
         render(result)

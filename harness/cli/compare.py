@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 from pathlib import Path
 
 from harness.console import err, out
 from harness.errors import ConfigError, Regression
-from harness.redact import redact_text
 
 
 def register(subparsers) -> None:
@@ -112,7 +110,7 @@ def main(args: argparse.Namespace) -> int:
     if md_to_stdout or (not md_path and not args.json):
         out.print(md, markup=False, end="")
     if args.json:
-        out.print(redact_text(json.dumps(cmp.to_json(), indent=2)), markup=False)
+        out.print_json(data=cmp.to_json())  # masked inside its strings: it stays JSON
     regs = cmp.regressions
     if regs:
         first = "; ".join(f"{f.cell}: {f.message}" for f in regs[:3])

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, StorageError
-from harness.redact import redact_args, redact_env, redact_text
+from harness.redact import redact_json, redact_text
 from harness.results.model import BuildKey, BuildOutcome, CellResult, RunRecord, RunStatus
 from harness.safety.paths import under
 from harness.safety.roots import Root
@@ -60,20 +60,11 @@ def cell_key(cell_id: str) -> str:
 
 
 def mask(obj: Any, key: str = "") -> Any:
-    """A copy of JSON data with every secret masked: env maps by variable name,
-    command lines (lists of strings under `command`/`argv`), and secrets inside any free text.
-    The one place results are redacted: everything the store writes goes through it."""
-    if isinstance(obj, dict):
-        if key == "env":
-            return redact_env({str(k): str(v) for k, v in obj.items()})
-        return {k: mask(v, str(k)) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        if key in ("command", "argv") and all(isinstance(a, str) for a in obj):
-            return redact_args(list(obj))
-        return [mask(v, key) for v in obj]
-    if isinstance(obj, str):
-        return redact_text(obj)
-    return obj
+    """A copy of JSON data with every secret masked (harness.redact.redact_json: env maps by
+    variable name, command lines under `command`/`argv`, a secret key's value, secrets inside
+    any free text). The one place results are redacted: everything the store writes goes
+    through it."""
+    return redact_json(obj, key)
 
 
 class RunStore:

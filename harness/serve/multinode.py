@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from harness.engine import ContainerSpec, Engine, RunningContainer
 from harness.errors import EngineError
-from harness.serve.base import LogBuffer, ProcessState, ServerRecord
+from harness.serve.base import DRAIN_S, LogBuffer, ProcessState, ServerRecord
 
 RAY = ("python3", "-m", "ray.scripts.scripts")  # the `ray` CLI, whatever the image's PATH holds
 PORTS_PER_NODE = 110  # 10 service ports + 100 worker ports
@@ -200,7 +200,8 @@ class RayServer:
         self.cluster = cluster
         self.log = log
         self.base_url = f"http://{cluster.nodes[0].address}:{spec.port}"
-        self.process = cluster.head.exec_stream(list(ray_argv(spec.argv)), env=spec.env, sink=log.add)
+        self.process = cluster.head.exec_stream(list(ray_argv(spec.argv)), env=spec.env, sink=log.add,
+                                                on_end=log.end)
 
     def state(self):
 
@@ -210,6 +211,12 @@ class RayServer:
             if dead:
                 return ProcessState(False, None, f"Ray node container ended: {', '.join(dead)}")
         return ProcessState(running, None if running else code)
+
+    def stop(self) -> None:
+        # the server runs in the head's container, its engine workers in every node's: stopping
+        # them ends its output (the cluster's exit removes them)
+        for c in self.cluster.containers:
+            c.stop(timeout=10)
 
     def mark_failed(self) -> None:
         pass  # the node logs are in the cell's log; the containers always go
@@ -256,7 +263,11 @@ class RayRunner:
                 try:
                     yield server
                 finally:
-                    stop.set()
+                    try:
+                        server.stop()
+                    finally:
+                        log.drain(DRAIN_S)  # the server's output, to its end
+                        stop.set()
             # the containers are gone: their log pumps end
             for p in (*pumps, server.process.pump):
                 p.join(timeout=5)

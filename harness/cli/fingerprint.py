@@ -71,6 +71,8 @@ def read_log(path: Path) -> str:
     try:
         if kind == "a folder":
             raise IsADirectoryError(path)
+        if not path.exists():
+            raise FileNotFoundError(2, "No such file or directory", str(path))
         data = read_bytes(path, limit=MAX_LOG_BYTES, what="log")
     except IsADirectoryError as exc:
         raise ConfigError(

@@ -69,12 +69,15 @@ def render_probe(rendered: Rendered, matrix, units: tuple[Unit, ...]) -> Rendere
     probe = "\n".join([
         CUT.replace("replaces everything from here on", "stops here: the probe step instead"),
         "COPY probe_build.py /opt/build/probe_build.py",
-        "RUN true \\",
+        "COPY compile_cache.py /opt/build/compile_cache.py",  # the units compile through the cache
+        "ARG COMPILE_CACHE_URL",
+        'RUN eval "$(python /opt/build/compile_cache.py env "${COMPILE_CACHE_URL}")" \\',
         offline_env,
         ' && TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}" MAX_JOBS="${MAX_JOBS}" NVCC_THREADS="${NVCC_THREADS}" \\',
         f"      python /opt/build/probe_build.py --units '{units_json}' --patched /opt/build/src/vllm \\",
         f'      --stock-source "${{VLLM_SOURCE}}" --sha256 "${{VLLM_SDIST_SHA256}}" --out {OUT} 2>&1 \\',
-        "    | tee /opt/build/probe.log",
+        "    | tee /opt/build/probe.log \\",
+        " && python /opt/build/compile_cache.py stats compile",
         "",
     ])
     head = text[: text.index(CUT)]
@@ -83,7 +86,8 @@ def render_probe(rendered: Rendered, matrix, units: tuple[Unit, ...]) -> Rendere
     if fi_start != -1 and vllm_start > fi_start:
         head = head[:fi_start] + head[vllm_start:].replace("FROM flashinfer AS vllm", "FROM base AS vllm", 1)
     dockerfile = head + probe
-    files = rendered.files + (("probe_build.py", (DOCKER_DIR / "probe_build.py").read_bytes()),)
+    files = tuple(f for f in rendered.files if f[0] != "compile_cache.py") + tuple(
+        (name, (DOCKER_DIR / name).read_bytes()) for name in ("probe_build.py", "compile_cache.py"))
     digest = content_hash(dockerfile, rendered.buildargs, files, stack)
     labels = {**rendered.labels, "harness.role": "probe", "harness.content-hash": digest}
     return replace(rendered, dockerfile=dockerfile, files=files, content_hash=digest, labels=labels)
@@ -109,6 +113,7 @@ class ProbeOutcome:
     rows: tuple[ProbeRow, ...]
     timings: dict
     log_path: str
+    compile_cache: dict | None = None  # CompileCache of the probe image's build, as JSON
 
 
 def collect(engine, ref: str, labels: dict[str, str], units: tuple[Unit, ...], ccs: tuple[str, ...],
@@ -174,7 +179,8 @@ def probe_stack(matrix, stack_name: str, *, engine, log_dir: Path, on_event=None
     status, reason = judge(rows, data)
     timings = {"configure_s": data.get("configure_s"), "compile_s": data.get("compile_s"),
                "image_build_s": outcome.duration_s}
-    return ProbeOutcome(stack_name, ref, status, reason, tuple(rows), timings, outcome.log_path or "")
+    cache = outcome.compile_cache.model_dump(mode="json") if outcome.compile_cache else None
+    return ProbeOutcome(stack_name, ref, status, reason, tuple(rows), timings, outcome.log_path or "", cache)
 
 
 def _ccs_of(arch_list: str) -> set[str]:

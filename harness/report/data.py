@@ -108,6 +108,26 @@ class Build:
     image: str
     audit_status: str
     audit_lines: tuple[str, ...]
+    compile: str = "-"  # the build's wall time and what the compile cache did
+
+
+def compile_text(b: BuildOutcome) -> str:
+    """`412 s; cache 117/118 hits (99.2 %), compile 95 s` for a build; '-' for a reuse."""
+    if b.status != "built":
+        return "-"
+    parts = [f"{b.duration_s:.0f} s"]
+    c = b.compile_cache
+    if c is None:
+        parts.append("no compile step ran (layer cache)")
+    elif c.off:
+        parts.append(f"compile cache off: {c.off}")
+    else:
+        looked = c.hits + c.misses + c.uncacheable
+        rate = f" ({c.hit_rate * 100:.1f} %)" if c.hit_rate is not None else ""
+        parts.append(f"cache {c.hits}/{looked} hits{rate}")
+        if c.seconds_compiling is not None:
+            parts.append(f"compile {c.seconds_compiling:.0f} s")
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -407,7 +427,7 @@ def _build(b: BuildOutcome) -> Build:
         lines.append(f"not audited: {summary['reason']}")
     if b.failed and b.reason:
         lines.insert(0, f"build: {b.reason}")
-    return Build(b.stack, b.status, str(image or "n/a"), str(audit_status), tuple(lines))
+    return Build(b.stack, b.status, str(image or "n/a"), str(audit_status), tuple(lines), compile_text(b))
 
 
 def load(run_dir: str | Path) -> Report:

@@ -321,6 +321,20 @@ class RunRecord(BaseModel):
         return self.model_dump(mode="json")
 
 
+class CompileCache(Open):
+    """What the compile cache did in one build (harness/build/compile_cache.py)."""
+
+    hits: int = Field(0, description="compiles answered from the cache")
+    misses: int = Field(0, description="compiles run and stored")
+    uncacheable: int = Field(0, description="compiles ccache declined to cache (they ran)")
+    hit_rate: float | None = Field(None, description="hits / (hits + misses + uncacheable)")
+    seconds_compiling: float | None = Field(None, description="wall time of the compile steps "
+                                            "(configure + compile), from the step itself")
+    remote_errors: int = Field(0, description="reads or writes the store did not answer")
+    namespace: str | None = Field(None, description="the store folder: machine + toolchain digest")
+    off: str | None = Field(None, description="why the build compiled without the cache")
+
+
 class BuildOutcome(Open):
     """builds/<stack>.json: what the build (or reuse, or local audit) of one stack gave."""
 
@@ -336,6 +350,7 @@ class BuildOutcome(Open):
     audit_summary: dict[str, Any] | None = None
     arch_problems: tuple[str, ...] = ()
     reason: str | None = None
+    compile_cache: CompileCache | None = None
 
     @property
     def failed(self) -> bool:

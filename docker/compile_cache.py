@@ -4,7 +4,8 @@
     python /opt/build/compile_cache.py stats compile                        # after it
 
 `env` prints the shell exports that send every C++ and CUDA compile through ccache (CMake reads
-CMAKE_<LANG>_COMPILER_LAUNCHER from the environment; vLLM's setup.py also finds ccache on PATH)
+CMAKE_<LANG>_COMPILER_LAUNCHER from the environment, here a launcher that leaves CMake's configure
+checks out; vLLM's setup.py also finds ccache on PATH and passes it to CMake itself)
 with the harness's HTTP store as ccache's only storage, under a folder named by this toolchain:
 the machine, the ccache version and the content of every compiler program (gcc, g++, nvcc and
 the CUDA programs nvcc runs). ccache's own key adds the flags (arch list included), the sources
@@ -35,6 +36,15 @@ from pathlib import Path
 MARK = "harness-compile-cache:"
 LOCAL = "/tmp/harness-ccache"  # ccache's counters only: objects live in the harness's store
 STARTED = Path(LOCAL) / "harness-started"
+LAUNCHER = f"{LOCAL}/launcher"
+# CMake's configure checks (try_compile) compile a source written into a new scratch folder with a
+# random name each time, so their lookups would always miss; they take milliseconds, are not the
+# build's translation units, and go straight to the compiler, neither cached nor counted. A
+# try_compile project reads the launcher from the environment like the build does.
+LAUNCHER_TEXT = """#!/bin/sh
+case "$PWD" in */CMakeFiles/CMakeScratch/*|*/CMakeFiles/CMakeTmp*) exec "$@" ;; esac
+exec ccache "$@"
+"""
 # the programs whose bytes decide an object: the host compiler and the CUDA tool chain
 PROGRAMS = ("cc", "c++", "gcc", "g++", "cc1", "cc1plus", "as", "ld", "nvcc", "cicc", "ptxas",
             "cudafe++", "fatbinary", "nvlink")
@@ -129,15 +139,17 @@ def cmd_env(url: str) -> int:
     except (urllib.error.URLError, OSError) as exc:
         return _off(f"the store at {url} refused a write ({exc})")
     os.makedirs(LOCAL, exist_ok=True)
+    Path(LAUNCHER).write_text(LAUNCHER_TEXT)
+    os.chmod(LAUNCHER, 0o755)
     env = {
         "CCACHE_DIR": LOCAL,
         "CCACHE_REMOTE_STORAGE": remote,
         "CCACHE_REMOTE_ONLY": "true",
         # sources are unpacked by an earlier step of the same build; nothing edits them during it
         "CCACHE_SLOPPINESS": "include_file_mtime,include_file_ctime",
-        "CMAKE_C_COMPILER_LAUNCHER": "ccache",
-        "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
-        "CMAKE_CUDA_COMPILER_LAUNCHER": "ccache",
+        "CMAKE_C_COMPILER_LAUNCHER": LAUNCHER,
+        "CMAKE_CXX_COMPILER_LAUNCHER": LAUNCHER,
+        "CMAKE_CUDA_COMPILER_LAUNCHER": LAUNCHER,
     }
     subprocess.run(["ccache", "--zero-stats"], env={**os.environ, **env}, capture_output=True, check=False)
     STARTED.write_text(f"{time.time():.3f}\n{ns}\n")

@@ -197,6 +197,13 @@ def test_the_report_and_the_bug_read_the_audit_of_a_reused_image(site_images):
         assert any(line.startswith("sm_121: pass") for line in row.audit_lines), row.audit_lines
 
 
+def test_the_build_record_says_what_became_of_the_rust_front_end(site_images):
+    built, again = site_images
+    # what the install step wrote, read from the image for a build and for a reuse; the escape
+    # sequence a hostile image put in the file does not reach the record
+    assert built.rust_frontend == again.rust_frontend == "not built (optional: no Rust toolchain)[31m"
+
+
 def test_harness_audit_of_the_image_reads_where_its_build_installed(site_images, capsys):
     import json
 

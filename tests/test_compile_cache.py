@@ -117,7 +117,7 @@ def test_figures_from_real_build_output():
     assert c.namespace and c.namespace.startswith("x86_64-") and c.seconds_compiling is not None
     second = lines[len(lines) // 2:]
     assert compile_cache.from_build_output(second).hit_rate == 1.0
-    assert compile_cache.from_build_output(["Step 1/2 : FROM x", " ---> Using cache"]) is None
+    assert compile_cache.from_build_output(["Step 1/2 : FROM x", " ---> Using cache"]).off == compile_cache.NOT_RUN
     off = compile_cache.from_build_output(["\x1b[91mharness-compile-cache: off: no ccache in this image (x)",
                                            'harness-compile-cache: {"off": true, "step": "compile"}'])
     assert off is not None and off.off == "no ccache in this image (x)" and off.hits == 0

@@ -61,7 +61,7 @@ def test_dry_run_of_each_variant_renders_and_applies_its_series(tmp_path, monkey
         path.write_text(text)
         try:
             matrix = load_matrix(path)
-            assert dry_run(matrix, [stack]) == 0
+            assert dry_run(matrix, [stack], None) == 0
             hashes[name] = render(matrix, stack).content_hash
         finally:
             path.unlink()

@@ -67,7 +67,7 @@ def test_probe_of_the_real_template_configures_compiles_and_audits(engine, tmp_p
     refs = []
     try:
         o = probe_stack(load_matrix(path), "src-0251", engine=engine, log_dir=tmp_path / "logs", units=(MOE_DATA,))
-        refs.append(o.image_ref)
+        refs += [o.image_ref] + ([o.packaging.image_ref] if o.packaging else [])
         log = Path(o.log_path).read_text(errors="replace") if o.log_path else ""
         assert o.status == "pass", (o.reason, log[-3000:])
         (row,) = o.rows
@@ -83,7 +83,7 @@ def test_probe_of_the_real_template_configures_compiles_and_audits(engine, tmp_p
         # the same sources, flags and toolchain, another MAX_JOBS: the probe step runs again
         path.write_text(text.replace("max_jobs = 2", "max_jobs = 1"))
         again = probe_stack(load_matrix(path), "src-0251", engine=engine, log_dir=tmp_path / "logs",
-                            units=(MOE_DATA,))
+                            units=(MOE_DATA,), parts=("units",))
         refs.append(again.image_ref)
         assert again.image_ref != o.image_ref and again.status == "pass", again.reason
         assert (again.rows[0].archs, again.rows[0].verdicts) == (row.archs, row.verdicts)

@@ -24,7 +24,9 @@ from harness.build.dockerfile import render
 from harness.build.render import Rendered, context_tar
 from harness.errors import BuildFailed, ConfigError, EngineError
 from harness.lock import locked_matrix
+from harness.matrix.archs import ccs_of
 from harness.matrix.load import Matrix
+from harness.platforms import Platform
 from harness.redact import redact_text
 from harness.results.model import BuildOutcome
 from harness.safety.writes import check_target
@@ -77,6 +79,21 @@ def image_site_packages(engine, ref: str, labels: dict[str, str]) -> str | None:
             return None
         text = (dest / "site-packages.txt").read_text(errors="replace")[:4096].strip()
     return text if _SITE.match(text) and ".." not in text.split("/") else None
+
+
+RUST_FRONTEND = "/opt/build/rust-frontend.txt"
+
+
+def image_rust_frontend(engine, ref: str, labels: dict[str, str]) -> str | None:
+    """What the install step wrote of vLLM's Rust front end (the template's rust-frontend.txt);
+    None when the image has no such file. One short line from the image: bounded, printable."""
+    with tempfile.TemporaryDirectory(prefix="harness-rust-") as tmp:
+        try:
+            dest = engine.export_path(ref, RUST_FRONTEND, Path(tmp), labels=labels)
+        except EngineError:
+            return None
+        text = (dest / Path(RUST_FRONTEND).name).read_text(errors="replace")[:200].strip()
+    return "".join(c for c in text if c.isprintable()) or None
 
 
 def _step_of(line: str) -> str | None:
@@ -152,13 +169,19 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
     name, ref = rendered.stack_name, rendered.image_ref
     start = time.monotonic()
     existing = engine.image_labels(ref)
+    if existing is not None and (got := engine.image_platform(ref)) is not None and got.docker != rendered.platform:
+        # the tag holds the platform, so only an image made outside this tool can be here: never
+        # serve another CPU's binaries; build this one's over it
+        emit(BuildEvent(name, "line", f"{ref} is {got.docker}, not {rendered.platform}: rebuilding", 0.0))
+        force = True
     if existing is not None and not force:
         # A reused image is audited again (seconds: its packages are copied out, never run): the
         # run records what every image it serves holds, not only the ones it built this time.
         summary = audit_stack_image(engine, ref, existing, audit_ccs) if audit else None
+        rust = image_rust_frontend(engine, ref, {"harness.role": "audit"}) if audit else None
         emit(BuildEvent(name, "done", "reused", time.monotonic() - start))
         return BuildOutcome(stack=name, image_ref=ref, image_id=engine.image_id(ref), status="reused",
-                            labels=existing, audit_summary=summary)
+                            labels=existing, audit_summary=summary, rust_frontend=rust)
     if existing is not None:
         engine.remove_image(ref)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -190,34 +213,39 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
             try:
                 image_id = engine.build(context_tar(rendered), ref, labels=rendered.labels,
                                         buildargs={**rendered.buildargs, **extra}, on_line=on_build_line,
-                                        network_mode="host" if served and served.url else None)
+                                        network_mode="host" if served and served.url else None,
+                                        platform=rendered.platform)
             except BuildFailed as exc:
                 took = time.monotonic() - start
                 emit(BuildEvent(name, "done", "failed", took))
                 return BuildOutcome(stack=name, image_ref=ref, status="failed", log_path=str(log_path),
                                     log_tail=tuple(exc.log_tail[-40:] or tail), duration_s=took,
                                     labels=rendered.labels, reason=exc.message,
-                                    compile_cache=compile_cache.from_build_output(marks, served.why_off if served else ""))
+                                    compile_cache=compile_cache.from_build_output(marks, served.why_off)
+                                    if served else None)
             finally:
                 if served and served.url:
                     compile_cache.prune(compile_cache.max_bytes())
     took = time.monotonic() - start
-    cache_record = compile_cache.from_build_output(marks, served.why_off if served else "") if uses_cache else None
+    cache_record = compile_cache.from_build_output(marks, served.why_off) if served else None
     labels = engine.image_labels(ref) or rendered.labels
     summary = audit_stack_image(engine, ref, rendered.labels, audit_ccs) if audit else None
     problems = (build_log_problems(engine, ref, torch_cuda_arch_list, {"harness.role": "audit"})
                 if torch_cuda_arch_list else ())
+    rust = image_rust_frontend(engine, ref, {"harness.role": "audit"}) if audit else None
     emit(BuildEvent(name, "done", "built", took))
     return BuildOutcome(stack=name, image_ref=ref, image_id=image_id, status="built",
                         log_path=str(log_path), log_tail=tuple(tail), duration_s=took, labels=labels,
-                        audit_summary=summary, arch_problems=tuple(problems), compile_cache=cache_record)
+                        audit_summary=summary, arch_problems=tuple(problems), rust_frontend=rust,
+                        compile_cache=cache_record)
 
 
 def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Path, force: bool = False,
                  allow_unpinned: bool = False, on_event: Callable[[BuildEvent], None] | None = None,
                  template: Path | None = None, template_values: dict[str, str] | None = None,
-                 audit: bool = True) -> dict[str, BuildOutcome]:
-    """Each named docker stack once; 'local' stacks are skipped (they have no image)."""
+                 audit: bool = True, platform: Platform | None = None) -> dict[str, BuildOutcome]:
+    """Each named docker stack once, for `platform` (default: the engine's own); 'local' stacks
+    are skipped (they have no image)."""
 
     names = [n for n in dict.fromkeys(stack_names) if matrix.spec.stacks[n].runner == "docker"]
     matrix = locked_matrix(matrix, names)  # the lock's digest where the matrix wrote none
@@ -226,15 +254,24 @@ def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Pat
                           hint=f"`harness lock -m {matrix.path.name}` pins them (`harness run` does it "
                           "itself), or pass --allow-unpinned for a build you will not compare against")
     out: dict[str, BuildOutcome] = {}
+    platform = platform or engine.platform()
     for name in names:
         rendered = render(matrix, name, template=template, extra=template_values,
-                          base_image_id=local_base_id(matrix, name, engine))
+                          base_image_id=local_base_id(matrix, name, engine), platform=platform)
         out[name] = build_one(rendered, engine=engine, log_dir=log_dir, force=force, on_event=on_event,
                               audit=audit, torch_cuda_arch_list=matrix.spec.stacks[name].torch_cuda_arch_list,
-                              audit_ccs=(matrix.spec.hardware[matrix.spec.matrix.hardware].cc,))
+                              audit_ccs=audit_ccs(matrix, name))
         if out[name].failed and matrix.spec.stacks[name].offline:
             out[name] = name_fetch_attempts(matrix, name, out[name])
     return out
+
+
+def audit_ccs(matrix: Matrix, stack_name: str) -> tuple[str, ...]:
+    """The chips an image is judged for: the matrix's GPU and every chip its arch list builds for
+    (a stack built for 12.1a on an H200 is judged for the GB10 it targets too)."""
+    stack = matrix.spec.stacks[stack_name]
+    hw = matrix.spec.hardware[matrix.spec.matrix.hardware].cc
+    return tuple(sorted({hw} | ccs_of(stack.torch_cuda_arch_list or ""), key=lambda c: tuple(map(int, c.split(".")))))
 
 
 def name_fetch_attempts(matrix: Matrix, name: str, outcome: BuildOutcome) -> BuildOutcome:

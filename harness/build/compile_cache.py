@@ -208,10 +208,13 @@ def serving(root: Path | None = None, port_: int | None = None) -> Iterator[Serv
 # --- what a build did ---------------------------------------------------------------------------
 
 
-def from_build_output(lines: list[str], why_off: str = "") -> CompileCache | None:
+NOT_RUN = "no compile step ran (the engine's layer cache held them)"
+
+
+def from_build_output(lines: list[str], why_off: str = "") -> CompileCache:
     """The compile cache's figures of one build, from the `harness-compile-cache:` lines its
-    compile steps printed (docker/compile_cache.py); None when no step printed one (every
-    compile step came from the engine's layer cache: nothing was compiled)."""
+    compile steps printed (docker/compile_cache.py); `off` says why when none was used, also
+    when no step printed one (the engine's layer cache held every compile step: nothing ran)."""
     steps: list[dict] = []
     off = why_off
     for line in lines:
@@ -227,7 +230,7 @@ def from_build_output(lines: list[str], why_off: str = "") -> CompileCache | Non
                 if isinstance(record, dict):
                     steps.append(record)
     if not steps:
-        return CompileCache(off=off) if off else None
+        return CompileCache(off=off or NOT_RUN)
     if all(s.get("off") for s in steps):
         return CompileCache(off=off or "the compile steps ran without the cache")
 

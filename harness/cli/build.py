@@ -39,6 +39,12 @@ def register(sub) -> None:
                    "(minutes); no image to serve")
     p.add_argument("--probe-first", action="store_true",
                    help="probe each stack, then fully build only the stacks whose probe passed")
+    p.add_argument("--probe-parts", default="packaging,units", metavar="packaging,units",
+                   help="what --probe runs: the packaging probe (the install step on stand-in extensions), "
+                   "the units probe (configure, compile the verdict's kernels, audit), or both")
+    p.add_argument("--platform", default=None, metavar="linux/amd64|linux/arm64",
+                   help="the CPU the images are for (default: the engine's own; another one runs under "
+                   "the host's binfmt emulation, e.g. qemu-user-static)")
     p.set_defaults(func=run)
 
 
@@ -58,10 +64,24 @@ def _engine_or_none():
         return None
 
 
-def dry_run(matrix, stacks: list[str]) -> int:
+def _requirement_lines(r) -> list[str]:
+    """Each build requirement with the files it came from (merged per package), torch with its check."""
+    from harness.build.requirements import merged
+
+    if r.requirements is None:
+        return ["(not read)"]
+    lines = [f"{t.requirement}  <- {t.origin}: the stack's torch satisfies it" for t in r.requirements.torch]
+    lines += [f"{name}{spec}  <- {', '.join(origins)}" for name, spec, origins in merged(r.requirements.items)]
+    return lines or ["(none listed)"]
+
+
+def dry_run(matrix, stacks: list[str], platform_arg: str | None) -> int:
     engine = _engine_or_none()
+    from harness import platforms
     from harness.tables import Col, show
 
+    platform = (platforms.parse(platform_arg) if platform_arg
+                else engine.platform() if engine is not None else platforms.host())
     rows = []
     bad = 0
     for name in stacks:
@@ -69,7 +89,7 @@ def dry_run(matrix, stacks: list[str]) -> int:
         base_id = None
         if base.local and engine is not None:  # a local base is pinned by its ID: the tag depends on it
             base_id = engine.image_id(f"{base.repository}:{base.tag}")
-        r = render(matrix, name, base_image_id=base_id)
+        r = render(matrix, name, base_image_id=base_id, platform=platform)
         exists = "?" if engine is None else ("yes" if engine.image_labels(r.image_ref) is not None else "no")
         if base.local:
             pinned = f"local, id {base_id[:19]}" if base_id else "local: NOT FOUND on the engine (tag shown is provisional)"
@@ -83,10 +103,10 @@ def dry_run(matrix, stacks: list[str]) -> int:
                 lines.append(f"{series.project} ({series.source}): {p.describe()}")
             bad += not series.ok
         rows.append([Text(name), Text(r.image_ref), Text(r.content_hash[:16]), Text(exists), Text(pinned),
-                     Text("\n".join(lines))])
-    show(out, f"{matrix.spec.matrix.name}: {len(stacks)} image(s)",
+                     Text("\n".join(lines)), Text("\n".join(_requirement_lines(r)))])
+    show(out, f"{matrix.spec.matrix.name}: {len(stacks)} image(s) for {platform.docker}",
          [Col("stack", whole=True), Col("image", whole=True), Col("content hash", whole=True), Col("exists"),
-          Col("base pinned"), Col("patch preflight")], rows)
+          Col("base pinned"), Col("patch preflight"), Col("build requirements <- the file that lists them")], rows)
     if bad:
         raise PatchError(f"{bad} patch series do not apply to their pinned sources",
                          hint="refresh the stale patch (`harness patches add-pr`, or rebase it) and run again")
@@ -98,6 +118,16 @@ def _check_patches(matrix, stacks: list[str]) -> None:
     if problems:
         raise PatchError("patch preflight failed:\n  - " + "\n  - ".join(problems),
                          hint="fix or refresh the named patch; `harness build --dry-run` shows every series")
+
+
+def _probe_parts(value: str) -> tuple[str, ...]:
+    from harness.build.probe import PARTS
+
+    parts = tuple(p.strip() for p in value.split(",") if p.strip())
+    if not parts or any(p not in PARTS for p in parts):
+        raise ConfigError(f"--probe-parts: {value[:80]!r} is not a list of {', '.join(PARTS)}",
+                          hint="e.g. --probe-parts packaging")
+    return parts
 
 
 def _probe_failed(stacks: list[str], passed: list[str]) -> int:
@@ -117,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     matrix = locked_matrix(matrix, stacks, lock_if_missing=not (args.dry_run or args.allow_unpinned),
                            say=lambda s: err.print(s, markup=False))
     if args.dry_run:
-        return dry_run(matrix, stacks)
+        return dry_run(matrix, stacks, args.platform)
     if not args.allow_unpinned and (problems := unpinned(matrix, stacks)):
         raise ConfigError("unpinned base image(s):\n  - " + "\n  - ".join(problems),
                           hint=f"`harness lock -m {args.matrix}`, or pass --allow-unpinned")
@@ -126,10 +156,14 @@ def run(args: argparse.Namespace) -> int:
     from harness.engine import connect
 
     engine = connect()
+    from harness import platforms
+
+    platform = platforms.parse(args.platform) if args.platform else engine.platform()
     if args.probe or args.probe_first:
         from harness.build.probe_cli import run_probes
 
-        passed = run_probes(matrix, stacks, engine=engine, log_dir=Path(args.log_dir), force=args.force)
+        passed = run_probes(matrix, stacks, engine=engine, log_dir=Path(args.log_dir), force=args.force,
+                            platform=platform, parts=_probe_parts(args.probe_parts))
         if args.probe:
             return 0 if len(passed) == len(stacks) else _probe_failed(stacks, passed)
         if not passed:
@@ -155,17 +189,19 @@ def run(args: argparse.Namespace) -> int:
             live.update(view())
 
         outcomes = build_stacks(matrix, stacks, engine=engine, log_dir=Path(args.log_dir), force=args.force,
-                                allow_unpinned=args.allow_unpinned, on_event=on_event)
+                                allow_unpinned=args.allow_unpinned, on_event=on_event, platform=platform)
     failed = 0
     for o in outcomes.values():
         out.print(f"{o.stack}: {o.status} {o.image_ref} ({o.duration_s:.0f} s)"
                   + (f" log {o.log_path}" if o.log_path else ""), markup=False)
+        if o.compile_cache is not None:  # a build with compile steps (not a wheel stack's)
+            out.print(f"  {cache_line(o.compile_cache.model_dump(mode='json'))}", markup=False)
         if o.status in ("built", "failed"):
-            out.print(f"  {cache_line(o.compile_cache.model_dump(mode='json') if o.compile_cache else None)}",
-                      markup=False)
             # the record `harness run` keeps as builds/<stack>.json, beside the log
             with check_target(Path(args.log_dir) / f"build-{o.stack}.json", "--log-dir file").open("w") as f:
                 f.write(o.model_dump_json(indent=1))
+        if o.rust_frontend:
+            out.print(f"  vLLM's Rust front end: {o.rust_frontend}", markup=False)
         for p in o.arch_problems:
             out.print(f"  arch: {p}", markup=False)
         if o.status == "failed":

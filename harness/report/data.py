@@ -117,8 +117,8 @@ def compile_text(b: BuildOutcome) -> str:
         return "-"
     parts = [f"{b.duration_s:.0f} s"]
     c = b.compile_cache
-    if c is None:
-        parts.append("no compile step ran (layer cache)")
+    if c is None:  # no compile steps (a wheel stack), or a record from before the cache
+        pass
     elif c.off:
         parts.append(f"compile cache off: {c.off}")
     else:

@@ -351,6 +351,8 @@ class BuildOutcome(Open):
     arch_problems: tuple[str, ...] = ()
     reason: str | None = None
     compile_cache: CompileCache | None = None
+    rust_frontend: str | None = Field(None, description="vLLM's optional Rust front end: built | not built (why) | "
+                                      "none in this release; None: not recorded (a wheel stack, an older image)")
 
     @property
     def failed(self) -> bool:

@@ -293,9 +293,8 @@ def prune(limit: int, root: Path | None = None, only: str | None = None) -> tupl
     """Remove the least recently used objects until the store (or the folder `only`) holds at
     most `limit` bytes; returns (objects removed, bytes freed)."""
     root = root or cache_root()
-    if not root.is_dir():
-        return 0, 0
-    folders = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and (only is None or p.name == only)]
+    folders = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and (only is None or p.name == only)
+               ] if root.is_dir() else []
     if only is not None and not folders:
         raise ConfigError(f"harness cache: no folder {only!r} in {root}",
                           hint="`harness cache show` lists the folders")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from harness.audit import Target, audit_path
+from harness.audit.report import AuditSummary
 from harness.build import compile_cache, offline
 from harness.build.buildlog import check_build_log
 from harness.build.dockerfile import render
@@ -122,7 +123,7 @@ def stack_packages(site: str) -> tuple[str, tuple[str, ...]]:
 
 
 def audit_image(engine, ref: str, labels: dict[str, str], path: str = SITE_PACKAGES,
-                ccs: tuple[str, ...] = (), also: tuple[str, ...] = ()) -> dict | None:
+                ccs: tuple[str, ...] = (), also: tuple[str, ...] = ()) -> AuditSummary | None:
     """The compiled archs of the image's Python packages (copied out, never started), judged
     for the compute capabilities `ccs` (the matrix hardware's): `path`, which must exist, and
     each of `also` the image has (the FlashInfer packages beside vLLM)."""
@@ -131,15 +132,11 @@ def audit_image(engine, ref: str, labels: dict[str, str], path: str = SITE_PACKA
         try:
             dest = export_packages(engine, ref, path, Path(tmp), labels, also)
         except EngineError as exc:
-            return {"status": "not-audited", "audit.status": "not-audited", "reason": str(exc)}
-        report = audit_path(dest, [Target.from_cc(cc) for cc in ccs])
-        # the flat `audit.*` pairs the report, `bug` and BuildOutcome.audit_status read, plus the
-        # status, verdict lines and cubin counts per arch as plain values
-        return {**report.summary(), "status": report.status, "cubins": dict(report.totals()),
-                "verdicts": [f"{v.target.name}: {v.status}: {v.message}" for v in report.verdicts]}
+            return AuditSummary.not_audited(str(exc))
+        return AuditSummary.of(audit_path(dest, [Target.from_cc(cc) for cc in ccs]))
 
 
-def audit_stack_image(engine, ref: str, labels: dict[str, str], ccs: tuple[str, ...]) -> dict | None:
+def audit_stack_image(engine, ref: str, labels: dict[str, str], ccs: tuple[str, ...]) -> AuditSummary | None:
     """audit_image on where a stack image keeps vLLM and FlashInfer: those packages under the
     site-packages the build recorded (/opt/build/site-packages.txt: a wheel stack, or a source
     stack, also on a base whose Python is its own, e.g. a root file system with /opt/torch/.venv),
@@ -248,13 +245,13 @@ def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Pat
     are skipped (they have no image)."""
 
     names = [n for n in dict.fromkeys(stack_names) if matrix.spec.stacks[n].runner == "docker"]
-    matrix = locked_matrix(matrix, names)  # the lock's digest where the matrix wrote none
+    platform = platform or engine.platform()
+    matrix = locked_matrix(matrix, names, platform=platform)  # the lock's digest where the matrix wrote none
     if not allow_unpinned and (problems := unpinned(matrix, names)):
         raise ConfigError("unpinned base image(s):\n  - " + "\n  - ".join(problems),
                           hint=f"`harness lock -m {matrix.path.name}` pins them (`harness run` does it "
                           "itself), or pass --allow-unpinned for a build you will not compare against")
     out: dict[str, BuildOutcome] = {}
-    platform = platform or engine.platform()
     for name in names:
         rendered = render(matrix, name, template=template, extra=template_values,
                           base_image_id=local_base_id(matrix, name, engine), platform=platform)

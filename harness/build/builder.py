@@ -204,6 +204,7 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
             on_line(line)
 
         uses_cache = f"ARG {compile_cache.ARG}" in rendered.dockerfile
+        keep = compile_cache.max_bytes() if uses_cache else 0  # a bad setting stops here, not after the build
         with compile_cache.serving() if uses_cache else contextlib.nullcontext(None) as served:
             # the store's URL is not an input of the image: it stays out of the content hash
             extra = {compile_cache.ARG: served.url or ""} if served else {}
@@ -222,7 +223,7 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
                                     if served else None)
             finally:
                 if served and served.url:
-                    compile_cache.prune(compile_cache.max_bytes())
+                    compile_cache.prune(keep)
     took = time.monotonic() - start
     cache_record = compile_cache.from_build_output(marks, served.why_off) if served else None
     labels = engine.image_labels(ref) or rendered.labels

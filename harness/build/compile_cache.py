@@ -32,6 +32,7 @@ from pathlib import Path
 from harness.build.sources import CACHE_ROOT
 from harness.errors import ConfigError
 from harness.results.model import CompileCache
+from harness.safety.roots import Root
 
 DEFAULT_PORT = 47320
 DEFAULT_MAX_GIB = 40.0
@@ -86,6 +87,10 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         return self.server.root / path.lstrip("/")
 
+    def _store(self) -> Root:
+        # the store is a root: an object path through a link planted in it is refused, never followed
+        return Root(self.server.root, what="compile cache")
+
     def _answer(self, code: int, body: bytes = b"", head_only: bool = False) -> None:
         self.send_response(code)
         self.send_header("Content-Length", str(len(body)))
@@ -99,8 +104,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         path = self._path()
         try:
-            data = path.read_bytes() if path else None
-        except OSError:
+            data = self._store().load_bytes(str(path.relative_to(self.server.root)), limit=MAX_OBJECT) if path else None
+        except (OSError, ConfigError):
             data = None
         if data is None or path is None:
             self.server.count("misses")
@@ -125,10 +130,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(400)
             return
         data = self.rfile.read(int(length))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        try:  # whole or not at all, never through a link
+            self._store().save_bytes(str(path.relative_to(self.server.root)), data)
+        except ConfigError:
+            self._answer(400)
+            return
         self.server.count("writes")
         self._answer(201)
 
@@ -284,7 +290,7 @@ def usage(root: Path | None = None) -> list[Folder]:
             n, size, last = n + 1, size + st.st_size, max(last, st.st_mtime)
         tools: dict = {}
         with contextlib.suppress(OSError, ValueError):
-            tools = json.loads((d / "toolchain.json").read_text()[:65536])
+            tools = json.loads(Root(d, what="compile cache folder").load_text("toolchain.json", limit=65536))
         out.append(Folder(d.name, n, size, last, tools if isinstance(tools, dict) else {}))
     return out
 

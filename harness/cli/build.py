@@ -23,7 +23,7 @@ from harness.console import err, out
 from harness.errors import CellsFailed, ConfigError, HarnessError, PatchError
 from harness.matrix.load import load_matrix
 from harness.matrix.plan import expand, group_by_stack
-from harness.safety.writes import check_target
+from harness.safety.writes import write_text
 
 
 def register(sub) -> None:
@@ -198,8 +198,8 @@ def run(args: argparse.Namespace) -> int:
             out.print(f"  {cache_line(o.compile_cache.model_dump(mode='json'))}", markup=False)
         if o.status in ("built", "failed"):
             # the record `harness run` keeps as builds/<stack>.json, beside the log
-            with check_target(Path(args.log_dir) / f"build-{o.stack}.json", "--log-dir file").open("w") as f:
-                f.write(o.model_dump_json(indent=1))
+            write_text(Path(args.log_dir) / f"build-{o.stack}.json", o.model_dump_json(indent=1),
+                       flag="--log-dir file")  # whole, never through a link
         if o.rust_frontend:
             out.print(f"  vLLM's Rust front end: {o.rust_frontend}", markup=False)
         for p in o.arch_problems:

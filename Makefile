@@ -20,7 +20,7 @@ KEEP_RC = rc=$$?; echo $$rc > $(RC_FILE); exit $$rc
 PICK = rm -f $(RC_FILE); m='$(MATRIX)'; if [ -z "$$m" ]; then m=$$($(HARNESS) doctor --pick-matrix) \
        || { rc=$$?; echo $$rc > $(RC_FILE); exit $$rc; }; else echo "matrix: $$m (MATRIX= given)"; fi
 
-.PHONY: install matrix plan doctor lock test test-say test-fast test-toolchain lint docker-up test-deps clean
+.PHONY: install matrix plan doctor lock test test-say test-fast test-toolchain probe-defaults lint docker-up test-deps clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -69,7 +69,16 @@ test: test-say install docker-up test-deps
 # `make test` runs that test only where the image is there, and skips it with this command.
 test-toolchain: install docker-up
 	PYTHON=$(PY) bash tools/toolchain-base.sh
-	HARNESS_REQUIRE_TOOLCHAIN=1 $(PY) -m pytest tests/test_source_probe_docker.py $(PYTEST_ARGS)
+	PYTHON=$(PY) bash tools/cuda13-base.sh
+	HARNESS_REQUIRE_TOOLCHAIN=1 $(PY) -m pytest tests/test_source_probe_docker.py tests/test_packaging_probe_docker.py $(PYTEST_ARGS)
+
+# The packaging probe of every stack of the three default matrices, on the stand-in CUDA 13 base
+# of the host's platform and on linux/arm64 (the DGX Spark's CPU) under qemu-user-static:
+# examples/defaults-probe/ holds what it wrote (and how long each took). PLATFORMS overrides.
+PLATFORMS ?= linux/amd64 linux/arm64
+probe-defaults: install docker-up
+	@for p in $(PLATFORMS); do PYTHON=$(PY) bash tools/cuda13-base.sh $$p || exit 3; done
+	@rc=0; for p in $(PLATFORMS); do $(PY) tools/defaults_probe.py $$p examples/defaults-probe || rc=1; done; exit $$rc
 
 # Said first, before anything is installed.
 test-say:

@@ -33,7 +33,9 @@ from tenacity import (
 )
 
 from harness import owner as owners
+from harness import platforms
 from harness.errors import BuildFailed, EngineError, EnvironmentProblem
+from harness.platforms import Platform
 
 log = logging.getLogger("harness.engine")
 
@@ -136,6 +138,21 @@ class Engine:
         except docker.errors.ImageNotFound:
             return None
 
+    def platform(self) -> Platform:
+        """The CPU platform this engine builds and runs natively (`docker info`), this host's if
+        the engine reports one this tool does not build for."""
+        info = self.client.info()
+        return platforms.of_engine(info.get("OSType"), info.get("Architecture")) or platforms.host()
+
+    def image_platform(self, ref: str) -> Platform | None:
+        """The platform an image says it is for (its Os/Architecture); None if it does not exist
+        or names one this tool does not build for."""
+        try:
+            attrs = self.api.inspect_image(ref)
+        except docker.errors.ImageNotFound:
+            return None
+        return platforms.of_engine(attrs.get("Os"), attrs.get("Architecture"))
+
     @retry_transient
     def pull_digest(self, repository: str, tag: str) -> str:
         """Pull repository:tag and return the registry digest it resolved to: the pull's
@@ -179,6 +196,7 @@ class Engine:
         dockerfile: str = "Dockerfile",
         on_line: Callable[[str], None] = lambda _l: None,
         timeout: int = 6 * 3600,
+        platform: str | None = None,
     ) -> str:
         """Build from a tar context through the streaming API; returns the image id.
 
@@ -194,7 +212,7 @@ class Engine:
                 del tail[:-200]
                 on_line(line)
 
-        stream = self._start_build(context, tag, labels, buildargs or {}, dockerfile, timeout)
+        stream = self._start_build(context, tag, labels, buildargs or {}, dockerfile, timeout, platform)
         try:
             for chunk in stream:
                 if "stream" in chunk:
@@ -218,11 +236,14 @@ class Engine:
         return image_id
 
     @retry_transient
-    def _start_build(self, context, tag, labels, buildargs, dockerfile, timeout) -> Iterator[dict]:
+    def _start_build(self, context, tag, labels, buildargs, dockerfile, timeout, platform=None) -> Iterator[dict]:
+        # `platform` picks the base image's variant; its RUN steps then run that CPU's binaries
+        # (natively, or through the host's binfmt emulation: qemu-user-static for arm64 on amd64)
+        extra = {"platform": platform} if platform else {}
         return self.api.build(
             fileobj=io.BytesIO(context), custom_context=True, tag=tag, labels=labels,
             buildargs=buildargs, dockerfile=dockerfile, rm=True, forcerm=True, decode=True,
-            timeout=timeout, pull=False,
+            timeout=timeout, pull=False, **extra,
         )
 
     def export_path(self, ref: str, path: str, dest: Path, labels: dict[str, str]) -> Path:

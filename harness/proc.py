@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from harness.errors import EnvironmentProblem
+
 log = logging.getLogger("harness.proc")
 T = TypeVar("T")
 
@@ -32,6 +34,24 @@ class Result:
 
 def which(name: str) -> str | None:
     return shutil.which(name)
+
+
+# The host tools the harness itself runs, what for, and how a user gets them (`harness doctor`
+# checks each; a missing one is a host problem, exit 3, never a verdict on the input).
+HOST_TOOLS: dict[str, tuple[str, str]] = {
+    "git": ("applies each patch with `git apply` (patch preflight), fetches git-pinned sources and bisects",
+            "install git (Debian/Ubuntu: apt-get install git)"),
+}
+
+
+def require_tool(name: str, purpose: str | None = None) -> str:
+    """The path of a host tool the next step needs; EnvironmentProblem (exit 3) naming it when
+    it is missing: a host problem, never taken for a fault of the input (a stale patch)."""
+    path = shutil.which(name)
+    if path is None:
+        why, fix = HOST_TOOLS.get(name, ("is needed here", f"install {name}"))
+        raise EnvironmentProblem(f"{name} is not installed on this host: harness {purpose or why}", hint=fix)
+    return path
 
 
 def run(argv: Sequence[str], *, timeout: float = 60, cwd: str | None = None,

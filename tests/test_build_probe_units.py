@@ -7,7 +7,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from harness.build.probe import ProbeRow, _ccs_of, judge, load_units
+from harness.build.probe import ProbeRow, judge, load_units
+from harness.matrix.archs import ccs_of
 
 ROOT = Path(__file__).resolve().parent.parent
 CMAKE = ROOT / "tests" / "fixtures" / "build" / "cmake"
@@ -48,4 +49,4 @@ def test_judge_and_targets():
     assert judge([ok, bad], good)[0] == "fail"
     assert judge([ok], {"configure_rc": {"patched": 1}})[0] == "fail"
     assert judge([ok], {"configure_rc": {"patched": 0}, "compile_rc": 2})[0] == "fail"
-    assert _ccs_of("9.0a;12.1a") == {"9.0", "12.1"} and _ccs_of("12.0f 8.0+PTX") == {"12.0", "8.0"}
+    assert ccs_of("9.0a;12.1a") == {"9.0", "12.1"} and ccs_of("12.0f 8.0+PTX") == {"12.0", "8.0"}

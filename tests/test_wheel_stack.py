@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import bundle
+from harness import bundle, platforms
 from harness.build.builder import unpinned
 from harness.build.dockerfile import render
 from harness.build.preflight import preflight_stack
@@ -190,7 +190,7 @@ def test_wheel_stack_renders_with_pins_labels_and_tag(tmp_path, wheelhouse):
     assert r.labels["harness.base-image-id"] == ID_A
     assert f"sha256:{sha}" in r.labels["harness.vllm.source"] and "re-packed from upstream" in r.labels["harness.vllm.source"]
     assert r.labels[f"harness.vllm.patch.{PATCH.name}.sha256"]
-    assert r.image_ref == f"vllm-bw:w-{r.content_hash[:12]}"
+    assert r.image_ref == f"vllm-bw:w-{platforms.host().short}-{r.content_hash[:12]}"
     # the base's image ID is part of the tag: another base, another image
     assert render(m, "w", base_image_id=ID_B).content_hash != r.content_hash
     # a local base is not 'unpinned'

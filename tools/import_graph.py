@@ -20,7 +20,7 @@ from pathlib import Path
 # points, on the top floor with the command line.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("harness", "errors"),
-    ("safety", "redact"),
+    ("safety", "redact", "platforms"),
     ("console", "tables", "proc", "http", "probe_image"),
     ("gpus", "fingerprint", "bundle", "matrix", "bench"),
     ("results", "hostenv", "audit"),

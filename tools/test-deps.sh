@@ -35,6 +35,9 @@ SAY
   cat <<'SAY'
     Docker image harness-test/toolchain:cu130 for the source-build probe test: torch 2.11.0
     and CUDA wheels from PyPI (2.6 GB, cached), an 8.6 GB image, ~6 min on 2 cores
+    Docker image harness-test/cuda13:bookworm-<amd64|arm64> for the packaging probe test of a
+    default stack (tools/cuda13-base.sh: debootstrap + PyPI's nvcc, ~2 min); the test's build
+    then downloads torch 2.14.0, its CUDA libraries and vLLM's runtime requirements (several GB)
 SAY
   exit 0
 fi
@@ -49,6 +52,10 @@ ray_image() {
     if toolchain_asked && [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then
       PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/toolchain-base.sh" \
         || echo "test-deps: the toolchain base could not be built: the source-build probe test will skip"
+    fi
+    if toolchain_asked; then
+      PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/cuda13-base.sh" \
+        || echo "test-deps: the CUDA 13 stand-in base could not be built: the packaging probe test will skip"
     fi
   fi
 }

@@ -10,12 +10,44 @@
 # usage: tools/toolchain-base.sh [TAG]     (default harness-test/toolchain:cu130)
 set -euo pipefail
 tag=${1:-harness-test/toolchain:cu130}
-docker image inspect "$tag" >/dev/null 2>&1 && { echo "toolchain-base: $tag already there"; exit 0; }
+PY=${PYTHON:-python3}
+# The build requirements of the stack the probe test builds (matrix/h200-source.toml, src-0251),
+# as harness reads them from its pinned vLLM and FlashInfer sdists: the template's base stage
+# checks them and, with no index (an offline stack), cannot install what is missing.
+reqs=$("$PY" - <<'PYEOF'
+from harness import platforms
+from harness.build.requirements import for_stack
+from harness.matrix.load import load_matrix
+m = load_matrix("matrix/h200-source.toml")
+print(for_stack("src-0251", m.spec.stacks["src-0251"], platforms.host()).file_text(), end="")
+PYEOF
+)
+want=$(printf '%s' "$reqs" | sha256sum | cut -c1-16)
+have_reqs() { [ "$(docker image inspect -f '{{index .Config.Labels "harness.toolchain.build-requirements"}}' "$tag" 2>/dev/null)" = "$want" ]; }
+add_reqs() {  # a layer on the toolchain image with the build requirements (wheels from PyPI)
+  local ctx; ctx=$(mktemp -d)
+  printf '%s\n' "$reqs" | sed 's/  #.*//' | grep -v '^#' | grep . > "$ctx/build-requirements.txt"
+  local pyver; pyver=$(docker run --rm "$tag" python -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
+  "$PY" -m pip download -q --only-binary=:all: --python-version "$pyver" -d "$ctx/w" -r "$ctx/build-requirements.txt"
+  cat > "$ctx/Dockerfile" <<DOCKERFILE
+FROM $tag
+COPY w /tmp/w
+COPY build-requirements.txt /tmp/build-requirements.txt
+RUN python -m pip install -q --no-index --find-links /tmp/w -r /tmp/build-requirements.txt && rm -rf /tmp/w
+LABEL harness.toolchain.build-requirements=$want
+DOCKERFILE
+  docker build -q -t "$tag" "$ctx" >/dev/null
+  rm -rf "$ctx"
+  echo "toolchain-base: $tag has the build requirements ($want)"
+}
+if docker image inspect "$tag" >/dev/null 2>&1; then
+  have_reqs && { echo "toolchain-base: $tag already there"; exit 0; }
+  add_reqs; exit 0
+fi
 cuda=${CUDA_HOME:-/usr/local/cuda}
 [ -x "$cuda/bin/nvcc" ] || { echo "toolchain-base: no $cuda/bin/nvcc (set CUDA_HOME)" >&2; exit 1; }
 wheels=${HARNESS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/vllm-bw-harness}/wheels
 mkdir -p "$wheels"
-PY=${PYTHON:-python3}
 pyver=$(docker run --rm harness-test/debian-python:bookworm python3 -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
 # this host's platform tags (x86_64 glibc like the image's), the image's Python version
 "$PY" -m pip download -q --only-binary=:all: --python-version "$pyver" \
@@ -42,4 +74,5 @@ ENV PATH=/opt/torch/.venv/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin
 LABEL harness.role=test-image harness.test=toolchain-base
 DOCKERFILE
 docker build -q -t "$tag" "$ctx" >/dev/null
+add_reqs
 docker image inspect -f "toolchain-base: $tag {{.Size}} bytes" "$tag"

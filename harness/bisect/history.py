@@ -79,6 +79,7 @@ class GitHistory:
         self.bad = self._commit(bad, "--bad")
 
     def _git(self, *args: str, timeout: float = 600) -> proc.Result:
+        proc.require_tool("git", "reads the upstream history it bisects")
         return proc.run(["git", *GIT_SAFE, f"--git-dir={self.git_dir}", *args], timeout=timeout)
 
     @staticmethod

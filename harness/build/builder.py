@@ -24,7 +24,9 @@ from harness.build.dockerfile import render
 from harness.build.render import Rendered, context_tar
 from harness.errors import BuildFailed, ConfigError, EngineError
 from harness.lock import locked_matrix
+from harness.matrix.archs import ccs_of
 from harness.matrix.load import Matrix
+from harness.platforms import Platform
 from harness.redact import redact_text
 from harness.results.model import BuildOutcome
 from harness.safety.writes import check_target
@@ -152,6 +154,11 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
     name, ref = rendered.stack_name, rendered.image_ref
     start = time.monotonic()
     existing = engine.image_labels(ref)
+    if existing is not None and (got := engine.image_platform(ref)) is not None and got.docker != rendered.platform:
+        # the tag holds the platform, so only an image made outside this tool can be here: never
+        # serve another CPU's binaries; build this one's over it
+        emit(BuildEvent(name, "line", f"{ref} is {got.docker}, not {rendered.platform}: rebuilding", 0.0))
+        force = True
     if existing is not None and not force:
         # A reused image is audited again (seconds: its packages are copied out, never run): the
         # run records what every image it serves holds, not only the ones it built this time.
@@ -178,7 +185,7 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
 
         try:
             image_id = engine.build(context_tar(rendered), ref, labels=rendered.labels,
-                                    buildargs=rendered.buildargs, on_line=on_line)
+                                    buildargs=rendered.buildargs, on_line=on_line, platform=rendered.platform)
         except BuildFailed as exc:
             took = time.monotonic() - start
             emit(BuildEvent(name, "done", "failed", took))
@@ -199,8 +206,9 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
 def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Path, force: bool = False,
                  allow_unpinned: bool = False, on_event: Callable[[BuildEvent], None] | None = None,
                  template: Path | None = None, template_values: dict[str, str] | None = None,
-                 audit: bool = True) -> dict[str, BuildOutcome]:
-    """Each named docker stack once; 'local' stacks are skipped (they have no image)."""
+                 audit: bool = True, platform: Platform | None = None) -> dict[str, BuildOutcome]:
+    """Each named docker stack once, for `platform` (default: the engine's own); 'local' stacks
+    are skipped (they have no image)."""
 
     names = [n for n in dict.fromkeys(stack_names) if matrix.spec.stacks[n].runner == "docker"]
     matrix = locked_matrix(matrix, names)  # the lock's digest where the matrix wrote none
@@ -209,15 +217,24 @@ def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Pat
                           hint=f"`harness lock -m {matrix.path.name}` pins them (`harness run` does it "
                           "itself), or pass --allow-unpinned for a build you will not compare against")
     out: dict[str, BuildOutcome] = {}
+    platform = platform or engine.platform()
     for name in names:
         rendered = render(matrix, name, template=template, extra=template_values,
-                          base_image_id=local_base_id(matrix, name, engine))
+                          base_image_id=local_base_id(matrix, name, engine), platform=platform)
         out[name] = build_one(rendered, engine=engine, log_dir=log_dir, force=force, on_event=on_event,
                               audit=audit, torch_cuda_arch_list=matrix.spec.stacks[name].torch_cuda_arch_list,
-                              audit_ccs=(matrix.spec.hardware[matrix.spec.matrix.hardware].cc,))
+                              audit_ccs=audit_ccs(matrix, name))
         if out[name].failed and matrix.spec.stacks[name].offline:
             out[name] = name_fetch_attempts(matrix, name, out[name])
     return out
+
+
+def audit_ccs(matrix: Matrix, stack_name: str) -> tuple[str, ...]:
+    """The chips an image is judged for: the matrix's GPU and every chip its arch list builds for
+    (a stack built for 12.1a on an H200 is judged for the GB10 it targets too)."""
+    stack = matrix.spec.stacks[stack_name]
+    hw = matrix.spec.hardware[matrix.spec.matrix.hardware].cc
+    return tuple(sorted({hw} | ccs_of(stack.torch_cuda_arch_list or ""), key=lambda c: tuple(map(int, c.split(".")))))
 
 
 def name_fetch_attempts(matrix: Matrix, name: str, outcome: BuildOutcome) -> BuildOutcome:

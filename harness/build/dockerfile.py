@@ -10,12 +10,15 @@ from harness.build.render import DEFAULT_TEMPLATE, Rendered, render_source
 from harness.build.wheels import render_wheels
 from harness.errors import ConfigError
 from harness.matrix.load import Matrix
+from harness.platforms import Platform
 
 
 def render(matrix: Matrix, stack_name: str, *, template: Path | None = None,
            template_text: str | None = None, buildkit: bool = False,
-           extra: dict[str, str] | None = None, base_image_id: str | None = None) -> Rendered:
-    """The Dockerfile, build args, labels and context of one docker stack.
+           extra: dict[str, str] | None = None, base_image_id: str | None = None,
+           platform: Platform | None = None, requirements: bool = True) -> Rendered:
+    """The Dockerfile, build args, labels and context of one docker stack, for `platform` (the
+    CPU the image runs on: the engine's; default this host's).
 
     `base_image_id`: a local base image's ID as the engine reports it (wheel stacks pin a local
     base by it: it becomes the FROM, a label and part of the content hash).
@@ -31,6 +34,6 @@ def render(matrix: Matrix, stack_name: str, *, template: Path | None = None,
         same = template is None or Path(template) == DEFAULT_TEMPLATE  # the family's default: its sibling
         return render_wheels(matrix, stack_name, template=None if same else template,
                              template_text=None if same else template_text,
-                             buildkit=buildkit, extra=extra, base_image_id=base_image_id)
+                             buildkit=buildkit, extra=extra, base_image_id=base_image_id, platform=platform)
     return render_source(matrix, stack_name, template=template, template_text=template_text,
-                         buildkit=buildkit, extra=extra)
+                         buildkit=buildkit, extra=extra, platform=platform, requirements=requirements)

@@ -139,6 +139,7 @@ def tree_sha256(root: Path) -> str:
 
 
 def _git(argv: list[str], what: str) -> str:
+    proc.require_tool("git", "fetches the pinned sources vLLM's CMake would clone")
     res = proc.run(["git", *GIT_SAFE, *argv], timeout=1800)
     if not res.ok:
         raise EnvironmentProblem(f"{what}: git {argv[2] if len(argv) > 2 else argv[0]} failed: "

@@ -31,8 +31,7 @@ RUN apt-get update \\
  && rm -rf /var/lib/apt/lists/* \\
  && python${PYTHON_VERSION} -m venv /opt/venv
 ENV PATH=/opt/venv/bin:${PATH} VIRTUAL_ENV=/opt/venv
-RUN python -m pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}" \\
- && python -m pip install "cmake>=3.26" ninja packaging "setuptools>=77" setuptools-scm wheel build'''
+RUN python -m pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}"'''
 
 # A local base has no package index behind it: what the build needs must already be there.
 LOCAL_BASE = '''# Local base: Python, torch and the CUDA toolchain are the base's own (no index reachable).
@@ -67,12 +66,13 @@ def left_out(patch_texts: list[bytes]) -> set[str]:
 
 
 def online(stack: Stack) -> OfflineParts:
-    base = LOCAL_BASE if stack.base_image and stack.base_image.local else REGISTRY_BASE
+    base = LOCAL_BASE if stack.base_image and stack.base_image.brings_python else REGISTRY_BASE
     return OfflineParts({
         "BASE_SETUP": base,
         "DEPS_WHEELHOUSE": "# dependencies come from the package index",
         "SOURCES_COPY": "# sources are downloaded during the build (sha256 checked)",
         "PIP_OFFLINE": "",
+        "REQUIREMENTS_PIP_ARGS": "",
         "OFFLINE_SOURCES": "# vLLM's CMake fetches what it needs from GitHub",
         "OFFLINE_ENV": " && true \\",
     }, (), {}, {})
@@ -167,9 +167,12 @@ def offline_parts(matrix, stack_name: str, stack: Stack, patch_texts: list[bytes
                      f"-xJf /opt/build/sources/{pin.archive_name}")
         exports.append(f"{pin.env}=/opt/build/deps/{pin.name}")
     values = {
-        "BASE_SETUP": LOCAL_BASE if stack.base_image and stack.base_image.local else REGISTRY_BASE,
+        "BASE_SETUP": LOCAL_BASE if stack.base_image and stack.base_image.brings_python else REGISTRY_BASE,
         "SOURCES_COPY": "COPY sources/ /opt/build/sources/",
         "PIP_OFFLINE": "--no-index --no-deps ",
+        # unmet build requirements come from the wheelhouse, or nowhere: no index is reachable
+        "REQUIREMENTS_PIP_ARGS": ("--no-index --find-links /opt/build/wheelhouse" if stack.vllm and stack.vllm.deps_wheelhouse
+                                  else "--no-index"),
         "OFFLINE_SOURCES": ("# what vLLM's CMake would fetch, from pinned archives (content sha256 checked "
                             "when they entered the cache)\nRUN " + " \\\n && ".join(lines)) if lines
                            else "# every fetched source is left out by a patch",

@@ -99,6 +99,8 @@ def apply_series(tree: Path, patches: list[tuple[str, Path]], *, project: str = 
     Stops at the first patch that does not apply: later ones would be checked on the wrong base.
     """
     results: list[PatchResult] = []
+    if patches:
+        proc.require_tool("git", "checks each patch with `git apply` (the patch preflight)")
     scratch_parent = None if in_place else Path(tempfile.mkdtemp(prefix="harness-preflight-"))
     try:
         work = tree if scratch_parent is None else scratch_parent / "src"

@@ -12,6 +12,7 @@ FP4 GEMM, whether the SASS holds the native block-scaled FP4 MMA.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 import tomllib
@@ -21,18 +22,24 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness import platforms
 from harness.audit import Target, audit_path
-from harness.build.builder import build_one, local_base_id
+from harness.build.builder import audit_ccs, build_one, local_base_id
 from harness.build.dockerfile import render
 from harness.build.offline_stack import offline_parts
 from harness.build.render import DOCKER_DIR, Rendered, content_hash
 from harness.errors import ConfigError, EngineError
+from harness.matrix.archs import ccs_of
+from harness.platforms import Platform
 from harness.safety.paths import under
 from harness.safety.readers import load_json
 
 UNITS = Path(str(resources.files("harness").joinpath("data", "probe", "units.toml")))
 CUT = "# --- vLLM build (`harness build --probe` replaces everything from here on)"
+INSTALL = "# --- vLLM install step"
+RUNTIME = "# --- runtime"
 OUT = "/opt/build/probe"
+JIT_ONLY = " && echo 'packaging probe: FlashInfer installed without its AOT kernels' \\"
 
 
 class Unit(BaseModel):
@@ -84,9 +91,99 @@ def render_probe(rendered: Rendered, matrix, units: tuple[Unit, ...]) -> Rendere
         head = head[:fi_start] + head[vllm_start:].replace("FROM flashinfer AS vllm", "FROM base AS vllm", 1)
     dockerfile = head + probe
     files = rendered.files + (("probe_build.py", (DOCKER_DIR / "probe_build.py").read_bytes()),)
-    digest = content_hash(dockerfile, rendered.buildargs, files, stack)
+    digest = content_hash(dockerfile, rendered.buildargs, files, stack, platforms.parse(rendered.platform))
     labels = {**rendered.labels, "harness.role": "probe", "harness.content-hash": digest}
     return replace(rendered, dockerfile=dockerfile, files=files, content_hash=digest, labels=labels)
+
+
+def render_packaging(rendered: Rendered, matrix) -> Rendered:
+    """The packaging probe of a rendered source stack: its Dockerfile as built (FlashInfer
+    installed without AOT kernels: `rendered` comes with FLASHINFER_AOT replaced), the compile
+    step left out, the template's own install step run on stand-in extensions
+    (docker/packaging_probe.py), then a report of what got installed."""
+    text = rendered.dockerfile
+    for marker in (CUT, INSTALL, RUNTIME):
+        if marker not in text:
+            raise ConfigError(f"stacks.{rendered.stack_name}: the template has no {marker!r} line",
+                              hint="a source template marks its vLLM build, install step and runtime stage")
+    stack = matrix.spec.stacks[rendered.stack_name]
+    install = text[text.index(INSTALL): text.index(RUNTIME)].rstrip()
+    dockerfile = "\n".join([
+        text[: text.index(CUT)].rstrip(),
+        "# --- packaging probe: the install step below runs on stand-ins for every extension (nothing compiled)",
+        "COPY packaging_probe.py /opt/build/packaging_probe.py",
+        "RUN python /opt/build/packaging_probe.py stand-in /opt/build/src/vllm",
+        install,
+        f"RUN python /opt/build/packaging_probe.py report {OUT} /opt/build/src/vllm",
+        "",
+    ])
+    files = rendered.files + (("packaging_probe.py", (DOCKER_DIR / "packaging_probe.py").read_bytes()),)
+    digest = content_hash(dockerfile, rendered.buildargs, files, stack, platforms.parse(rendered.platform))
+    labels = {**rendered.labels, "harness.role": "probe", "harness.probe": "packaging",
+              "harness.content-hash": digest}
+    return replace(rendered, dockerfile=dockerfile, files=files, content_hash=digest, labels=labels)
+
+
+@dataclass(frozen=True)
+class PackagingResult:
+    status: str  # "pass", "fail" or "error"
+    reason: str
+    image_ref: str
+    vllm: str | None  # the version pip installed
+    flashinfer: str | None
+    torch: str | None
+    machine: str | None
+    python: str | None
+    rust_frontend: str | None  # "built", "not built (...)", "none in this release"
+    pip_check: tuple[str, ...]
+    installed_line: str | None  # pip's `Successfully installed ...` line of the install step
+    duration_s: float
+    log_path: str
+
+
+INSTALLED = re.compile(r"^Successfully installed .*$", re.MULTILINE)
+
+
+def judge_packaging(data: dict, want_vllm: str | None, log_text: str) -> tuple[str, str]:
+    if not data.get("vllm"):
+        return "fail", "vLLM is not installed after the install step (build log)"
+    if want_vllm and data["vllm"].split("+")[0] != want_vllm:
+        return "fail", f"installed vLLM {data['vllm']}, the stack pins {want_vllm}"
+    if data.get("pip_check_rc") not in (0, None):
+        return "fail", "pip check: " + "; ".join(data.get("pip_check") or [])[:400]
+    return "pass", ""
+
+
+def packaging_probe(matrix, stack_name: str, *, engine, log_dir: Path, on_event=None, force: bool = False,
+                    platform: Platform | None = None) -> PackagingResult:
+    """Build the packaging probe image of one source stack and read what it installed."""
+    stack = matrix.spec.stacks[stack_name]
+    jit = {"FLASHINFER_AOT": JIT_ONLY}
+    base = render(matrix, stack_name, base_image_id=local_base_id(matrix, stack_name, engine),
+                  platform=platform, extra=jit)
+    rendered = replace(render_packaging(base, matrix), stack_name=f"{stack_name}-pkgprobe")
+    ref = rendered.image_ref
+    outcome = build_one(rendered, engine=engine, log_dir=log_dir, force=force, on_event=on_event, audit=False)
+    log_text = Path(outcome.log_path).read_text(errors="replace") if outcome.log_path and Path(outcome.log_path).is_file() else ""
+    m = INSTALLED.findall(log_text)
+    if outcome.status not in ("built", "reused"):
+        return PackagingResult("fail", outcome.reason or "the packaging probe's build failed", ref, None, None, None,
+                               None, None, None, (), m[-1] if m else None, outcome.duration_s or 0.0,
+                               outcome.log_path or "")
+    with tempfile.TemporaryDirectory(prefix="harness-pkgprobe-") as tmp:
+        try:
+            out = engine.export_path(ref, f"{OUT}/packaging.json", Path(tmp), labels=rendered.labels)
+            data = load_json(out / "packaging.json", limit=1 << 20, what="packaging probe result")
+        except (EngineError, OSError, ValueError) as exc:
+            return PackagingResult("error", f"packaging probe output unreadable: {exc}", ref, None, None, None,
+                                   None, None, None, (), None, outcome.duration_s or 0.0, outcome.log_path or "")
+    if not isinstance(data, dict):
+        data = {}
+    status, reason = judge_packaging(data, stack.vllm.pypi if stack.vllm else None, log_text)
+    s = lambda k: str(data[k])[:200] if data.get(k) is not None else None  # noqa: E731 - values from the image
+    return PackagingResult(status, reason, ref, s("vllm"), s("flashinfer"), s("torch"), s("machine"), s("python"),
+                           s("rust_frontend"), tuple(str(x)[:300] for x in (data.get("pip_check") or [])[:40]),
+                           m[-1][:4000] if m else None, outcome.duration_s or 0.0, outcome.log_path or "")
 
 
 @dataclass(frozen=True)
@@ -109,6 +206,11 @@ class ProbeOutcome:
     rows: tuple[ProbeRow, ...]
     timings: dict
     log_path: str
+    packaging: PackagingResult | None = None  # the packaging probe, when asked
+    units_status: str = ""  # the units probe's own status ("skipped" when not asked)
+
+
+PARTS = ("packaging", "units")
 
 
 def collect(engine, ref: str, labels: dict[str, str], units: tuple[Unit, ...], ccs: tuple[str, ...],
@@ -122,7 +224,7 @@ def collect(engine, ref: str, labels: dict[str, str], units: tuple[Unit, ...], c
         archs = "not compiled"
         verdicts: tuple[str, ...] = ()
         # judged for the chips the unit was built for (an SM12x kernel has nothing for a 9.0 chip)
-        targets = [Target.from_cc(cc) for cc in sorted(_ccs_of(row.get("patched") or "") & set(ccs)) or ccs]
+        targets = [Target.from_cc(cc) for cc in sorted(ccs_of(row.get("patched") or "") & set(ccs)) or ccs]
         if row.get("object"):
             with tempfile.TemporaryDirectory() as one:
                 # the name comes out of the probe image: a plain file name inside objects/, nothing else
@@ -147,24 +249,47 @@ def judge(rows: list[ProbeRow], data: dict) -> tuple[str, str]:
 
 
 def probe_stack(matrix, stack_name: str, *, engine, log_dir: Path, on_event=None, force: bool = False,
-                units: tuple[Unit, ...] | None = None) -> ProbeOutcome:
+                units: tuple[Unit, ...] | None = None, parts: tuple[str, ...] = PARTS,
+                platform: Platform | None = None) -> ProbeOutcome:
+    """The probe of one source stack: `packaging` (the install step on stand-in extensions) and
+    `units` (configure stock and patched, compile the verdict's units, audit them), each asked."""
+    packaging = (packaging_probe(matrix, stack_name, engine=engine, log_dir=log_dir, on_event=on_event,
+                                 force=force, platform=platform) if "packaging" in parts else None)
+    if "units" in parts:
+        o = _units_probe(matrix, stack_name, engine=engine, log_dir=log_dir, on_event=on_event, force=force,
+                         units=units, platform=platform)
+    else:
+        o = ProbeOutcome(stack_name, "", "skipped", "", (), {}, "")
+    statuses = [o.status] if "units" in parts else []
+    statuses += [packaging.status] if packaging else []
+    status = next((s for s in ("error", "fail") if s in statuses), "pass")
+    reasons = []
+    if o.reason:
+        reasons.append(f"units: {o.reason}")
+    if packaging and packaging.reason:
+        reasons.append(f"packaging: {packaging.reason}")
+    return replace(o, status=status, reason="; ".join(reasons), packaging=packaging, units_status=o.status)
 
+
+def _units_probe(matrix, stack_name: str, *, engine, log_dir: Path, on_event=None, force: bool = False,
+                 units: tuple[Unit, ...] | None = None, platform: Platform | None = None) -> ProbeOutcome:
     stack = matrix.spec.stacks[stack_name]
     if units is None:
         units = load_units(stack.vllm.pypi or "") if stack.vllm and stack.vllm.pypi else None
     if not units:
         raise ConfigError(f"stacks.{stack_name}: no probe units for this vLLM ({UNITS.name})",
-                          hint="add the release's translation units to the units table")
+                          hint="add the release's translation units to the units table, or probe only "
+                               "the packaging (--probe-parts packaging)")
     # `<stack>-probe` names the image tag and the log file; the labels keep the stack's name
-    rendered = replace(render_probe(render(matrix, stack_name, base_image_id=local_base_id(matrix, stack_name, engine)),
-                                     matrix, units), stack_name=f"{stack_name}-probe")
+    rendered = replace(render_probe(render(matrix, stack_name, base_image_id=local_base_id(matrix, stack_name, engine),
+                                           platform=platform),
+                                    matrix, units), stack_name=f"{stack_name}-probe")
     ref = rendered.image_ref
     outcome = build_one(rendered, engine=engine, log_dir=log_dir, force=force, on_event=on_event, audit=False)
     if outcome.status not in ("built", "reused"):
         return ProbeOutcome(stack_name, ref, "error", outcome.reason or "probe build failed", (), {},
                             outcome.log_path or "")
-    ccs = tuple(sorted({matrix.spec.hardware[matrix.spec.matrix.hardware].cc}
-                       | _ccs_of(stack.torch_cuda_arch_list or "")))
+    ccs = audit_ccs(matrix, stack_name)
     with tempfile.TemporaryDirectory(prefix="harness-probe-") as tmp:
         try:
             data, rows = collect(engine, ref, rendered.labels, units, ccs, Path(tmp))
@@ -175,12 +300,3 @@ def probe_stack(matrix, stack_name: str, *, engine, log_dir: Path, on_event=None
     timings = {"configure_s": data.get("configure_s"), "compile_s": data.get("compile_s"),
                "image_build_s": outcome.duration_s}
     return ProbeOutcome(stack_name, ref, status, reason, tuple(rows), timings, outcome.log_path or "")
-
-
-def _ccs_of(arch_list: str) -> set[str]:
-    out = set()
-    for item in arch_list.replace(",", ";").replace(" ", ";").split(";"):
-        item = item.strip().removesuffix("+PTX")
-        if item:
-            out.add(item.rstrip("af"))
-    return out

@@ -9,16 +9,37 @@ from pathlib import Path
 
 from rich.table import Table
 
-from harness.build.probe import probe_stack
+from harness.build.probe import PARTS, probe_stack
 from harness.console import out
+from harness.platforms import Platform
 
 
-def run_probes(matrix, stacks: list[str], *, engine, log_dir: Path, force: bool = False) -> list[str]:
-    """Probe each stack, print the table, save probe-<stack>.json; returns the stacks that passed."""
+def run_probes(matrix, stacks: list[str], *, engine, log_dir: Path, force: bool = False,
+               parts: tuple[str, ...] = PARTS, platform: Platform | None = None) -> list[str]:
+    """Probe each stack, print the tables, save probe-<stack>.json; returns the stacks that passed."""
     passed = []
     for name in stacks:
-        o = probe_stack(matrix, name, engine=engine, log_dir=log_dir, force=force)
-        table = Table(title=f"{name}: probe {o.status} ({o.image_ref})")
+        o = probe_stack(matrix, name, engine=engine, log_dir=log_dir, force=force, parts=parts, platform=platform)
+        if (p := o.packaging) is not None:
+            table = Table(title=f"{name}: packaging probe {p.status} ({p.image_ref}, {p.duration_s:.0f} s)")
+            for col in ("installed", "Rust front end", "pip check", "platform"):
+                table.add_column(col, overflow="fold")
+            table.add_row(f"vllm {p.vllm}, flashinfer {p.flashinfer}, torch {p.torch}", p.rust_frontend or "-",
+                          "ok" if not p.pip_check or p.status == "pass" else "\n".join(p.pip_check[-5:]),
+                          f"{p.machine}, Python {p.python}")
+            out.print(table)
+            if p.installed_line:
+                out.print(f"{name}: {p.installed_line[:300]}" + (" ..." if len(p.installed_line) > 300 else ""),
+                          markup=False)
+            if p.reason:
+                out.print(f"{name}: packaging: {p.reason}", markup=False)
+        if o.units_status == "skipped":
+            out.print(f"{name}: probe {o.status}" + (f"; {o.reason}" if o.reason else ""), markup=False)
+            _save(log_dir, name, o)
+            if o.status == "pass":
+                passed.append(name)
+            continue
+        table = Table(title=f"{name}: units probe {o.units_status} ({o.image_ref})")
         for col in ("kernel family", "stock", "patched", "object cubins", "audit (SASS for FP4)"):
             table.add_column(col, overflow="fold")
         for r in o.rows:
@@ -30,9 +51,12 @@ def run_probes(matrix, stacks: list[str], *, engine, log_dir: Path, force: bool 
                   f"compiled in {t.get('compile_s')} s; "
                   f"probe image {t.get('image_build_s') or 0:.0f} s" + (f"; {o.reason}" if o.reason else ""),
                   markup=False)
-        log_dir.mkdir(parents=True, exist_ok=True)
-        (log_dir / f"probe-{name}.json").write_text(json.dumps(
-            {**asdict(o), "rows": [asdict(r) for r in o.rows]}, indent=1))
+        _save(log_dir, name, o)
         if o.status == "pass":
             passed.append(name)
     return passed
+
+
+def _save(log_dir: Path, name: str, o) -> None:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    (log_dir / f"probe-{name}.json").write_text(json.dumps(asdict(o), indent=1))

@@ -17,10 +17,13 @@ from importlib import resources
 from pathlib import Path
 from typing import TypeVar
 
+from harness import platforms
 from harness.build.offline_stack import offline_parts, online
+from harness.build.requirements import REQUIREMENTS_FILE, StackRequirements, for_stack
 from harness.errors import ConfigError
 from harness.matrix.load import Matrix
 from harness.matrix.model import Stack
+from harness.platforms import Platform
 from harness.safety.paths import read_bytes
 
 _T = TypeVar("_T")
@@ -81,10 +84,16 @@ class Rendered:
     files: tuple[tuple[str, bytes], ...]  # (context path, bytes), Dockerfile excluded
     patches: tuple[PatchFile, ...]
     content_hash: str
+    platform: str = platforms.AMD64.docker  # "linux/arm64": the CPU the image is built for
+    # read from the pinned sources (None: not read, as for `harness plan`, which needs only the tag)
+    requirements: StackRequirements | None = None
 
     @property
     def image_ref(self) -> str:
-        return f"{IMAGE_REPO}:{self.stack_name}-{self.content_hash[:12]}"
+        """`vllm-bw:<stack>-<amd64|arm64>-<12 hex>`: the platform is in the tag (and in the hash),
+        so an image built for one CPU is never taken for another's."""
+        short = platforms.parse(self.platform).short
+        return f"{IMAGE_REPO}:{self.stack_name}-{short}-{self.content_hash[:12]}"
 
 
 def patch_files(matrix: Matrix, stack: Stack) -> list[PatchFile]:
@@ -154,7 +163,8 @@ def buildargs_for(stack: Stack) -> dict[str, str]:
     }
 
 
-def labels_for(stack_name: str, stack: Stack, patches: list[PatchFile], content_hash: str) -> dict[str, str]:
+def labels_for(stack_name: str, stack: Stack, patches: list[PatchFile], content_hash: str,
+               platform: Platform = platforms.AMD64) -> dict[str, str]:
     _, vllm_label = vllm_source(stack)
     _, fi_label = flashinfer_source(stack)
     base = _part("base_image", stack.base_image)
@@ -162,11 +172,12 @@ def labels_for(stack_name: str, stack: Stack, patches: list[PatchFile], content_
     fi = _part("flashinfer", stack.flashinfer)
     archs = _part("torch_cuda_arch_list", stack.torch_cuda_arch_list)
     # a local base brings its own torch (the base stage checks its version); no index is used
-    torch_from = "from the base image" if base.local else torch.index_url
+    torch_from = "from the base image" if base.brings_python else torch.index_url
     labels = {
         f"{LABEL}.role": "image",
         f"{LABEL}.stack": stack_name,
         f"{LABEL}.content-hash": content_hash,
+        f"{LABEL}.platform": platform.docker,
         f"{LABEL}.base-image": base.reference,
         f"{LABEL}.cuda": base.tag,
         f"{LABEL}.python": stack.python,
@@ -210,10 +221,18 @@ def fill(template_text: str, values: dict[str, str], where: str) -> str:
 
 def render_source(matrix: Matrix, stack_name: str, *, template: Path | None = None,
                   template_text: str | None = None, buildkit: bool = False,
-                  extra: dict[str, str] | None = None) -> Rendered:
+                  extra: dict[str, str] | None = None, platform: Platform | None = None,
+                  requirements: bool = True) -> Rendered:
     """The Dockerfile, build args, labels and context of a docker stack built from source
-    (harness.build.dockerfile.render chooses between this and a wheel stack); touches no engine."""
+    (harness.build.dockerfile.render chooses between this and a wheel stack); touches no engine.
+
+    `platform`: the CPU the image is for (default: this host's). `requirements`: read the build
+    requirements from the pinned sources (the sdist is fetched into the cache if missing);
+    False leaves them out of the context: the tag is the same (they follow from the pins and
+    the platform, which the hash holds), but such a rendering cannot be built.
+    """
     stack = matrix.spec.stacks[stack_name]
+    platform = platform or platforms.host()
     template = template or DEFAULT_TEMPLATE
     text = template_text if template_text is not None else template.read_text()
     patches = patch_files(matrix, stack)
@@ -237,17 +256,25 @@ def render_source(matrix: Matrix, stack_name: str, *, template: Path | None = No
     buildargs = {**buildargs_for(stack), **parts.buildargs}
     files = tuple(_context_support_files(template.parent, dockerfile)
                   + [(p.context_path, p.data) for p in patches] + list(parts.files))
-    digest = content_hash(dockerfile, buildargs, files, stack)
-    labels = {**labels_for(stack_name, stack, patches, digest), **parts.labels}
+    digest = content_hash(dockerfile, buildargs, files, stack, platform)
+    labels = {**labels_for(stack_name, stack, patches, digest, platform), **parts.labels}
     if not fi_aot:
         labels[f"{LABEL}.flashinfer.aot"] = "false"
-    return Rendered(stack_name, dockerfile, buildargs, labels, files, tuple(patches), digest)
+    reqs = None
+    if requirements and REQUIREMENTS_FILE in dockerfile:  # a template that installs none needs none read
+        reqs = for_stack(stack_name, stack, platform)
+        # derived from the pins (in the hash): added after hashing, so `plan` can name the tag offline
+        files = (*files, (REQUIREMENTS_FILE, reqs.file_text().encode()))
+    return Rendered(stack_name, dockerfile, buildargs, labels, files, tuple(patches), digest,
+                    platform.docker, reqs)
 
 
 def content_hash(dockerfile: str, buildargs: dict[str, str], files: tuple[tuple[str, bytes], ...],
-                 stack: Stack) -> str:
-    """sha256 of everything that decides the image; descriptions and serve-time env are left out."""
+                 stack: Stack, platform: Platform = platforms.AMD64) -> str:
+    """sha256 of everything that decides the image, the CPU platform included; descriptions and
+    serve-time env are left out."""
     h = hashlib.sha256()
+    h.update(f"platform={platform.docker}\0".encode())
     h.update(dockerfile.encode())
     h.update(json.dumps(buildargs, sort_keys=True).encode())
     for path, data in sorted(files):
@@ -261,6 +288,8 @@ def content_hash(dockerfile: str, buildargs: dict[str, str], files: tuple[tuple[
             pins["base_image"].pop("local", None)
         if pins["base_image"].get("image_id") is None:
             pins["base_image"].pop("image_id", None)
+        if pins["base_image"].get("python") is None:
+            pins["base_image"].pop("python", None)
     h.update(json.dumps(pins, sort_keys=True, separators=(",", ":")).encode())
     return h.hexdigest()
 

@@ -149,6 +149,7 @@ def tree(source: Source, cache: Path = CACHE) -> Path:
 
 
 def _git_checkout(source: Source, dest: Path) -> None:
+    proc.require_tool("git", "fetches git-pinned sources")
     # `--` ends the options: the URL and the commit are positionals whatever they hold.
     steps = (("init", ["git", "init", "-q", "--", str(dest)]),
              ("fetch", ["git", *GIT_SAFE, "-C", str(dest), "fetch", "-q", "--depth", "1", "--",

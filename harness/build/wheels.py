@@ -15,6 +15,7 @@ import hashlib
 import re
 from pathlib import Path
 
+from harness import platforms
 from harness.build.render import (
     LABEL,
     WHEELS_TEMPLATE,
@@ -27,6 +28,7 @@ from harness.build.render import (
 from harness.bundle import LOCK, wheelhouse_files
 from harness.bundle import read_lock as read_bundle_lock
 from harness.errors import ConfigError
+from harness.platforms import Platform
 from harness.safety.paths import read_bytes
 
 PATCH_TARGET = re.compile(r"^\+\+\+ (?:b/)?(\S+)", re.MULTILINE)
@@ -82,8 +84,9 @@ def _patch_lines(patches: list[PatchFile]) -> str:
 
 def render_wheels(matrix, stack_name: str, *, template: Path | None = None, template_text: str | None = None,
                   buildkit: bool = False, extra: dict[str, str] | None = None,
-                  base_image_id: str | None = None) -> Rendered:
+                  base_image_id: str | None = None, platform: Platform | None = None) -> Rendered:
     stack = matrix.spec.stacks[stack_name]
+    platform = platform or platforms.host()
     w = stack.wheels
     base = stack.base_image
     if base.local and base.image_id and base_image_id != base.image_id:
@@ -132,7 +135,7 @@ def render_wheels(matrix, stack_name: str, *, template: Path | None = None, temp
     }
     all_files = tuple(_context_support_files(template.parent, dockerfile)  # wheels.py
                       + files + [(p.context_path, p.data) for p in patches])
-    digest = content_hash(dockerfile, buildargs, all_files, stack)
+    digest = content_hash(dockerfile, buildargs, all_files, stack, platform)
     source = (f"wheel:vllm=={w.vllm.version} sha256:{w.vllm.sha256 or 'unchecked'}"
               + (f" wheelhouse:{LOCK} sha256:{hashlib.sha256(files[0][1]).hexdigest()}" if lock_info else " pypi")
               + repacked_note)
@@ -154,4 +157,5 @@ def render_wheels(matrix, stack_name: str, *, template: Path | None = None, temp
     }
     for p in patches:
         labels[f"{LABEL}.vllm.patch.{Path(p.rel).name}.sha256"] = p.sha256
-    return Rendered(stack_name, dockerfile, buildargs, labels, all_files, tuple(patches), digest)
+    labels[f"{LABEL}.platform"] = platform.docker
+    return Rendered(stack_name, dockerfile, buildargs, labels, all_files, tuple(patches), digest, platform.docker)

@@ -37,6 +37,12 @@ def register(sub) -> None:
                    "(minutes); no image to serve")
     p.add_argument("--probe-first", action="store_true",
                    help="probe each stack, then fully build only the stacks whose probe passed")
+    p.add_argument("--probe-parts", default="packaging,units", metavar="packaging,units",
+                   help="what --probe runs: the packaging probe (the install step on stand-in extensions), "
+                   "the units probe (configure, compile the verdict's kernels, audit), or both")
+    p.add_argument("--platform", default=None, metavar="linux/amd64|linux/arm64",
+                   help="the CPU the images are for (default: the engine's own; another one runs under "
+                   "the host's binfmt emulation, e.g. qemu-user-static)")
     p.set_defaults(func=run)
 
 
@@ -56,10 +62,24 @@ def _engine_or_none():
         return None
 
 
-def dry_run(matrix, stacks: list[str]) -> int:
+def _requirement_lines(r) -> list[str]:
+    """Each build requirement with the files it came from (merged per package), torch with its check."""
+    from harness.build.requirements import merged
+
+    if r.requirements is None:
+        return ["(not read)"]
+    lines = [f"{t.requirement}  <- {t.origin}: the stack's torch satisfies it" for t in r.requirements.torch]
+    lines += [f"{name}{spec}  <- {', '.join(origins)}" for name, spec, origins in merged(r.requirements.items)]
+    return lines or ["(none listed)"]
+
+
+def dry_run(matrix, stacks: list[str], platform_arg: str | None) -> int:
     engine = _engine_or_none()
+    from harness import platforms
     from harness.tables import Col, show
 
+    platform = (platforms.parse(platform_arg) if platform_arg
+                else engine.platform() if engine is not None else platforms.host())
     rows = []
     bad = 0
     for name in stacks:
@@ -67,7 +87,7 @@ def dry_run(matrix, stacks: list[str]) -> int:
         base_id = None
         if base.local and engine is not None:  # a local base is pinned by its ID: the tag depends on it
             base_id = engine.image_id(f"{base.repository}:{base.tag}")
-        r = render(matrix, name, base_image_id=base_id)
+        r = render(matrix, name, base_image_id=base_id, platform=platform)
         exists = "?" if engine is None else ("yes" if engine.image_labels(r.image_ref) is not None else "no")
         if base.local:
             pinned = f"local, id {base_id[:19]}" if base_id else "local: NOT FOUND on the engine (tag shown is provisional)"
@@ -81,10 +101,10 @@ def dry_run(matrix, stacks: list[str]) -> int:
                 lines.append(f"{series.project} ({series.source}): {p.describe()}")
             bad += not series.ok
         rows.append([Text(name), Text(r.image_ref), Text(r.content_hash[:16]), Text(exists), Text(pinned),
-                     Text("\n".join(lines))])
-    show(out, f"{matrix.spec.matrix.name}: {len(stacks)} image(s)",
+                     Text("\n".join(lines)), Text("\n".join(_requirement_lines(r)))])
+    show(out, f"{matrix.spec.matrix.name}: {len(stacks)} image(s) for {platform.docker}",
          [Col("stack", whole=True), Col("image", whole=True), Col("content hash", whole=True), Col("exists"),
-          Col("base pinned"), Col("patch preflight")], rows)
+          Col("base pinned"), Col("patch preflight"), Col("build requirements <- the file that lists them")], rows)
     if bad:
         raise PatchError(f"{bad} patch series do not apply to their pinned sources",
                          hint="refresh the stale patch (`harness patches add-pr`, or rebase it) and run again")
@@ -96,6 +116,16 @@ def _check_patches(matrix, stacks: list[str]) -> None:
     if problems:
         raise PatchError("patch preflight failed:\n  - " + "\n  - ".join(problems),
                          hint="fix or refresh the named patch; `harness build --dry-run` shows every series")
+
+
+def _probe_parts(value: str) -> tuple[str, ...]:
+    from harness.build.probe import PARTS
+
+    parts = tuple(p.strip() for p in value.split(",") if p.strip())
+    if not parts or any(p not in PARTS for p in parts):
+        raise ConfigError(f"--probe-parts: {value[:80]!r} is not a list of {', '.join(PARTS)}",
+                          hint="e.g. --probe-parts packaging")
+    return parts
 
 
 def _probe_failed(stacks: list[str], passed: list[str]) -> int:
@@ -115,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     matrix = locked_matrix(matrix, stacks, lock_if_missing=not (args.dry_run or args.allow_unpinned),
                            say=lambda s: err.print(s, markup=False))
     if args.dry_run:
-        return dry_run(matrix, stacks)
+        return dry_run(matrix, stacks, args.platform)
     if not args.allow_unpinned and (problems := unpinned(matrix, stacks)):
         raise ConfigError("unpinned base image(s):\n  - " + "\n  - ".join(problems),
                           hint=f"`harness lock -m {args.matrix}`, or pass --allow-unpinned")
@@ -124,10 +154,14 @@ def run(args: argparse.Namespace) -> int:
     from harness.engine import connect
 
     engine = connect()
+    from harness import platforms
+
+    platform = platforms.parse(args.platform) if args.platform else engine.platform()
     if args.probe or args.probe_first:
         from harness.build.probe_cli import run_probes
 
-        passed = run_probes(matrix, stacks, engine=engine, log_dir=Path(args.log_dir), force=args.force)
+        passed = run_probes(matrix, stacks, engine=engine, log_dir=Path(args.log_dir), force=args.force,
+                            platform=platform, parts=_probe_parts(args.probe_parts))
         if args.probe:
             return 0 if len(passed) == len(stacks) else _probe_failed(stacks, passed)
         if not passed:
@@ -153,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
             live.update(view())
 
         outcomes = build_stacks(matrix, stacks, engine=engine, log_dir=Path(args.log_dir), force=args.force,
-                                allow_unpinned=args.allow_unpinned, on_event=on_event)
+                                allow_unpinned=args.allow_unpinned, on_event=on_event, platform=platform)
     failed = 0
     for o in outcomes.values():
         out.print(f"{o.stack}: {o.status} {o.image_ref} ({o.duration_s:.0f} s)"

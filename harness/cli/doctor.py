@@ -7,7 +7,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import gpus
+from harness import gpus, proc
 from harness.console import out
 from harness.errors import EnvironmentProblem, HarnessError
 
@@ -153,6 +153,10 @@ def run_checks(*, need_docker: bool = True, need_gpu: bool = True, need_gpu_runt
                             f"free at least {MIN_BUILD_DISK_GIB} GiB for image builds", required=need_docker))
     except OSError as exc:
         checks.append(Check("free disk", False, str(exc), required=need_docker))
+    for tool, (why, fix) in proc.HOST_TOOLS.items():
+        where = proc.which(tool)
+        checks.append(Check(tool, where is not None, where or f"not found: harness {why}", fix,
+                            required=need_docker))
     cuobj = find_cuobjdump()
     checks.append(Check("cuobjdump", cuobj is not None, cuobj or "not found",
                         "pip install nvidia-cuda-cuobjdump (or install the CUDA toolkit)", required=False))

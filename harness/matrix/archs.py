@@ -45,6 +45,11 @@ def arch_list_problems(value: str) -> list[str]:
     return [p for e in entries if (p := arch_entry_problem(e))]
 
 
+def ccs_of(value: str) -> set[str]:
+    """The compute capabilities an arch list builds for: `9.0a;12.1a` -> {"9.0", "12.1"}."""
+    return {m["cc"] for e in split_arch_list(value.replace(",", ";")) if (m := _ENTRY.fullmatch(e))}
+
+
 def _cc_key(cc: str) -> tuple[int, int]:
     major, minor = cc.split(".")
     return int(major), int(minor)

@@ -199,6 +199,16 @@ class BaseImage(Strict):
         None, description="For a local base: the image ID 'sha256:<64 hex>' it must have; without it the ID "
         "found at build time is recorded (label and content hash) but not checked.",
     )
+    python: Literal["install", "present"] | None = Field(
+        None, description="Where Python and torch come from: 'install' (the template installs Python from "
+        "apt, torch from the stack's index and the build requirements, as on a CUDA devel image) or "
+        "'present' (the base brings them; the template checks them). Default: 'install' for a registry "
+        "image, 'present' for a local one.",
+    )
+
+    @property
+    def brings_python(self) -> bool:
+        return self.python == "present" if self.python is not None else self.local
 
     @field_validator("image_id")
     @classmethod

@@ -21,7 +21,8 @@ GROUPS = {
     **dict.fromkeys(("test_audit_image", "test_build_docker", "test_doctor_env", "test_engine_docker",
                      "test_gpu_attach_docker", "test_lock_registry", "test_pipeline_docker",
                      "test_probe_bare_image_docker", "test_wheel_stack_docker"), "engine"),
-    **dict.fromkeys(("test_offline_sources", "test_patches_addpr", "test_patches_preflight",
+    **dict.fromkeys(("test_build_requirements", "test_offline_sources", "test_patches_addpr",
+                     "test_packaging_probe_docker", "test_patches_preflight",
                      "test_source_probe_docker"), "pypi-cache"),
     # alone: each starts its own dockerd (the engines of one module, not of the others)
     "test_multinode_docker": "test_multinode_docker",

@@ -287,7 +287,8 @@ def configure_report(paths: list[Path], notes: Notes) -> str:
         text = read_bytes(log, what="configure log").decode("utf-8", "replace") if log.is_file() else ""
         quoted = [ln for ln in text.splitlines()
                   if re.match(r"^-- (CUDA (supported )?target architectures|FA[23]_ARCHS|vllm-flash-attn is)", ln)
-                  or ln.startswith("CMake Error at") or "is required to build vLLM" in ln]
+                  or ln.startswith("CMake Error at") or "is required to build vLLM" in ln
+                  or "expected for CUDA build" in ln]
         lines += [f"vLLM {r['vllm']}, `{r['arch_list']}`, patches: "
                   f"{', '.join(p['file'] for p in r.get('patches') or []) or 'none'} ({r['seconds']} s); "
                   f"`{log}`:", "", "```", *quoted, "```", ""]

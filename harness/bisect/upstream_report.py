@@ -231,6 +231,9 @@ def configure_command(rec: dict, out: Path) -> str:
            for name, pre in (("cutlass", "CUTLASS"), ("flash-attention", "FA"), ("qutlass", "QUTLASS"),
                              ("flashmla", "FLASHMLA"), ("deepgemm", "DEEPGEMM"))
            for s in [rec.get("sources", {}).get(name)] if s and not s["pin"].startswith("(")]
+    b = rec.get("build")
+    if b:  # the record of a configure that also compiled and timed targets
+        env.append(f"BUILD_TARGET={shlex.quote(' '.join(b['targets']))} JOBS={b['jobs']}")
     patches = [f"patches/vllm/{p['file']}" for p in rec.get("patches") or []]
     argv = ["tools/configure-targets.sh", rec["sdist"]["file"], rec["arch_list"], str(out), *patches]
     return " \\\n  ".join([*env, shlex.join(argv)])
@@ -276,7 +279,8 @@ def configure_report(paths: list[Path], notes: Notes) -> str:
         b = r.get("build")
         if b:
             lines += [f"Compiled and timed (vLLM {r['vllm']}): `ninja -j{b['jobs']} {' '.join(b['targets'])}` on "
-                      f"{b['cpus']} CPUs: {b['wall_s']} s wall, {b['steps']} steps, {b['step_minutes']} step-minutes "
+                      f"{b['cpus']} CPUs: {b['wall_s']} s wall, {b['steps']} step{'' if b['steps'] == 1 else 's'}, "
+                      f"{b['step_minutes']} step-minutes "
                       f"(exit {b['returncode']}).", ""]
     if notes.cost:
         lines += [notes.cost.strip(), ""]

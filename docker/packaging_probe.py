@@ -27,6 +27,9 @@ from pathlib import Path
 
 EXTENSION = re.compile(r"CMakeExtension\(\s*name\s*=\s*[\"']([A-Za-z0-9_.]+)[\"']")
 CUSTOM_TARGET = re.compile(r"add_custom_target\(\s*([A-Za-z0-9_]+)")
+# a target some branch of vLLM's CMake builds as a library (its custom target is then the
+# empty stand-in of a branch that skips it)
+LIBRARY_TARGET = re.compile(r"(?:define_(?:extension|gpu_extension)_target|add_library|Python_add_library)\(\s*([A-Za-z0-9_]+)")
 REAL = "CMakeLists.txt.harness-real"
 STANDIN_LIST = "harness-standin-targets.json"
 
@@ -36,11 +39,15 @@ def extensions(setup_py: str) -> list[str]:
 
 
 def custom_targets(src: Path) -> set[str]:
-    found: set[str] = set()
+    """Targets vLLM's CMake only ever declares with add_custom_target: Python-only components."""
+    custom: set[str] = set()
+    library: set[str] = set()
     for path in [src / "CMakeLists.txt", *sorted((src / "cmake").rglob("*.cmake"))]:
         if path.is_file():
-            found |= set(CUSTOM_TARGET.findall(path.read_text(errors="replace")))
-    return found
+            text = path.read_text(errors="replace")
+            custom |= set(CUSTOM_TARGET.findall(text))
+            library |= set(LIBRARY_TARGET.findall(text))
+    return custom - library
 
 
 def standin_cmake(exts: list[str], python_only: set[str]) -> str:

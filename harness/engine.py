@@ -460,8 +460,10 @@ class RunningContainer:
     def logs(self) -> str:
         return self._c.logs(stdout=True, stderr=True).decode("utf-8", "replace")
 
-    def follow_logs(self, sink: Callable[[str], None], stop: threading.Event) -> threading.Thread:
-        """Copy log lines to `sink` from a daemon thread until the container ends or `stop` is set."""
+    def follow_logs(self, sink: Callable[[str], None], stop: threading.Event,
+                    on_end: Callable[[], None] | None = None) -> threading.Thread:
+        """Copy log lines to `sink` from a daemon thread until the container ends or `stop` is
+        set; then call `on_end` (every line is in)."""
 
         def pump() -> None:
             buf = b""
@@ -477,6 +479,9 @@ class RunningContainer:
                     sink(buf.decode("utf-8", "replace"))
             except (docker.errors.APIError, requests.exceptions.RequestException):
                 pass  # the container went away: the runner reads its state next
+            finally:
+                if on_end is not None:
+                    on_end()
 
         t = threading.Thread(target=pump, daemon=True, name=f"logs-{self.name}")
         t.start()
@@ -512,9 +517,10 @@ class RunningContainer:
             raise EngineError(f"container {self.name}: exec failed: {box['exc']}")
         return box["res"]
 
-    def exec_stream(self, cmd: list[str], *, env: dict[str, str], sink: Callable[[str], None]) -> ExecProcess:
-        """Start `cmd` inside, its output copied line by line to `sink` from a daemon thread; the
-        process ends with the container."""
+    def exec_stream(self, cmd: list[str], *, env: dict[str, str], sink: Callable[[str], None],
+                    on_end: Callable[[], None] | None = None) -> ExecProcess:
+        """Start `cmd` inside, its output copied line by line to `sink` from a daemon thread
+        (then `on_end` is called: every line is in); the process ends with the container."""
         api = self.engine.api
         exec_id = api.exec_create(self._c.id, cmd, environment=dict(env), stdout=True, stderr=True)["Id"]
         stream = api.exec_start(exec_id, stream=True)
@@ -531,6 +537,9 @@ class RunningContainer:
                     sink(buf.decode("utf-8", "replace"))
             except (docker.errors.APIError, requests.exceptions.RequestException, ValueError):
                 pass  # the container went away (or the log closed): state() says how it ended
+            finally:
+                if on_end is not None:
+                    on_end()
 
         t = threading.Thread(target=pump, daemon=True, name=f"exec-log-{self.name}")
         t.start()

@@ -1,21 +1,21 @@
 """Every error the tool raises on purpose, and the exit code of each.
 
 Only `harness.cli.main` turns these into a message and an exit code. Each message says what
-went wrong and what to do next. The exit codes, the same for every command:
-
-| code | meaning |
-|------|---------|
-| 0    | done, and every verdict passed (or the command judges nothing) |
-| 1    | done, and a verdict, a build or a comparison failed: the results say which |
-| 2    | bad input: a matrix, a flag, a file or a run directory; nothing was started |
-| 3    | this host cannot do it: no Docker engine, no GPU, no room on disk, an engine failure |
-| 130  | interrupted (Ctrl-C or SIGTERM); what finished is on disk |
+went wrong and what to do next. The exit codes, the same for every command, are EXIT_CODES
+below: `harness --help` prints them from it, and tests/test_docs_truth.py holds README's table
+to it.
 """
 
 from __future__ import annotations
 
-EXIT_CODES = {0: "ok", 1: "a verdict, build or comparison failed", 2: "bad input",
-              3: "this host cannot run it", 130: "interrupted"}
+# code -> what it means; every HarnessError's exit_code is one of these
+EXIT_CODES: dict[int, str] = {
+    0: "done, every verdict passed",
+    1: "a verdict, build or comparison failed: the results say which",
+    2: "bad input (matrix, flag, file, run directory): nothing was started",
+    3: "this host cannot do it: no Docker engine, no GPU runtime, no disk space",
+    130: "interrupted (Ctrl-C or SIGTERM): what finished is on disk",
+}
 
 
 class HarnessError(Exception):

@@ -10,7 +10,45 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from harness import gpus, proc
+
+
+class GpuRecord(BaseModel):
+    """One GPU as `harness env` saw it (harness.gpus.Gpu, stored)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    index: int | None = None
+    name: str | None = None
+    cc: str | None = None
+    memory_gib: float | None = None
+    driver: str | None = None
+    cuda_driver: str | None = None
+
+
+class HostFingerprint(BaseModel):
+    """This host: run.json `host`, `harness env --json`. Every fact may be absent (None) on a
+    host that cannot tell it; unknown keys are kept."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    gpus: tuple[GpuRecord, ...] = ()
+    gpu_probe: str | None = Field(None, description="nvml | nvidia-smi | none (why)")
+    driver: str | None = None
+    cuda_driver: str | None = None
+    kernel: str | None = None
+    arch: str | None = None
+    os: str | None = None
+    mem_total_gib: float | None = None
+    python: str | None = None
+    docker: str | None = None
+    nvidia_container_toolkit: str | None = None
+
+    @property
+    def first_gpu(self) -> GpuRecord | None:
+        return self.gpus[0] if self.gpus else None
 
 
 def _os_release() -> str:
@@ -46,10 +84,10 @@ def docker_version() -> str | None:
     return r.stdout.strip() if r.ok and r.stdout.strip() else None
 
 
-def host_fingerprint() -> dict:
+def host_fingerprint() -> HostFingerprint:
     probe = gpus.probe()
     first = probe.gpus[0] if probe.gpus else None
-    return {
+    return HostFingerprint.model_validate({
         "gpus": [g.to_json() for g in probe.gpus],
         "gpu_probe": probe.source if probe.ok else f"none ({probe.reason})",
         "driver": first.driver if first else None,
@@ -62,4 +100,4 @@ def host_fingerprint() -> dict:
         "docker": docker_version(),
         "nvidia_container_toolkit": _first_line(["nvidia-ctk", "--version"])
         or _first_line(["nvidia-container-cli", "--version"]),
-    }
+    })

@@ -1,9 +1,12 @@
-"""Downloads: the one module that fetches from the network (sdists, PR patches, API JSON).
+"""HTTP: the one module that speaks it with urllib (sdists, PR patches, API JSON, the package
+index answers `harness lock` reads, and the health polls of the servers the tool started).
 
-Every request is https (a test may allow plain http to a loopback address, never a remote
+Every download is https (a test may allow plain http to a loopback address, never a remote
 one), redirects included; bodies are capped in size; and only named transient failures are
 retried (connection reset or aborted, a timeout, HTTP 429 and 5xx), with tenacity, logged
-before each sleep. Anything else is one clear error the first time.
+before each sleep. Anything else is one clear error the first time. `server_get` is the one
+plain-http request: a readiness poll of a vLLM server this run started (its address comes from
+the runner, never from data), answered or not, never retried, never followed elsewhere.
 """
 
 from __future__ import annotations
@@ -196,3 +199,23 @@ def download(url: str, dest: Path, *, timeout: float = 600, max_bytes: int = 2 <
         if handle is not None:
             handle.close()
         tmp.unlink(missing_ok=True)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None  # a server of ours does not redirect its health check: not followed
+
+
+_SERVER_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def server_get(url: str, *, timeout: float = 3, max_bytes: int = 1 << 20) -> bytes | None:
+    """The body of a 200 answer from a server the tool started (http:// or https:// at the
+    address its runner gave), at most `max_bytes`; None for any other answer or none."""
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        return None
+    try:
+        with _SERVER_OPENER.open(url, timeout=timeout) as resp:  # noqa: S310 - scheme checked above
+            return resp.read(max_bytes) if resp.status == 200 else None
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
+        return None

@@ -50,7 +50,7 @@ def _dist_versions():
         from importlib import metadata
     except ImportError:  # Python < 3.8 has no importlib.metadata
         return {name: None for name in _DISTS}
-    out = {}
+    out = {}  # type: dict
     for name in _DISTS:
         try:
             out[name] = metadata.version(name)
@@ -60,7 +60,7 @@ def _dist_versions():
 
 
 def _vllm():
-    info = {"version": None, "version_tuple": None, "git_sha": None, "error": None}
+    info = {"version": None, "version_tuple": None, "git_sha": None, "error": None}  # type: dict
     try:
         import vllm
     except Exception as exc:
@@ -92,7 +92,7 @@ def _torch():
         "arch_list": None,
         "device_capability": None,
         "error": None,
-    }
+    }  # type: dict
     try:
         import torch
     except Exception as exc:

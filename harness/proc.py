@@ -1,4 +1,11 @@
-"""Subprocesses: the one place that starts them, says what it runs, and bounds how long."""
+"""Subprocesses: the one place that starts them, says what it runs, and bounds how long.
+
+Every command runs in its own process group (a new session), and the whole group ends with it:
+on its timeout, on Ctrl-C or SIGTERM (the command line turns SIGTERM into KeyboardInterrupt),
+and for a command a worker thread was waiting on when the tool stops (`end_all`). A command's
+children and grandchildren never outlive it there. `-v` shows each command with its argv
+(masked: harness.redact.redact_args) as a debug line.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ import logging
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -15,9 +23,13 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from harness.errors import EnvironmentProblem
+from harness.redact import redact_args
 
 log = logging.getLogger("harness.proc")
 T = TypeVar("T")
+# for the callers of spawn: the process type and the pipe flag, without importing subprocess
+Popen = subprocess.Popen
+PIPE = subprocess.PIPE
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,50 @@ class Result:
 
 def which(name: str) -> str | None:
     return shutil.which(name)
+
+
+def shown(argv: Sequence[str]) -> str:
+    """A command line as the debug log shows it: shell-quoted, secrets masked."""
+    return shlex.join(redact_args([str(a) for a in argv]))
+
+
+# groups started by run() and stream() and not yet ended, so that `end_all` can end the ones a
+# worker thread waits on when the main thread is interrupted
+_LIVE: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.Lock()
+TERM_GRACE_S = 5.0
+
+
+def end_group(p: subprocess.Popen, grace_s: float = TERM_GRACE_S) -> None:
+    """End `p` and every process in its group: SIGTERM, then SIGKILL to whatever is left
+    (a grandchild that ignores SIGTERM, or outlives its parent) after `grace_s`."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(p.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if sig == signal.SIGTERM:
+            try:
+                p.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+    try:
+        p.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # a process stuck in the kernel: nothing more to send it
+        log.warning("process group %d did not end after SIGKILL", p.pid)
+
+
+def end_all() -> None:
+    """End every command group still running (the tool is stopping)."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for p in live:
+        end_group(p, grace_s=1.0)
+
+
+def _track(p: subprocess.Popen, live: bool) -> None:
+    with _LIVE_LOCK:
+        (_LIVE.add if live else _LIVE.discard)(p)
 
 
 # The host tools the harness itself runs, what for, and how a user gets them (`harness doctor`
@@ -56,17 +112,43 @@ def require_tool(name: str, purpose: str | None = None) -> str:
 
 def run(argv: Sequence[str], *, timeout: float = 60, cwd: str | None = None,
         env: Mapping[str, str] | None = None, input: str | None = None) -> Result:
-    """Run to completion and capture; a missing program or a timeout is a Result, not a raise."""
-    log.debug("run: %s", shlex.join(argv))
+    """Run to completion and capture; a missing program or a timeout is a Result, not a raise.
+    Output that is not UTF-8 is read with replacement characters. stdin is empty unless
+    `input` is given (no command may wait on the terminal)."""
+    log.debug("run: %s", shown(argv))
     try:
-        p = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                           env=dict(env) if env is not None else None, input=input, check=False)
+        p = subprocess.Popen(list(argv), stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                             cwd=cwd, env=dict(env) if env is not None else None, start_new_session=True)
     except FileNotFoundError:
         return Result(tuple(argv), 127, "", f"{argv[0]}: not found")
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        return Result(tuple(argv), 124, out, f"timed out after {timeout:.0f} s")
-    return Result(tuple(argv), p.returncode, p.stdout, p.stderr)
+    except OSError as exc:  # not executable, or an argument list the kernel refuses
+        return Result(tuple(argv), 126, "", f"{argv[0]}: cannot start: {exc}")
+    _track(p, True)
+    try:
+        try:
+            out, err = p.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            log.debug("timed out after %.0f s, ending its process group: %s", timeout, shown(argv))
+            end_group(p)
+            try:  # what it wrote before; a process that left the group may still hold a pipe
+                out, _ = p.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                out = ""
+            return Result(tuple(argv), 124, out or "", f"timed out after {timeout:.0f} s")
+        except BaseException:  # Ctrl-C, SIGTERM (as KeyboardInterrupt), anything else
+            end_group(p)
+            raise
+    finally:
+        _track(p, False)
+    return Result(tuple(argv), p.returncode, out, err)
+
+
+def _kill_group(p: subprocess.Popen) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def start_ticks(pid: int) -> float | None:
@@ -101,7 +183,7 @@ def marker_env() -> dict[str, str]:
 def spawn(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None,
           stdout=None) -> subprocess.Popen:
     """Start a long-lived process in its own session, so it and its children stop together."""
-    log.debug("spawn: %s", shlex.join(argv))
+    log.debug("spawn: %s", shown(argv))
     env = {**(env if env is not None else os.environ), **marker_env()}  # what a later reap checks
     return subprocess.Popen(list(argv), env=env, cwd=cwd,
                             stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
@@ -113,7 +195,7 @@ def stream(argv: Sequence[str], consume: Callable[[Iterator[str]], T], *, timeou
     process is killed: the answer is in hand. Returns what `consume` returned and a Result
     whose stdout is empty; returncode 124 when `timeout` passed first, 127 when the program
     is missing, 0 when it was stopped early on purpose."""
-    log.debug("stream: %s", shlex.join(argv))
+    log.debug("stream: %s", shown(argv))
     with tempfile.TemporaryFile() as errors:
         try:
             p = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=errors, stdin=subprocess.DEVNULL,
@@ -122,11 +204,12 @@ def stream(argv: Sequence[str], consume: Callable[[Iterator[str]], T], *, timeou
             return consume(iter(())), Result(tuple(argv), 127, "", f"{argv[0]}: not found")
         except OSError as exc:  # not executable, or an argument list the kernel refuses
             return consume(iter(())), Result(tuple(argv), 126, "", f"{argv[0]}: cannot start: {exc}")
+        _track(p, True)
         expired = threading.Event()
 
         def expire() -> None:
             expired.set()
-            p.kill()
+            _kill_group(p)
 
         timer = threading.Timer(timeout, expire)
         timer.start()
@@ -141,14 +224,14 @@ def stream(argv: Sequence[str], consume: Callable[[Iterator[str]], T], *, timeou
             value = consume(lines())
             early = not ended[0]  # the answer came before the output ended
             if early:
-                p.kill()
+                _kill_group(p)
             code = p.wait()
         except BaseException:
-            p.kill()
-            p.wait()
+            end_group(p)
             raise
         finally:
             timer.cancel()
+            _track(p, False)
             if p.stdout is not None:
                 p.stdout.close()
         errors.seek(0)

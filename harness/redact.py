@@ -9,6 +9,14 @@ command writes it: `NAME=v`, `NAME: v`, `'name': 'v'`, `'name': ['v1', 'v2']` (v
 non-default args), `--name v`, `--name=v`. `Authorization: Bearer v`, credentials in URLs and
 values shaped like well-known tokens (hf_, sk-, ghp_, github_pat_, glpat-, xox?-, AKIA, JWTs)
 are masked wherever they appear. The mask keeps the name, so a reader knows it was set.
+
+A URL's user part is masked whatever its shape: `scheme://user:***@host` for a name and a password
+(the password may hold `@`: the user part ends at the last `@` before the host), and
+`scheme://***@host` for a user alone (a token goes there, and `ssh://` users are not shown) or a
+user that looks like a token. Names have no length limit (`<200 characters>_TOKEN=v` is masked).
+
+Machine output (`--json`) is masked with `redact_json`, inside string values only, so it stays
+JSON: a key that names a secret masks its string or number, never a boolean or null.
 """
 
 from __future__ import annotations
@@ -32,6 +40,9 @@ _NOT_SECRET_TAIL = frozenset({
     "ids", "id", "count", "counts", "len", "length", "size", "sizes", "limit", "limits", "budget",
     "num", "number", "type", "types", "mode", "dim", "index", "idx", "file", "path", "dir", "env", "name",
 })
+# a word anywhere that makes the name about how many secrets there are (token_count_source,
+# token_counts_reliable, num_api_keys), never a secret itself
+_COUNT_WORDS = frozenset({"count", "counts", "num", "number", "len", "length", "size", "sizes", "ids"})
 _ALWAYS = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN", "HUGGINGFACEHUB_API_TOKEN"})
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 # values that are secrets by their shape, whatever name (or none) they come with
@@ -52,13 +63,13 @@ _AUTH = re.compile(
     r"(?:(?P<scheme>bearer|basic|token|digest|apikey)\s+)?(?P<cred>[^\s'\",}\\]+)"
 )
 _BEARER = re.compile(r"(?i)\b(?P<scheme>bearer)\s+(?P<cred>[A-Za-z0-9._~+/=-]{8,})")
-_URL_CREDS = re.compile(r"(?P<pre>[a-z][a-z0-9+.-]{0,15}://[^\s:/@'\"]*:)(?P<cred>[^\s/@'\"]+)(?P<at>@)", re.I)
+# scheme://USERINFO@host: the user part runs to the last `@` before the path, query or fragment
+# (a password may hold `@`); schemes are short, so each search stays linear without a word
+# boundary ("1http://u:p@h" has none)
+_URL_USERINFO = re.compile(r"(?P<pre>[a-z][a-z0-9+.-]{0,15}://)(?P<cred>[^\s/?#'\"<>\\]+)(?P<at>@)", re.I)
+_PLAIN_USER = re.compile(r"[A-Za-z0-9._-]{1,32}")
 # ?access_token=v, &token=v, ;sessionid=v in a URL's query or parameters
 _URL_PARAM = re.compile(r"(?P<pre>[?&;](?P<name>[A-Za-z0-9_.%-]{1,64})=)(?P<value>[^&#;,)\s'\"<>]+)")
-# (schemes are short: a bounded scheme keeps each search linear without a word boundary, which
-# "1http://u:p@h" would not have)
-# a token alone as the user of a URL (https://<token>@github.com/...): long, with a digit
-_URL_TOKEN_USER = re.compile(r"(?P<pre>[a-z][a-z0-9+.-]{0,15}://)(?P<cred>(?=[^\s:/@'\"]*\d)[^\s:/@'\"]{16,})(?P<at>@)", re.I)
 # NAME=VALUE, NAME: VALUE, 'name': value, "name": value, \"name\": value; the value quoted,
 # a [list], a (tuple) or bare. (vLLM FrontendArgs, vllm/entrypoints/openai/cli_args.py, has
 # `api_key: list[str] | None`: its "non-default args" log line prints the keys as a list.)
@@ -66,11 +77,14 @@ _PAIR = re.compile(
     r"(?P<nq>\\?['\"]?)(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*)(?P=nq)(?P<sep>\s*[=:]\s*)"
     r"(?P<value>\\\"[^\"\n]*?\\\"|'[^'\n]*'|\"[^\"\n]*\"|\[[^\]\n]*\]|\([^)\n]*\)|[^\s'\",;&)}\]]+)"
 )
-# names are bounded (128): an unbounded one made every search quadratic on `a.a.a.a...`
-_PAIR_HEAD = re.compile(r"(?P<nq>\\?['\"]?)(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]{0,127})(?P=nq)(?P<sep>\s*[=:]\s*)")
+# A name (or a flag) of any length is seen whole where a run of name characters starts; inside a
+# run (after `.`, `-` or a digit) only up to 128 characters are tried: either way each search
+# stays linear (an unbounded name at every `\b` made it quadratic on `a.a.a.a...`)
+_PAIR_HEAD = re.compile(
+    r"(?P<nq>\\?['\"]?)(?P<name>(?<![A-Za-z0-9_.-])-*[A-Za-z_][A-Za-z0-9_.-]*|\b[A-Za-z_][A-Za-z0-9_.-]{0,127})(?P=nq)(?P<sep>\s*[=:]\s*)")
 _PAIR_VALUE = re.compile(_PAIR.pattern[_PAIR.pattern.index("(?P<value>"):])
 _FLAG_VALUE = re.compile(
-    r"(?P<flag>--[A-Za-z0-9][A-Za-z0-9_.-]{0,127})(?P<sep>\s+)(?P<value>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\"-][^\s]*)"
+    r"(?P<flag>(?<![A-Za-z0-9_.-])--[A-Za-z0-9][A-Za-z0-9_.-]*|--[A-Za-z0-9][A-Za-z0-9_.-]{0,127})(?P<sep>\s+)(?P<value>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\"-][^\s]*)"
 )
 _EMPTY = frozenset({"None", "null", "''", '""', "[]", "()", "false", "False", "\\\"\\\""})
 
@@ -80,7 +94,7 @@ def is_secret_name(name: str) -> bool:
     if bare.upper().replace("-", "_") in _ALWAYS:
         return True
     words = [w.lower() for part in re.split(r"[^A-Za-z0-9]+", bare) for w in _WORD.findall(part)]
-    if not words or words[-1] in _NOT_SECRET_TAIL:
+    if not words or words[-1] in _NOT_SECRET_TAIL or not _COUNT_WORDS.isdisjoint(words):
         return False
     return words[-1] in _SECRET_LAST or any(w in _SECRET_WORDS or w.endswith(_SECRET_ENDINGS) for w in words)
 
@@ -119,6 +133,14 @@ def redact_text(text: str) -> str:
             pos = value.end()
         return "".join(out) + text[pos:]
 
+    def userinfo(m: re.Match[str]) -> str:
+        user, colon, _password = m["cred"].partition(":")
+        # a plain name before a password stays (who logs in); a user alone, or one shaped like
+        # a token (long with a digit, or a known token form), is masked whole
+        keep = colon and _PLAIN_USER.fullmatch(user) and not (len(user) >= 16 and any(c.isdigit() for c in user)) \
+            and not _TOKEN_SHAPES.search(user)
+        return f"{m['pre']}{user}:{MASK}{m['at']}" if keep else f"{m['pre']}{MASK}{m['at']}"
+
     def flag(m: re.Match[str]) -> str:
         if not is_secret_name(m["flag"]):
             return m.group(0)
@@ -126,8 +148,7 @@ def redact_text(text: str) -> str:
 
     text = _AUTH.sub(auth, text)
     text = _BEARER.sub(lambda m: f"{m['scheme']} {MASK}", text)
-    text = _URL_CREDS.sub(lambda m: f"{m['pre']}{MASK}{m['at']}", text)
-    text = _URL_TOKEN_USER.sub(lambda m: f"{m['pre']}{MASK}{m['at']}", text)
+    text = _URL_USERINFO.sub(userinfo, text)
     text = _URL_PARAM.sub(lambda m: f"{m['pre']}{MASK}" if is_secret_name(m["name"]) else m.group(0), text)
     text = pairs(text)
     text = _FLAG_VALUE.sub(flag, text)
@@ -167,3 +188,41 @@ def redact_args(argv: list[str]) -> list[str]:
                 continue
         out.append(redact_text(arg))
     return out
+
+
+# keys whose value is a command line or an environment, in stored and printed JSON
+_ARGV_KEYS = frozenset({"command", "argv", "args", "cmd"})
+_ENV_KEYS = frozenset({"env", "environ", "environment"})
+
+
+def redact_json(obj: object, key: str = "") -> object:
+    """A copy of JSON data with every secret masked, still the same JSON shape: strings are
+    masked as free text (or as a command line under `command`/`argv`, an environment under
+    `env`); a secret key's string or number becomes the mask; booleans, null and the other
+    numbers stay as they are (`"token_counts_reliable": true` is a flag, not a secret)."""
+    if isinstance(obj, dict):
+        if key in _ENV_KEYS and all(isinstance(v, str) for v in obj.values()):
+            return {redact_text(str(k)): v for k, v in redact_env({str(k): v for k, v in obj.items()}).items()}
+        return {redact_text(k) if isinstance(k, str) else k: redact_json(v, str(k)) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        if key in _ARGV_KEYS and obj and all(isinstance(a, str) for a in obj):
+            return redact_args(list(obj))
+        return [redact_json(v, key) for v in obj]
+    if isinstance(obj, bool) or obj is None:
+        return obj
+    if isinstance(obj, str):
+        return _mask_value(obj) if key and obj and is_secret_name(key) else redact_text(obj)
+    if isinstance(obj, int | float) and key and is_secret_name(key):
+        return MASK
+    return obj
+
+
+def redact_json_text(text: str, indent: int | None = 2) -> str:
+    """`text` masked as JSON when it parses as JSON (dumped back with `indent`), else as free text."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return redact_text(text)
+    return json.dumps(redact_json(data), indent=indent, ensure_ascii=False)

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from harness import lock
+from harness import http, lock
 
 VLLM_SDIST = "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
 FI_SDIST = "af60319898dcfd552ba12a34165b9dd46c0bbd83d48ce665b1df6bd6ae77e9f1"
@@ -73,6 +73,7 @@ def pypi(monkeypatch):
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setattr(http, "ALLOW_LOOPBACK_HTTP", True)  # lock's requests go through harness.http
     monkeypatch.setattr(lock, "PYPI_VERSION_JSON", base + "/pypi/{name}/{version}/json")
     monkeypatch.setattr(lock, "PYPI_PROJECT_JSON", base + "/pypi/{name}/json")
     FakePyPI.seen = []

@@ -10,6 +10,7 @@ from harness.bench.metrics import PrefixCounters, hit_rate, parse_prefix_counter
 from harness.bench.noise import classify
 from harness.bench.roofline import fp8_vs_nvfp4, roofline_efficiency, roofline_tok_s
 from harness.bench.stats import percentile, spread
+from harness.matrix.model import NOISE_FLOOR
 
 
 @pytest.mark.parametrize(
@@ -25,14 +26,14 @@ from harness.bench.stats import percentile, spread
     ],
 )
 def test_classify(baseline, candidate, kwargs, kind):
-    assert classify(baseline, candidate, **kwargs).kind == kind
+    assert classify(baseline, candidate, **{"floor": NOISE_FLOOR, **kwargs}).kind == kind
 
 
 def test_classify_reports_delta_and_band():
-    c = classify([90, 100, 110], [106, 107, 108])
+    c = classify([90, 100, 110], [106, 107, 108], floor=NOISE_FLOOR)
     assert c.delta == pytest.approx(0.07) and c.band == pytest.approx(0.20)
     with pytest.raises(ValueError):
-        classify([], [1.0])
+        classify([], [1.0], floor=NOISE_FLOOR)
 
 
 def test_spark_article_nvfp4_slower_than_fp8_fails_the_rule():

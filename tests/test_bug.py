@@ -174,12 +174,38 @@ def _prebuilt_run(root: Path, mr) -> RunStore:
 def test_prebuilt_image_is_pulled_not_built(tmp_path, mr):
     store = _prebuilt_run(tmp_path, mr)
     cell = store.read_cell(mr.MARLIN)
-    assert stack_kind(cell, store.builds()[cell.stack]) == "prebuilt"
+    assert stack_kind(cell, store.builds()[(cell.stack, None)]) == "prebuilt"
     text = bug_report(store, mr.MARLIN)
     assert "## The image (prebuilt: nothing to build)" in text
     assert "docker pull nvcr.io/nvidia/vllm:25.11-py3" in text
     assert "sha256:" + "d4" * 32 in text
     assert "harness build" not in text
+
+
+def test_a_multi_host_run_keys_builds_by_stack_and_host(tmp_path, mr):
+    """Each host of a run over several builds its own image of a stack: stored as
+    builds/<stack>@<host>.json, read back keyed (stack, host), and `harness bug` finds the one
+    built where the cell ran (v2 stored the key as the stack name "<stack>@<host>": read the same)."""
+    (src,) = (FIXTURES / "runs").glob("*-spark-candidate-*")
+    cell = RunStore.open(src).read_cell(mr.MARLIN).model_copy(update={"host": "rtx"})
+    store = RunStore.create(tmp_path, RunRecord.from_json(json.loads((src / "run.json").read_text())))
+    for host, digest in (("spark", "a1"), ("rtx", "b2")):
+        store.write_build(BuildOutcome(stack=cell.stack, status="reused", image_ref=f"img-{host}",
+                                       image_id="sha256:" + digest * 32), host=host)
+    store.write_cell(cell.model_copy(update={"image": None}))
+    assert sorted(store.builds()) == [(cell.stack, "rtx"), (cell.stack, "spark")]
+    assert (store.dir / "builds" / f"{cell.stack}@rtx.json").is_file()
+    assert store.builds_on("spark")[cell.stack].image_ref == "img-spark"
+    assert store.build_for(cell.stack, "rtx").image_id == "sha256:" + "b2" * 32
+    text = bug_report(store, mr.MARLIN)
+    assert "sha256:" + "b2" * 32 in text and "sha256:" + "a1" * 32 not in text
+    # a v2 record of the same build
+    v2 = store.dir / "builds" / f"{cell.stack}@rtx.json"
+    data = json.loads(v2.read_text())
+    del data["host"]
+    data["stack"] = f"{cell.stack}@rtx"
+    v2.write_text(json.dumps(data))
+    assert store.build_for(cell.stack, "rtx").image_ref == "img-rtx"
 
 
 def test_stack_kinds():

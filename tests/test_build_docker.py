@@ -84,8 +84,8 @@ def test_build_log_arch_check_runs_on_the_image(built):
     # the tiny image's log says 12.0f while the stack asked 12.1a: the collapse is reported
     assert any(p.startswith("arch-collapsed: asked 12.1a") for p in outcomes["tiny-ok"].arch_problems)
     summary = outcomes["tiny-ok"].audit_summary
-    assert summary["status"] != "not-audited", summary
-    assert summary["cubins"] == {"sm_121a": 1}  # the cubin the template copies into /opt/venv/lib
+    assert summary.status != "not-audited", summary
+    assert summary.cubins == {"sm_121a": 1}  # the cubin the template copies into /opt/venv/lib
 
 
 def test_failing_step_is_a_result(built):
@@ -164,9 +164,9 @@ def site_images(engine, tmp_path_factory):
 def test_the_audit_reads_vllm_where_the_build_installed_it(site_images):
     built, again = site_images
     assert built.status == "built", built.log_tail
-    assert built.audit_summary["status"] != "not-audited", built.audit_summary
+    assert built.audit_summary.status != "not-audited", built.audit_summary
     # vllm/ and flashinfer_cubin/, not torch/
-    assert built.audit_summary["cubins"] == {"sm_121a": 2}
+    assert built.audit_summary.cubins == {"sm_121a": 2}
     # reused: audited again from the same place
     assert again.status == "reused" and again.audit_summary == built.audit_summary
 
@@ -177,8 +177,8 @@ def test_a_site_path_that_is_not_plain_is_not_followed(engine, tmp_path, cleanup
     cleanup.append(built.image_ref)
     assert built.status == "built", built.log_tail
     # ignored: the audit looks where an image that recorded nothing keeps vLLM, and finds nothing
-    assert built.audit_summary["status"] == "not-audited"
-    assert "/opt/venv/lib" in built.audit_summary["reason"]
+    assert built.audit_summary.status == "not-audited"
+    assert "/opt/venv/lib" in built.audit_summary.reason
     from harness.report.data import _build as report_row
 
     row = report_row(built)  # the report says so, and why, instead of '?'
@@ -195,6 +195,13 @@ def test_the_report_and_the_bug_read_the_audit_of_a_reused_image(site_images):
         row = report_row(outcome)
         assert row.audit_status == "pass"
         assert any(line.startswith("sm_121: pass") for line in row.audit_lines), row.audit_lines
+
+
+def test_the_build_record_says_what_became_of_the_rust_front_end(site_images):
+    built, again = site_images
+    # what the install step wrote, read from the image for a build and for a reuse; the escape
+    # sequence a hostile image put in the file does not reach the record
+    assert built.rust_frontend == again.rust_frontend == "not built (optional: no Rust toolchain)[31m"
 
 
 def test_harness_audit_of_the_image_reads_where_its_build_installed(site_images, capsys):

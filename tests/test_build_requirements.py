@@ -131,3 +131,31 @@ def test_the_image_script_installs_what_is_missing_and_names_what_stays_unmet(tm
     reqs.write_text("pip>=1  # made/pyproject.toml\n")
     res = subprocess.run([str(py), str(SCRIPT), str(reqs), "--no-index"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.network
+def test_the_packaging_probe_stands_in_for_every_extension_of_vllm_0330(spark, tmp_path):
+    import shutil
+
+    sys.path.insert(0, str(ROOT / "docker"))
+    try:
+        import packaging_probe
+    finally:
+        sys.path.remove(str(ROOT / "docker"))
+    tree = sources.tree(sources.vllm_source(spark.spec.stacks["spark-121a"]))
+    work = tmp_path / "vllm"
+    work.mkdir()
+    shutil.copy(tree / "setup.py", work / "setup.py")
+    shutil.copy(tree / "CMakeLists.txt", work / "CMakeLists.txt")
+    shutil.copytree(tree / "cmake", work / "cmake")
+    assert packaging_probe.stand_in(work) == 0
+    text = (work / "CMakeLists.txt").read_text()
+    real = (work / packaging_probe.REAL).read_text()
+    assert "harness packaging probe" in text and "FetchContent" in real  # the real one kept aside
+    # every target setup.py may ask for (CUDA's among them), where vLLM's CMake installs it
+    for target, dest in (("_C", "vllm"), ("_moe_C_stable_libtorch", "vllm"), ("_vllm_fa2_C", "vllm/vllm_flash_attn"),
+                         ("cumem_allocator", "vllm"), ("_flashmla_C", "vllm")):
+        assert f"install(TARGETS {target} LIBRARY DESTINATION {dest} COMPONENT {target})" in text
+    # the Python-only components are custom targets with their folder, as in vLLM's own CMake
+    for target in ("triton_kernels", "fmha_sm100", "tml_fa4"):
+        assert f"add_custom_target({target})" in text and f"vllm/third_party/{target}" in text

@@ -214,3 +214,27 @@ def test_cli_wrong_shaped_json_is_exit_2(runs, mr, tmp_path, damage, capsys):
     assert cli_main(["compare", str(runs["baseline"].dir), str(bad)]) == 2
     err = "".join(capsys.readouterr().err.split())
     assert target.name in err and "Traceback" not in err  # (whitespace removed: paths wrap)
+
+
+def test_the_format_verdict_is_compared_from_its_figures(tmp_path):
+    """The judge's NVFP4-vs-FP8 comparison is compared as figures (never from its message): the
+    H200 example's NVFP4 auto cell fails at c=8 (0.71x of FP8's aggregate); a copy where it
+    matches FP8 passes. From the passing run to the failing one is a regression, back a gain."""
+    nv = "vllm-0251/qwen3moe-nvfp4/auto"
+    failing, passing = tmp_path / "failing", tmp_path / "passing"
+    shutil.copytree(EXAMPLE, failing)
+    shutil.copytree(EXAMPLE, passing)
+    path = passing / "cells" / "vllm-0251__qwen3moe-nvfp4__auto.json"
+    cell = json.loads(path.read_text())
+    for lv in cell["bench"]["levels"]:
+        if lv["concurrency"] == 8:
+            lv["aggregate_tok_s"], lv["samples"]["aggregate_tok_s"] = 1645.0, [1644.0, 1645.0, 1646.0]
+    path.write_text(json.dumps(cell))
+    for run in (failing, passing):
+        assert cli_main(["rejudge", str(run)]) == 0
+    worse = compare_runs(RunStore.open(passing), RunStore.open(failing))
+    (found,) = [f for f in worse.findings if f.cell == nv and f.what == "nvfp4_vs_fp8"]
+    assert found.kind == "regression" and "now fails at c=8" in found.message
+    assert found.candidate == pytest.approx(1169.19 / 1642.94, abs=1e-3)
+    better = compare_runs(RunStore.open(failing), RunStore.open(passing))
+    assert ("nvfp4_vs_fp8", "gain") in kinds(better, nv)

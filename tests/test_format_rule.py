@@ -9,15 +9,20 @@ from harness.stages.judge import compare_formats
 
 
 def cell(quant: str, samples: list[float], config: str = "auto", stack: str = "s",
-         aggregate_c8: list[float] | None = None) -> CellResult:
+         aggregate_c8: list[float] | None = None, model: str | None = None,
+         vs: str | None = "fp8") -> CellResult:
+    """A cell of model `model` (default: named as its format); an NVFP4 cell is paired, as the
+    matrix would pair it, with model `vs` on its own stack and config."""
     levels = [{"concurrency": 1, "per_stream_tok_s": sorted(samples)[len(samples) // 2],
                "samples": {"per_stream_tok_s": samples}}]
     if aggregate_c8:
         levels.append({"concurrency": 8, "aggregate_tok_s": sorted(aggregate_c8)[len(aggregate_c8) // 2],
                        "samples": {"aggregate_tok_s": aggregate_c8}})
+    model = model or quant
+    pair = f"{stack}/{vs}/{config}" if quant == "nvfp4" and vs else None
     return CellResult.model_validate({
-        "id": f"{stack}/{quant}/{config}", "stack": stack, "model": quant, "config": config,
-        "quantization": quant, "status": "pass", "bench": {"levels": levels}})
+        "id": f"{stack}/{model}/{config}", "stack": stack, "model": model, "config": config,
+        "quantization": quant, "status": "pass", "bench": {"levels": levels}, "compare_with": pair})
 
 
 @pytest.mark.parametrize(
@@ -63,6 +68,25 @@ def test_every_level_is_judged_aggregate_included():
     assert "c=1 per stream 247.6 vs 243.7 tok/s = 1.016x (within the ±2.0% noise band)" in verdict.message
     assert "c=8 aggregate 1148.7 vs 1546.0 tok/s = 0.743x (below the required 1x" in verdict.message
     assert verdict.message.endswith("Fails at c=8")
+    cmp = verdict.comparison  # the figures, for readers that must not parse the message
+    assert (cmp.nvfp4, cmp.fp8, cmp.deciding) == ("s/nvfp4/auto", "s/fp8/auto", 8)
+    assert [(lv.concurrency, lv.metric, lv.kind) for lv in cmp.levels] == [
+        (1, "per_stream", "noise"), (8, "aggregate", "loss")]
+    assert cmp.deciding_level.ratio == pytest.approx(1148.7 / 1546.0)
+    assert cmp.deciding_level.band == pytest.approx((1213.6 - 1145.9) / 1148.7)  # NVFP4 repeats spread wider than the floor
+
+
+def test_two_nvfp4_models_of_one_config_each_meet_their_own_fp8():
+    """The rtx-pro-6000 matrix: nemotron-nvfp4 (no FP8 of its own) beside qwen3-fp8 and
+    qwen3-nvfp4 on config auto. Pairing by stack and config judged nemotron against qwen3's FP8
+    (and dropped qwen3-nvfp4); the matrix's families compare qwen3 with qwen3 only."""
+    fp8 = cell("fp8", [100.0], model="qwen3-fp8")
+    qwen = cell("nvfp4", [101.0], model="qwen3-nvfp4", vs="qwen3-fp8")
+    nemo = cell("nvfp4", [75.0], model="nemotron-nvfp4", vs=None)
+    out = dict(compare_formats([fp8, nemo, qwen], 1.0, 0.02))
+    assert list(out) == ["s/qwen3-nvfp4/auto"]
+    assert out["s/qwen3-nvfp4/auto"].comparison.fp8 == "s/qwen3-fp8/auto"
+    assert out["s/qwen3-nvfp4/auto"].status == "pass"
 
 
 def test_an_aggregate_inside_its_spread_is_not_a_loss():

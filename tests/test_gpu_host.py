@@ -32,6 +32,6 @@ def test_nvml_probe_matches_nvidia_smi():
 
 def test_host_fingerprint_and_doctor_see_the_gpu():
     fp = host_fingerprint()
-    assert fp["gpus"] and fp["driver"] and fp["gpus"][0]["cc"].count(".") == 1
+    assert fp.gpus and fp.driver and fp.gpus[0].cc and fp.gpus[0].cc.count(".") == 1
     gpu_check = next(c for c in run_checks(need_docker=False, need_gpu_runtime=False) if c.name == "gpus")
     assert gpu_check.ok, gpu_check.detail

@@ -230,3 +230,62 @@ def test_rtx_matrix_encodes_the_seed_sweeps(root):
     assert configs["moe=flashinfer_b12x,lin=flashinfer_b12x"].linear_backend == "flashinfer_b12x"
     ids = [c.id for c in expand(m)]
     assert "rtx-120a/qwen3-fp8/auto" in ids and "rtx-120a/qwen3-fp8/lever=o3" not in ids
+
+
+# --- which FP8 cell each NVFP4 cell is judged against (harness.matrix.pairs) -------------------
+
+FAMILIES = BASE.replace('quantization = "fp8"\n', 'quantization = "fp8"\nfamily = "qwen3-30b"\n').replace(
+    'quantization = "nvfp4"\n', 'quantization = "nvfp4"\nfamily = "qwen3-30b"\n')
+OTHER_NVFP4 = """
+[models.nemotron-nvfp4]
+checkpoint = "nvidia/Nemotron-NVFP4"
+quantization = "nvfp4"
+active_params_b = 3.0
+bytes_per_param = 0.5625
+"""
+
+
+def test_rtx_pro_6000_judges_nemotron_against_nothing(root, capsys):
+    """The shipped case that was wrong: nemotron-nvfp4 was judged against qwen3-fp8 (same stack
+    and config); the matrix's families pair qwen3 with qwen3 and nemotron with none."""
+    path = root / "matrix" / "rtx-pro-6000.toml"
+    assert main(["plan", "-m", str(path), "--json", "-k", "auto and not lever"]) == 0
+    rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["rtx-120a/nemotron-nvfp4/auto"]["compare_with"] is None
+    assert rows["rtx-120a/qwen3-nvfp4/auto"]["compare_with"] == "rtx-120a/qwen3-fp8/auto"
+    assert "compare_with" not in rows["rtx-120a/qwen3-fp8/auto"]  # recorded on NVFP4 cells only
+    assert main(["plan", "-m", str(path), "-k", "auto and not lever"]) == 0
+    shown = capsys.readouterr().out
+    assert "judged against" in shown and "rtx-120a/qwen3-fp8/auto" in shown
+
+
+def test_pairs_need_a_family_same_stack_and_config(tmp_path):
+    cells = {c.id: c.compare_with for c in expand(load_matrix(write(tmp_path, FAMILIES + OTHER_NVFP4)))}
+    assert cells["s121a/nvfp4/auto"] == "s121a/fp8/auto"
+    assert cells["local/nvfp4/moe=marlin,lin=auto"] == "local/fp8/moe=marlin,lin=auto"
+    assert cells["s121a/nemotron-nvfp4/auto"] is None and cells["s121a/fp8/auto"] is None
+    # no family, no compare_with: nothing is compared (names are not guessed at)
+    assert all(c.compare_with is None for c in expand(load_matrix(write(tmp_path, BASE))))
+    # a filtered run compares only what it runs
+    assert {c.id: c.compare_with for c in expand(load_matrix(write(tmp_path, FAMILIES)), "nvfp4")} == {
+        "s121a/nvfp4/auto": None, "s121a/nvfp4/moe=marlin,lin=auto": None,
+        "local/nvfp4/auto": None, "local/nvfp4/moe=marlin,lin=auto": None}
+
+
+def test_compare_with_names_the_fp8_model(tmp_path):
+    text = BASE + OTHER_NVFP4 + 'compare_with = "fp8"\n'
+    cells = {c.id: c.compare_with for c in expand(load_matrix(write(tmp_path, text)))}
+    assert cells["s121a/nemotron-nvfp4/auto"] == "s121a/fp8/auto"
+
+
+@pytest.mark.parametrize(("extra", "key", "words"), [
+    (OTHER_NVFP4 + 'compare_with = "nope"\n', "models.nemotron-nvfp4.compare_with", "is not a model"),
+    (OTHER_NVFP4 + 'compare_with = "nvfp4"\n', "models.nemotron-nvfp4.compare_with", "is a nvfp4 model"),
+    (OTHER_NVFP4 + 'family = "other"\ncompare_with = "fp8"\n', "models.nemotron-nvfp4.compare_with",
+     "is of family 'qwen3-30b'"),
+    ('[models.fp8-b]\ncheckpoint = "Qwen/Other-FP8"\nquantization = "fp8"\nfamily = "qwen3-30b"\n'
+     'active_params_b = 3.3\nbytes_per_param = 1.0\n', "models.nvfp4.family", "the pair is ambiguous"),
+])
+def test_bad_pairs_are_refused_at_load(tmp_path, extra, key, words):
+    (p,) = problems(tmp_path, FAMILIES + extra)
+    assert p.startswith(key) and words in p, p

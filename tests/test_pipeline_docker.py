@@ -77,6 +77,7 @@ image = "{image}"
 [models.qwen-fp8]
 checkpoint = "fake/qwen3moe-fp8"
 quantization = "fp8"
+family = "qwen3moe"
 load_format = "dummy"
 active_params_b = 3.3
 bytes_per_param = 1.0
@@ -84,6 +85,7 @@ bytes_per_param = 1.0
 [models.qwen-nvfp4]
 checkpoint = "fake/qwen3moe-nvfp4"
 quantization = "nvfp4"
+family = "qwen3moe"
 load_format = "dummy"
 active_params_b = 3.3
 bytes_per_param = 0.5625
@@ -134,7 +136,7 @@ def test_docker_cells_pass_fail_crash_hang_and_clean_up(fake_image, tmp_path):
     ok = cells["img/qwen-fp8/auto"]
     assert ok.status == "pass", ok.reasons
     assert ok.image.ref == fake_image and ok.image.labels["harness.test"] == "fakevllm"
-    assert ok.image_fingerprint["vllm"]["version"] == "0.0.0+fake"
+    assert ok.image_fingerprint.vllm.version == "0.0.0+fake"
     lv = ok.bench.levels[0]
     assert lv.per_stream_tok_s > 0 and lv.failed == 0 and lv.requests > 0
     mismatch = cells["img/qwen-nvfp4/moe=flashinfer_cutlass"]
@@ -231,7 +233,7 @@ def test_built_stack_whose_build_log_shows_the_arch_trap_fails_its_cells(fake_im
         trap = [v for v in cell.verdicts if v.check == "build.archs"]
         assert trap and all(v.failed for v in trap)
         assert any("12.0f" in v.message for v in trap), trap
-        assert cell.audit["cubins"] == {"sm_121a": 1}, cell.audit  # the image's cubin, audited
+        assert cell.audit.cubins == {"sm_121a": 1}, cell.audit  # the image's cubin, audited
         # run again: the image is reused, and its cells still record the audit of what they served
         again = run_matrix(load_matrix(path), k="qwen-fp8/auto", opts=RunOptions(
             results_root=tmp_path / "results2", allow_unpinned=True, bench=False,

@@ -71,6 +71,7 @@ env = {{ PYTHONPATH = "{FAKEVLLM}", HARNESS_FAKESERVER = "{FAKESERVER}" }}
 [models.qwen-fp8]
 checkpoint = "fake/qwen3moe-fp8"
 quantization = "fp8"
+family = "qwen3moe"
 load_format = "dummy"
 active_params_b = 3.3
 bytes_per_param = 1.0
@@ -78,6 +79,7 @@ bytes_per_param = 1.0
 [models.qwen-nvfp4]
 checkpoint = "fake/qwen3moe-nvfp4"
 quantization = "nvfp4"
+family = "qwen3moe"
 load_format = "dummy"
 active_params_b = 3.3
 bytes_per_param = 0.5625
@@ -144,7 +146,7 @@ def test_run_serves_fingerprints_benchmarks_and_judges(matrix_file, tmp_path):
     identity = fp8.serve.command[fp8.serve.command.index("--served-model-name") + 2]
     assert identity.startswith("harness-")
     assert identity not in nv_auto.serve.command  # one per cell
-    assert fp8.image_fingerprint["python"]  # the probe ran inside the server's environment
+    assert fp8.image_fingerprint.python  # the probe ran inside the server's environment
     assert not list((store.dir / "cells").glob("*.partial.json"))  # finished cells keep no partial
 
     # NVFP4 auto: Marlin as expected; the FP8-vs-NVFP4 rule judged it from the measured samples
@@ -440,7 +442,7 @@ def test_a_host_without_gpu_builds_audits_and_skips(matrix_file, tmp_path):
     assert [c.status for c in cells] == [Status.SKIPPED] * 3
     assert all(c.reasons == () for c in cells)
     assert cells[0].verdicts[0].message == "skipped: no GPU on this host (no NVIDIA driver on this host)"
-    assert store.builds()["fake"].status == "local"  # the audit of the install ran
+    assert store.builds()[("fake", None)].status == "local"  # the audit of the install ran
     assert not list((store.dir / "logs").glob("*.server.log"))  # nothing was served
 
 

@@ -173,3 +173,78 @@ NOT_SECRETS = [
 @pytest.mark.parametrize("text", NOT_SECRETS)
 def test_not_over_masked(text):
     assert redact_text(text) == text
+
+
+# --- the one rule, form by form (every output and stored file goes through it) -------------
+
+LONG = "X" * 200
+RULE = [
+    # URL credentials of any shape
+    ("git clone https://user:p@ss@github.com/o/r", f"git clone https://user:{MASK}@github.com/o/r"),
+    ("tcp://admin:hunter2@gpu-box:2376", f"tcp://admin:{MASK}@gpu-box:2376"),
+    ("tcp://:hunter2@h:2376", f"tcp://{MASK}@h:2376"),
+    ("https://ghp_" + "a1" * 18 + "@github.com/o/r", f"https://{MASK}@github.com/o/r"),
+    ("https://abcdef@github.com/o/r", f"https://{MASK}@github.com/o/r"),  # a user alone: a token's place
+    ("https://tok3n1234567890abcdef:x-oauth-basic@github.com/o", f"https://{MASK}@github.com/o"),
+    ("engine ssh://lab@gpu-box:22 is up", f"engine ssh://{MASK}@gpu-box:22 is up"),
+    ("ssh://-oProxyCommand=touch@host", f"ssh://{MASK}@host"),
+    ("'https://u:s3@cret@h/x'", f"'https://u:{MASK}@h/x'"),
+    # query tokens
+    ("--index https://h/simple?token=abc123", f"--index https://h/simple?token={MASK}"),
+    ("https://h/pypi/x/json?api_key=abc&x=1", f"https://h/pypi/x/json?api_key={MASK}&x=1"),
+    ("https://h/?a=1&access_token=abc", f"https://h/?a=1&access_token={MASK}"),
+    # names of any length ending in _TOKEN / _KEY / _SECRET / _PASSWORD
+    (f"{LONG}_TOKEN=abc", f"{LONG}_TOKEN={MASK}"),
+    (f"{LONG}_KEY: abc", f"{LONG}_KEY: {MASK}"),
+    (f"export {LONG}_SECRET='a b'", f"export {LONG}_SECRET='{MASK}'"),
+    (f"{LONG}_PASSWORD=abc and PORT=1", f"{LONG}_PASSWORD={MASK} and PORT=1"),
+    ("9-api_key=abc", f"9-api_key={MASK}"),
+    # dict entries, as a log prints them
+    ("{'x_token': 'abc', 'port': 8000}", f"{{'x_token': '{MASK}', 'port': 8000}}"),
+    ('{"db_password": "abc", "max_tokens": 8}', f'{{"db_password": "{MASK}", "max_tokens": 8}}'),
+    # flags in logs
+    ("run --x-token abc --port 1", f"run --x-token {MASK} --port 1"),
+    ("run --api-key=abc --port 1", f"run --api-key={MASK} --port 1"),
+    (f"run --{LONG}-token abc", f"run --{LONG}-token {MASK}"),
+    ("A--api-key abc", f"A--api-key {MASK}"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), RULE)
+def test_the_one_rule(text, expected):
+    assert redact_text(text) == expected
+
+
+KEPT = [
+    "git@github.com:org/repo.git",  # not a URL: scp-like, no credential
+    "https://github.com/vllm-project/vllm/pull/1",
+    "mail me at user@example.com",
+    "token_count_source: usage", "token_counts_reliable=True", "num_api_keys: 2",
+    "the max-token count", "--max-tokens 256",
+    "https://h/x?page=2&per_page=100",
+]
+
+
+@pytest.mark.parametrize("text", KEPT)
+def test_the_rule_leaves_what_is_not_secret(text):
+    assert redact_text(text) == text
+
+
+def test_json_is_masked_inside_its_strings_and_stays_json():
+    import json
+
+    from harness.redact import redact_json
+
+    doc = {"token_counts_reliable": True, "token_count_source": "usage", "api_key": "abc", "hf_token": None,
+           "session_secret": 1234, "url": "https://u:pw@h/x?token=t", "env": {"HF_TOKEN": "hf", "PATH": "/b"},
+           "command": ["vllm", "serve", "--api-key", "k", "--port", "8000"], "nested": [{"password": ""}],
+           "note": "export MY_API_KEY=abc"}
+    got = redact_json(doc)
+    assert json.loads(json.dumps(got)) == got
+    assert got == {
+        "token_counts_reliable": True, "token_count_source": "usage", "api_key": MASK, "hf_token": None,
+        "session_secret": MASK, "url": f"https://u:{MASK}@h/x?token={MASK}",
+        "env": {"HF_TOKEN": MASK, "PATH": "/b"},
+        "command": ["vllm", "serve", "--api-key", MASK, "--port", "8000"], "nested": [{"password": ""}],
+        "note": f"export MY_API_KEY={MASK}",
+    }

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ConfigError, StorageError
-from harness.results.model import BuildOutcome, CellResult, RunRecord, Status
+from harness.results.model import FORMAT, BuildOutcome, CellResult, RunRecord, Status
 from harness.results.store import (
     RunStore,
     atomic_write_json,
@@ -53,7 +53,7 @@ def test_run_id_shape():
 def test_create_writes_running_run_json(tmp_path):
     store = RunStore.create(tmp_path, run())
     data = json.loads((tmp_path / "r1" / "run.json").read_text())
-    assert data["status"] == "running" and data["format"] == 2 and data["run_id"] == "r1"
+    assert data["status"] == "running" and data["format"] == FORMAT and data["run_id"] == "r1"
     assert data["finished_at"] is None and data["started_at"].endswith("Z")
     assert store.dir == tmp_path / "r1" and store.run.cells == META["cells"]
     for sub in ("cells", "logs", "builds"):
@@ -125,7 +125,7 @@ def test_builds_round_trip(tmp_path):
     built = BuildOutcome(stack="spark-121a", status="built", image_ref="vllm-bw:x",
                          arch_problems=("asked 12.1a, built 12.0f",))
     store.write_build(built)
-    assert store.builds() == {"spark-121a": built}
+    assert store.builds() == {("spark-121a", None): built}
 
 
 def test_atomic_json_keeps_the_old_file_when_serialisation_fails(tmp_path):
@@ -195,14 +195,14 @@ def test_store_masks_secrets_itself(tmp_path):
     c = store.read_cell("s/m/a")
     assert c.serve.env["VLLM_X"] == "1"
     assert c.serve.command[-2:] == ("--max-num-batched-tokens", "8192")
-    assert c.format == 2 and c.status is Status.FAIL
+    assert c.format == FORMAT and c.status is Status.FAIL
     assert c.reasons[0] == "saw HF_TOKEN=***"
 
 
-def test_v1_cells_are_read_as_v2(tmp_path):
+def test_v1_cells_are_read_as_v3(tmp_path):
     """The first round's format: free-text reasons become verdicts, nothing is lost."""
     store = RunStore.open(Path(__file__).parent.parent / "examples" / "h200" / "run")
-    assert store.run.format == 2 and store.run.matrix.min_ratio == 1.0
+    assert store.run.format == FORMAT == 3 and store.run.matrix.min_ratio == 1.0
     cells = store.cells()
     # the NVFP4 auto cell fails as rejudged: 0.71x of FP8's aggregate at c=8
     assert [c.status for c in cells] == [Status.PASS, Status.FAIL, Status.PASS]

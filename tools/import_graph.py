@@ -16,14 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Bottom first. An arrow goes from a room to a room on a lower floor; rooms on one floor do not
-# import each other. `python -m harness.audit` and the like (`__main__` modules) are entry
-# points, on the top floor with the command line.
+# import each other. `python -m harness` (a `__main__` module) is an entry
+# point, on the top floor with the command line.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("harness", "errors"),
     ("safety", "redact", "platforms"),
     ("console", "tables", "proc", "http", "probe_image"),
     ("gpus", "fingerprint", "bundle", "matrix", "bench"),
-    ("results", "hostenv", "audit"),
+    ("hostenv", "audit"),
+    ("results",),
     ("owner",),
     ("engine",),
     ("lock", "serve", "report"),

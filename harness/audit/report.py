@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
 from harness.audit import tools, zstd
 from harness.audit.scan import (
     NVFP4,
@@ -163,6 +165,63 @@ class AuditReport:
         for v in self.verdicts:
             out[f"audit.verdict.{v.target.name.lower()}"] = f"{v.status}: {v.message}"[:240]
         return out
+
+
+class AuditSummary(BaseModel):
+    """What a stack's audit leaves in a run folder (builds/*.json `audit_summary` and `audit`,
+    cells/*.json `audit`): the status, the cubins per arch and one line per target verdict.
+
+    Written in three shapes, all read here: the flat `audit.*` pairs of `AuditReport.summary()`
+    (also the image's labels), those pairs with `status`, `cubins` and `verdicts` beside them
+    (harness.build.builder.audit_image), and the full `AuditReport.to_json()` (a local stack).
+    Every key is kept (`extra="allow"`); the fields are what readers use."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    status: str | None = Field(None, description="pass | warn | fail | incomplete | not-audited")
+    reason: str | None = Field(None, description="not-audited: why")
+    cubins: dict[str, int] = Field(default_factory=dict, description="cubins per arch, all files")
+    lines: tuple[str, ...] = Field((), description='"<target>: <status>: <message>" per target verdict, '
+                                   "then the integrity problems")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if data.get("status") is None:
+            data["status"] = data.get("audit.status")
+        if "cubins" not in data and isinstance(data.get("totals"), dict):
+            data["cubins"] = data["totals"]
+        if "lines" not in data:
+            # the flat labels first (what the report always showed), else the full report's objects
+            lines = [f"{k.removeprefix('audit.verdict.')}: {v}" for k, v in data.items()
+                     if k.startswith("audit.verdict.")]
+            verdicts = data.get("verdicts")
+            if not lines and isinstance(verdicts, list):
+                lines = [f"{v.get('target')}: {v.get('status')}: {v.get('message')}" if isinstance(v, dict)
+                         else str(v) for v in verdicts]
+            lines += [f"problem: {v}" for k, v in data.items() if k.startswith("audit.problem.")]
+            data["lines"] = lines
+        return data
+
+    @classmethod
+    def of(cls, report: AuditReport) -> AuditSummary:
+        """A report as stored: its flat labels, with status, cubins and verdict lines."""
+        return cls.model_validate({
+            **report.summary(), "status": report.status, "cubins": dict(report.totals()),
+            "verdicts": [f"{v.target.name}: {v.status}: {v.message}" for v in report.verdicts]})
+
+    @classmethod
+    def not_audited(cls, reason: str) -> AuditSummary:
+        return cls.model_validate({"status": "not-audited", "audit.status": "not-audited", "reason": reason})
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The flat `audit.*` pairs it holds (what `bug` lists)."""
+        return {k: str(v) for k, v in (self.model_extra or {}).items()
+                if k.startswith("audit.") and not isinstance(v, dict | list)}
 
 
 def _sorted_counts(c: Counter[str] | dict[str, int]) -> dict[str, int]:

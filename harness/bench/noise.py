@@ -1,7 +1,7 @@
 """Is a change real? A difference counts only when it clears the noise band.
 
-The band is the larger of a floor (about 2 %: the spread of two identical runs on the
-serving-levers sweep of matrix/rtx-pro-6000.toml) and the spread each side actually showed over its repeats.
+The band is the larger of a floor (the matrix's `[bench] noise_floor`, default
+harness.matrix.model.NOISE_FLOOR) and the spread each side actually showed over its repeats.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def classify(
     baseline: Sequence[float],
     candidate: Sequence[float],
     *,
-    floor: float = 0.02,
+    floor: float,
     higher_is_better: bool = True,
 ) -> Change:
     """Compare the medians of two sets of repeats; `higher_is_better=False` for latencies."""

@@ -28,6 +28,7 @@ from harness.bisect.search import BAD, GOOD, SKIP
 from harness.build import configure, sources
 from harness.bundle import sha256_file
 from harness.lock import LockedFile, LockedImage, lock_path, read_lock
+from harness.redact import redact_text
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ class CommandProbe:
     def observe(self, tree: Path, point: Point, logs: Path) -> Observation:
         env = {**os.environ, "HARNESS_BISECT_POINT": point.id, "HARNESS_BISECT_TREE": str(tree)}
         res = proc.run(self.argv, timeout=self.timeout, cwd=str(tree), env=env)
-        logs.write_text(f"$ {shlex.join(self.argv)}\n{res.stdout}\n{res.stderr}")
+        logs.write_text(redact_text(f"$ {proc.shown(self.argv)}\n{res.stdout}\n{res.stderr}"))
         tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or [""]
         if res.returncode == 124 and res.stderr.startswith("timed out after"):
             return _skip(f"the command {res.stderr.strip()}", exit=124)
@@ -205,7 +206,7 @@ class BuildProbe:
             res = proc.run(argv, timeout=self.timeout)
         finally:
             copy.unlink(missing_ok=True)
-        logs.write_text(f"$ {shlex.join(argv)}\n{res.stdout}\n{res.stderr}")
+        logs.write_text(redact_text(f"$ {proc.shown(argv)}\n{res.stdout}\n{res.stderr}"))
         found = out_dir / f"probe-{self.stack}.json"
         if not found.is_file():
             return _skip(f"the probe build did not finish (exit {res.returncode}): {_last_line(res)}",
@@ -254,7 +255,7 @@ class CellProbe:
                             "--results", str(results), "--no-report"], timeout=6 * 3600)
         finally:
             copy.unlink(missing_ok=True)
-        logs.write_text(res.stdout + "\n" + res.stderr)
+        logs.write_text(redact_text(res.stdout + "\n" + res.stderr))
         cells = sorted(results.glob("*/cells/*.json"))
         cells = [c for c in cells if not c.name.endswith(".partial.json")]
         if not cells:

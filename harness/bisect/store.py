@@ -19,6 +19,7 @@ from pathlib import Path
 from harness.bisect.history import Point
 from harness.bisect.search import VERDICTS
 from harness.errors import ConfigError
+from harness.redact import redact_json, redact_text
 from harness.results.store import atomic_write_json, atomic_write_text, utc_now
 
 FORMAT = 1
@@ -38,9 +39,10 @@ class BisectStore:
         folder = Path(folder)
         if (folder / "bisect.json").exists():
             raise _bad(folder, "holds a bisect already (resume it with --resume)")
-        atomic_write_json(folder / "bisect.json", {
+        # masked like every file the tool writes (an --index URL's token, a probe's --api-key)
+        atomic_write_json(folder / "bisect.json", redact_json({
             "format": FORMAT, "created": utc_now(), **spec, "preferred": sorted(preferred),
-            "points": [{"id": p.id, "title": p.title, "date": p.date} for p in points]})
+            "points": [{"id": p.id, "title": p.title, "date": p.date} for p in points]}))
         return cls(folder, spec, points, preferred)
 
     @classmethod
@@ -85,8 +87,8 @@ class BisectStore:
         return out
 
     def write_step(self, step: dict) -> None:
-        atomic_write_json(self.step_path(step["index"]), step)
+        atomic_write_json(self.step_path(step["index"]), redact_json(step))
 
     def write_result(self, result: dict, markdown: str) -> None:
-        atomic_write_json(self.dir / "result.json", result)
-        atomic_write_text(self.dir / "result.md", markdown)
+        atomic_write_json(self.dir / "result.json", redact_json(result))
+        atomic_write_text(self.dir / "result.md", redact_text(markdown))

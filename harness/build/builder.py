@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from harness.audit import Target, audit_path
+from harness.audit.report import AuditSummary
 from harness.build import offline
 from harness.build.buildlog import check_build_log
 from harness.build.dockerfile import render
@@ -81,6 +82,21 @@ def image_site_packages(engine, ref: str, labels: dict[str, str]) -> str | None:
     return text if _SITE.match(text) and ".." not in text.split("/") else None
 
 
+RUST_FRONTEND = "/opt/build/rust-frontend.txt"
+
+
+def image_rust_frontend(engine, ref: str, labels: dict[str, str]) -> str | None:
+    """What the install step wrote of vLLM's Rust front end (the template's rust-frontend.txt);
+    None when the image has no such file. One short line from the image: bounded, printable."""
+    with tempfile.TemporaryDirectory(prefix="harness-rust-") as tmp:
+        try:
+            dest = engine.export_path(ref, RUST_FRONTEND, Path(tmp), labels=labels)
+        except EngineError:
+            return None
+        text = (dest / Path(RUST_FRONTEND).name).read_text(errors="replace")[:200].strip()
+    return "".join(c for c in text if c.isprintable()) or None
+
+
 def _step_of(line: str) -> str | None:
     return line.strip() if line.startswith("Step ") else None
 
@@ -107,7 +123,7 @@ def stack_packages(site: str) -> tuple[str, tuple[str, ...]]:
 
 
 def audit_image(engine, ref: str, labels: dict[str, str], path: str = SITE_PACKAGES,
-                ccs: tuple[str, ...] = (), also: tuple[str, ...] = ()) -> dict | None:
+                ccs: tuple[str, ...] = (), also: tuple[str, ...] = ()) -> AuditSummary | None:
     """The compiled archs of the image's Python packages (copied out, never started), judged
     for the compute capabilities `ccs` (the matrix hardware's): `path`, which must exist, and
     each of `also` the image has (the FlashInfer packages beside vLLM)."""
@@ -116,15 +132,11 @@ def audit_image(engine, ref: str, labels: dict[str, str], path: str = SITE_PACKA
         try:
             dest = export_packages(engine, ref, path, Path(tmp), labels, also)
         except EngineError as exc:
-            return {"status": "not-audited", "audit.status": "not-audited", "reason": str(exc)}
-        report = audit_path(dest, [Target.from_cc(cc) for cc in ccs])
-        # the flat `audit.*` pairs the report, `bug` and BuildOutcome.audit_status read, plus the
-        # status, verdict lines and cubin counts per arch as plain values
-        return {**report.summary(), "status": report.status, "cubins": dict(report.totals()),
-                "verdicts": [f"{v.target.name}: {v.status}: {v.message}" for v in report.verdicts]}
+            return AuditSummary.not_audited(str(exc))
+        return AuditSummary.of(audit_path(dest, [Target.from_cc(cc) for cc in ccs]))
 
 
-def audit_stack_image(engine, ref: str, labels: dict[str, str], ccs: tuple[str, ...]) -> dict | None:
+def audit_stack_image(engine, ref: str, labels: dict[str, str], ccs: tuple[str, ...]) -> AuditSummary | None:
     """audit_image on where a stack image keeps vLLM and FlashInfer: those packages under the
     site-packages the build recorded (/opt/build/site-packages.txt: a wheel stack, or a source
     stack, also on a base whose Python is its own, e.g. a root file system with /opt/torch/.venv),
@@ -163,9 +175,10 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
         # A reused image is audited again (seconds: its packages are copied out, never run): the
         # run records what every image it serves holds, not only the ones it built this time.
         summary = audit_stack_image(engine, ref, existing, audit_ccs) if audit else None
+        rust = image_rust_frontend(engine, ref, {"harness.role": "audit"}) if audit else None
         emit(BuildEvent(name, "done", "reused", time.monotonic() - start))
         return BuildOutcome(stack=name, image_ref=ref, image_id=engine.image_id(ref), status="reused",
-                            labels=existing, audit_summary=summary)
+                            labels=existing, audit_summary=summary, rust_frontend=rust)
     if existing is not None:
         engine.remove_image(ref)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -197,10 +210,11 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
     summary = audit_stack_image(engine, ref, rendered.labels, audit_ccs) if audit else None
     problems = (build_log_problems(engine, ref, torch_cuda_arch_list, {"harness.role": "audit"})
                 if torch_cuda_arch_list else ())
+    rust = image_rust_frontend(engine, ref, {"harness.role": "audit"}) if audit else None
     emit(BuildEvent(name, "done", "built", took))
     return BuildOutcome(stack=name, image_ref=ref, image_id=image_id, status="built",
                         log_path=str(log_path), log_tail=tuple(tail), duration_s=took, labels=labels,
-                        audit_summary=summary, arch_problems=tuple(problems))
+                        audit_summary=summary, arch_problems=tuple(problems), rust_frontend=rust)
 
 
 def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Path, force: bool = False,
@@ -211,13 +225,13 @@ def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Pat
     are skipped (they have no image)."""
 
     names = [n for n in dict.fromkeys(stack_names) if matrix.spec.stacks[n].runner == "docker"]
-    matrix = locked_matrix(matrix, names)  # the lock's digest where the matrix wrote none
+    platform = platform or engine.platform()
+    matrix = locked_matrix(matrix, names, platform=platform)  # the lock's digest where the matrix wrote none
     if not allow_unpinned and (problems := unpinned(matrix, names)):
         raise ConfigError("unpinned base image(s):\n  - " + "\n  - ".join(problems),
                           hint=f"`harness lock -m {matrix.path.name}` pins them (`harness run` does it "
                           "itself), or pass --allow-unpinned for a build you will not compare against")
     out: dict[str, BuildOutcome] = {}
-    platform = platform or engine.platform()
     for name in names:
         rendered = render(matrix, name, template=template, extra=template_values,
                           base_image_id=local_base_id(matrix, name, engine), platform=platform)

@@ -183,7 +183,7 @@ def packaging_probe(matrix, stack_name: str, *, engine, log_dir: Path, on_event=
     s = lambda k: str(data[k])[:200] if data.get(k) is not None else None  # noqa: E731 - values from the image
     return PackagingResult(status, reason, ref, s("vllm"), s("flashinfer"), s("torch"), s("machine"), s("python"),
                            s("rust_frontend"), tuple(str(x)[:300] for x in (data.get("pip_check") or [])[:40]),
-                           m[-1][:4000] if m else None, outcome.duration_s or 0.0, outcome.log_path or "")
+                           m[-1][:32000] if m else None, outcome.duration_s or 0.0, outcome.log_path or "")
 
 
 @dataclass(frozen=True)

@@ -71,8 +71,9 @@ class StackRequirements:
 
     def file_text(self) -> str:
         """build-requirements.txt for the image: merged per package, each line with its origins."""
-        lines = [f"# build requirements of stack {self.stack} for {self.platform}, Python {self.python},",
-                 "# read from the pinned sources by harness/build/requirements.py (torch is installed apart)"]
+        # no stack name: stacks with the same sources share the image layer this file starts
+        lines = [f"# build requirements for {self.platform}, Python {self.python}, read from the pinned",
+                 "# sources by harness/build/requirements.py (torch is installed apart)"]
         for name, spec, origins in merged(self.items):
             lines.append(f"{name}{spec}  # {', '.join(origins)}")
         return "\n".join(lines) + "\n"

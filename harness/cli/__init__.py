@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import signal
 import sys
 import threading
 
 from harness import __version__
+from harness.errors import EXIT_CODES
 
 # command -> (module that registers it, one-line help for the overview), in pipeline order
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -38,17 +40,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bundle": ("harness.cli.bundle", "make / install a wheelhouse bundle for a host with no package index"),
 }
 
-EPILOG = """exit codes (every command):
-  0    done, every verdict passed
-  1    a verdict, build or comparison failed (the results say which)
-  2    bad input: a matrix, flag, file or run directory (nothing was started)
-  3    this host cannot do it: no Docker engine, no GPU, no room, an engine failure
-  130  interrupted (Ctrl-C / SIGTERM); what finished is on disk"""
+EPILOG = "exit codes (every command):\n" + "\n".join(
+    f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES.items())
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse echoes a bad argument in its error: masked like every other output (a token
-    given in the wrong place must not land in a CI log). Sub-parsers inherit the class."""
+    given in the wrong place must not land in a CI log). Sub-parsers inherit the class, and
+    with it `-v`, so it is read before or after the command's name."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                          help="also show every command the tool runs, with its arguments (debug log)")
 
     def error(self, message: str):
         from harness.redact import redact_text
@@ -98,8 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] in (["--version"], ["-V"]):
         print(f"harness {__version__}")
         return 0
+    from harness.console import log_to_console
+
+    log_to_console(logging.WARNING)  # before parsing: nothing leaves unmasked, from the start
     parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
+    if getattr(args, "verbose", 0):
+        log_to_console(logging.DEBUG)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _term_as_interrupt)
         # Ctrl-C must clean up even when this process was started with SIGINT ignored (a
@@ -112,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
+        from harness import proc
+
+        proc.end_all()  # the commands worker threads were waiting on, with their children
         err.print("[red]interrupted[/red]: containers started by this run were removed; "
                   "finished cells are on disk (`harness run --resume RUN_DIR`)")
         return 130

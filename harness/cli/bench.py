@@ -193,12 +193,15 @@ def main(args: argparse.Namespace) -> int:
         with bar:
             result = run_sync(run_bench(args.url, args.model, progress=update, **kwargs))
     if args.out:
+        from harness.redact import redact_json_text
         from harness.safety.writes import write_text
 
-        write_text(args.out, result.to_json() + "\n", make_parents=True, flag="--out")  # never through a link
+        # masked inside its strings like every output (a URL's credentials), and still JSON
+        write_text(args.out, redact_json_text(result.to_json()) + "\n", make_parents=True,
+                   flag="--out")  # never through a link
         err.print(f"wrote {args.out}")
     if args.json:
-        out.print(result.to_json(), markup=False)
+        out.print_json(result.to_json())
         _warnings(result)  # on stderr too: a warning must not hide in a JSON field
     else:
         render(result)

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 from pathlib import Path
 
 from harness.console import err, out
 from harness.errors import ConfigError, Regression
-from harness.redact import redact_text
 
 
 def register(subparsers) -> None:
@@ -28,7 +26,7 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
     p.add_argument(
         "--floor", type=float, help="noise floor as a fraction, 0 < floor < 1 "
-        "(default: the matrix's, else 0.02)"
+        "(default: the matrix's bench.noise_floor, else the tool's default)"
     )
     p.add_argument(
         "--allow-kernel-changes",
@@ -107,7 +105,7 @@ def main(args: argparse.Namespace) -> int:
         write_output(md_path, md, "--md")
         err.print(f"wrote {md_path}", markup=False)
     if args.json:
-        out.print(redact_text(json.dumps(cmp.to_json(), indent=2)), markup=False)
+        out.print_json(data=cmp.to_json())  # masked inside its strings: it stays JSON
     elif not md_path:
         out.print(md, markup=False, end="")
     regs = cmp.regressions

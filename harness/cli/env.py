@@ -18,7 +18,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    fp = host_fingerprint()
+    fp = host_fingerprint().model_dump(mode="json")
     if args.json:
         out.print_json(json.dumps(fp))
         return 0

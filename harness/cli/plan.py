@@ -34,7 +34,9 @@ def plan_rows(matrix, k: str | None) -> list[dict]:
     images = {s: matrix.spec.stacks[s].image or image_ref(matrix, s) for s in group_by_stack(cells)}
     rows = [
         {"id": c.id, "stack": c.stack_name, "model": c.model_name, "config": c.config_name,
-         "quantization": c.quantization, "runner": c.stack.runner, "image": images[c.stack_name]}
+         "quantization": c.quantization, "runner": c.stack.runner, "image": images[c.stack_name],
+         # NVFP4: the FP8 cell of this run it is judged against (harness.matrix.pairs), or None
+         **({"compare_with": c.compare_with} if c.quantization == "nvfp4" else {})}
         for c in cells
     ]
     if matrix.spec.hosts:
@@ -92,7 +94,9 @@ def run(args) -> int:
     from harness.tables import Col, show
 
     hosts = bool(matrix.spec.hosts)
-    cols = [Col("cell", whole=True), Col("quant"), Col("runner"), Col("image", whole=True),
+    judged = matrix.spec.expect.nvfp4_over_fp8_min_ratio is not None
+    cols = [Col("cell", whole=True), Col("quant"), Col("judged against", whole=True), Col("runner"),
+            Col("image", whole=True),
             *((Col("hosts"), Col("slot")) if hosts else ())]
     table_rows, ends = [], set()
     for image, members in groups.items():
@@ -102,7 +106,10 @@ def run(args) -> int:
                 extra = (", ".join(r["hosts"]) or f"none: {r['unplaceable']}",
                          f"{r['slot']} (wave {r['wave']})" if r["slot"] else "-")
             # the image on every row: a row copied alone (or a list block) must say which it is
-            table_rows.append([Text(r["id"]), Text(r["quantization"]), Text(r["runner"]), Text(image),
+            against = "-"
+            if r["quantization"] == "nvfp4":
+                against = (r["compare_with"] or "none") if judged else "none (no ratio rule)"
+            table_rows.append([Text(r["id"]), Text(r["quantization"]), Text(against), Text(r["runner"]), Text(image),
                                *map(Text, extra)])
         ends.add(len(table_rows) - 1)
     show(out, f"{matrix.spec.matrix.name}: {len(rows)} cells, {len(groups)} images "

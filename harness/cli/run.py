@@ -113,7 +113,7 @@ class LiveProgress:
         from harness.redact import redact_text  # a rich Text passes the console's mask
 
         text = self._Text(_fit(redact_text(head), width), style="bold")
-        last = self.log.tail(1) if self.log is not None else []
+        last: list[str] = self.log.tail(1) if self.log is not None else []
         if last:
             text.append("\n" + _fit("  " + redact_text(last[-1].strip()), width), style="dim")
         return text
@@ -278,7 +278,7 @@ def rejudge(args) -> int:
 
     store = RunStore.open(Path(args.run_dir))
     try:
-        expect = Expect.model_validate(store.run.matrix.expect)
+        expect = Expect.model_validate(store.run.matrix.expect.model_dump(exclude_unset=True))
     except ValueError as exc:
         raise ConfigError(f"{store.dir}/run.json: matrix.expect is not valid ({exc})",
                           hint="re-run the matrix") from None

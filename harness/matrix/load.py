@@ -25,6 +25,7 @@ from pydantic_core import ErrorDetails
 from harness.errors import MatrixError
 from harness.matrix.model import MatrixFile, PatchRef, is_local_checkpoint
 from harness.matrix.mounts import matrix_problems
+from harness.matrix.pairs import partner_models
 from harness.matrix.paths import is_inside, mount_problem, repo_root, secret_part, system_folder
 from harness.matrix.problem import problem
 from harness.matrix.select import SelectionError, compile_expression
@@ -294,6 +295,7 @@ def _cross_check(spec: MatrixFile, path: Path) -> list[str]:
                                             f"use a name or glob of a defined {key}"))
 
     problems += matrix_problems(spec, path.resolve().parent)
+    problems += partner_models(spec.models)[1]
     if spec.hosts:
         problems += host_problems(spec)
     for i, rule in enumerate(spec.expect.select):

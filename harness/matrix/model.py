@@ -33,6 +33,11 @@ NAME = re.compile(r"^[a-z0-9][a-z0-9._=,+-]*$")
 
 Name = Annotated[str, Field(pattern=NAME.pattern, max_length=64)]
 
+# The smallest relative change called a gain or loss when a matrix or run says none: the spread of
+# two identical runs on the serving-levers sweep of matrix/rtx-pro-6000.toml. The one place it is
+# written; `[bench] noise_floor` overrides it per matrix.
+NOISE_FLOOR = 0.02
+
 # Strings that become arguments of git, pip, docker or vllm: none may start with '-' (it would
 # be read as an option), hold whitespace that a shell-expanded build ARG splits on, or a NUL.
 GIT_URL = re.compile(
@@ -457,6 +462,13 @@ class Model(Strict):
     bytes_per_param: float = Field(gt=0, description="Bytes per active parameter (fp8 1.0, nvfp4 ~0.5625).")
     max_model_len: int = Field(8192, ge=256, le=16 * MAX_TOKENS, description="--max-model-len.")
     args: tuple[Arg, ...] = Field((), description="Extra vLLM args for this model (e.g. --quantization fp8).")
+    family: Name | None = Field(
+        None, description="The model family this checkpoint is a format of (e.g. 'qwen3-30b-a3b'): an NVFP4 "
+        "model is judged against the one FP8 model of its family, on the same stack and config. None: "
+        "compared with nothing (unless compare_with names its FP8 model).")
+    compare_with: Name | None = Field(
+        None, description="On an NVFP4 model: the key of the FP8 model in [models] it is judged against "
+        "(same stack and config). Needed when its family has more than one FP8 model.")
 
     @field_validator("checkpoint")
     @classmethod
@@ -679,7 +691,7 @@ class Bench(Strict):
     prefill: bool = Field(True, description="Measure cold prefill and the prefix-cache replay.")
     long_prompt_tokens: int = Field(4000, ge=64, le=MAX_TOKENS,
                                     description="Prompt length for the prefill measurement, 64..1000000.")
-    noise_floor: float = Field(0.02, ge=0, lt=1, description="Smallest relative change called a gain or loss (0..1).")
+    noise_floor: float = Field(NOISE_FLOOR, ge=0, lt=1, description="Smallest relative change called a gain or loss (0..1).")
 
 
 class CellFilter(Strict):

@@ -7,12 +7,14 @@ so each image is built once.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from dataclasses import dataclass
 
 from harness.errors import ConfigError
 from harness.matrix.load import Matrix
 from harness.matrix.model import Config, Model, Stack
+from harness.matrix.pairs import pair_cells
 from harness.matrix.select import SelectionError, compile_expression
 
 MAX_CELLS = 20_000  # a real matrix has tens of cells; a 4 MiB file could name billions
@@ -27,6 +29,7 @@ class Cell:
     stack: Stack
     model: Model
     config: Config
+    compare_with: str | None = None  # NVFP4: the FP8 cell it is judged against (harness.matrix.pairs)
 
     @property
     def quantization(self) -> str:
@@ -71,7 +74,8 @@ def expand(matrix: Matrix, k: str | None = None) -> list[Cell]:
                 cell_id = f"{sname}/{mname}/{cname}"
                 if keep(cell_id):
                     cells.append(Cell(cell_id, sname, mname, cname, stack, model, config))
-    return cells
+    pairs = pair_cells(cells, spec.models)
+    return [dataclasses.replace(c, compare_with=pairs.get(c.id)) for c in cells]
 
 
 def _hit(flt, triple: tuple[str, str, str]) -> bool:

@@ -8,16 +8,19 @@ Absent facts stay None and print as "n/a".
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.bench.roofline import roofline_efficiency
 from harness.fingerprint.model import Fingerprint
 from harness.results.model import (
+    FORMAT_CHECK,
+    BenchInfo,
     BenchLevel,
+    BuildKey,
     BuildOutcome,
     CellResult,
+    FormatComparison,
     MemoryRecord,
     RunRecord,
     Status,
@@ -27,8 +30,6 @@ from harness.results.model import (
 from harness.results.store import RunStore
 
 STATUS_ORDER = (*(s.value for s in Status), "not run")
-FORMAT_CHECK = "expect.nvfp4_over_fp8"  # harness.stages.judge.FORMAT_CHECK
-_QUANT_IN_NAME = re.compile(r"[-_.]?(?:nvfp4|fp8)(?=[-_.]|$)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -82,23 +83,25 @@ class Cell:
     total_s: float | None = None
     # the run's own FP8-vs-NVFP4 verdict on this (NVFP4) cell, noise band included
     format_verdict: Verdict | None = None
+    comparison: FormatComparison | None = None  # its figures (results format v3)
+    compare_with: str | None = None  # NVFP4: the FP8 cell the run paired it with
     error: str | None = None  # status "error": the tool raised inside the cell ("Type: message")
     traceback: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Pair:
-    """FP8 and NVFP4 of one model family on one stack and config."""
+    """An NVFP4 cell and the FP8 cell the run judged it against (same stack and config)."""
 
     stack: str
     config: str
-    family: str
+    family: str  # "<nvfp4 model> vs <fp8 model>"
     fp8: Cell
     nvfp4: Cell
     ratio: float | None  # nvfp4 / fp8, per-stream decode at c=1
     aggregate_ratio: float | None
     min_ratio: float | None
-    verdict: str  # PASS, FAIL, "no rule" or "n/a (...)"
+    verdict: str  # PASS, FAIL (at c=N), "no rule", "not judged ..." or "n/a (...)"
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,7 @@ class Report:
     pairs: tuple[Pair, ...]
     builds: tuple[Build, ...]
     note: str | None = None  # why the run stopped early, when it did
-    bench: dict = field(default_factory=dict)  # run.json matrix.bench: says why a section is empty
+    bench: BenchInfo = field(default_factory=BenchInfo)  # run.json matrix.bench: says why a section is empty
 
     def status_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -136,7 +139,7 @@ class Report:
         return dict(sorted(counts.items(), key=lambda kv: order.get(kv[0], len(order))))
 
 
-def read_run_dir(run_dir: Path) -> tuple[RunRecord, list[CellResult], dict[str, BuildOutcome]]:
+def read_run_dir(run_dir: Path) -> tuple[RunRecord, list[CellResult], dict[BuildKey, BuildOutcome]]:
     """run.json, the finished cells (plan order) and the build outcomes, as typed records."""
     store = RunStore.open(run_dir)
     return store.run, store.cells(), store.builds()
@@ -214,10 +217,9 @@ def _kernels(cell: CellResult) -> dict[str, Kernel]:
 def _model_info(cell: CellResult, run: RunRecord) -> tuple[float | None, float | None]:
     """(active_params_b, bytes_per_param): the cell's model_info, else run.json matrix.models."""
     a, b = cell.model_info.active_params_b, cell.model_info.bytes_per_param
-    if a is None and b is None:
-        models = (run.matrix.model_extra or {}).get("models") or {}
-        info = models.get(cell.model) or {}
-        a, b = info.get("active_params_b"), info.get("bytes_per_param")
+    if a is None and b is None and cell.model in run.matrix.models:
+        info = run.matrix.models[cell.model]
+        a, b = info.active_params_b, info.bytes_per_param
     return (float(a) if a else None), (float(b) if b else None)
 
 
@@ -291,7 +293,7 @@ def _cell(cell: CellResult, run: RunRecord) -> Cell:
     per_stream, aggregate = _stat(c1, "per_stream_tok_s"), _stat(top, "aggregate_tok_s")
     top_c = top.concurrency if top else None
 
-    bandwidth = run.matrix.hardware.get("bandwidth_gbs")
+    bandwidth = run.matrix.hardware.bandwidth_gbs
     active_b, bpp = _model_info(cell, run)
     eff_c1 = eff_top = None
     if not (active_b and bpp):
@@ -329,6 +331,8 @@ def _cell(cell: CellResult, run: RunRecord) -> Cell:
         memory_note=_memory(cell.memory),
         total_s=cell.durations.get("total_s"),
         format_verdict=cell.verdict(FORMAT_CHECK),
+        comparison=cell.format_comparison,
+        compare_with=cell.compare_with,
         error=error,
         traceback=cell.error.traceback if cell.error else (),
     )
@@ -349,65 +353,60 @@ def _missing(cell_id: str) -> Cell:
     )
 
 
-def family(model: str) -> str:
-    """The model name without its quantization, so qwen3moe-fp8 and qwen3moe-nvfp4 pair up."""
-    return _QUANT_IN_NAME.sub("", model) or model
+def _ratio(nv: Stat | None, fp8: Stat | None) -> float | None:
+    return nv.value / fp8.value if nv and fp8 and fp8.value else None
+
+
+def _pair_verdict(nv: Cell, min_ratio: float | None) -> str:
+    """The run's own verdict on the pair, from its typed comparison: the report judges nothing."""
+    cmp, verdict = nv.comparison, nv.format_verdict
+    if cmp is not None and verdict is not None:
+        word = verdict.status.value.upper()
+        if cmp.lost:
+            return f"{word} at c={cmp.deciding}"
+        return f"{word} (within noise)" if cmp.deciding_level.kind == "noise" else word
+    if verdict is not None:  # a v2 run: its verdict, without the figures it rested on
+        return verdict.status.value.upper()
+    if min_ratio is None:
+        return "no rule"
+    if not nv.per_stream_c1:
+        return "n/a (no decode figures)"
+    return "not judged (no verdict recorded)"
 
 
 def _pairs(cells: tuple[Cell, ...], min_ratio: float | None) -> tuple[Pair, ...]:
-    groups: dict[tuple[str, str, str], dict[str, Cell]] = {}
-    for c in cells:
-        if c.quantization in ("fp8", "nvfp4"):
-            groups.setdefault((c.stack, c.config, family(c.model)), {})[c.quantization] = c
+    """Each NVFP4 cell with the FP8 cell the run paired it with (CellResult.compare_with)."""
+    by_id = {c.id: c for c in cells}
     out = []
-    for (stack, config, fam), by_q in groups.items():
-        if len(by_q) != 2:
+    for nv in cells:
+        fp8 = by_id.get(nv.compare_with or "") if nv.quantization == "nvfp4" else None
+        if fp8 is None:
             continue
-        fp8, nv = by_q["fp8"], by_q["nvfp4"]
-        ratio = agg = None
-        if fp8.per_stream_c1 and nv.per_stream_c1 and fp8.per_stream_c1.value:
-            ratio = nv.per_stream_c1.value / fp8.per_stream_c1.value
-        if (
-            fp8.aggregate
-            and nv.aggregate
-            and fp8.aggregate.value
-            and fp8.top_concurrency == nv.top_concurrency
-        ):
-            agg = nv.aggregate.value / fp8.aggregate.value
-        if ratio is None:
-            missing = [c.quantization for c in (fp8, nv) if not c.per_stream_c1]
-            verdict = f"n/a (no decode at c=1 for {', '.join(missing)})"
-        elif min_ratio is None:
-            verdict = "no rule"
-        elif nv.format_verdict is not None:  # the run judged it, with its noise band: show that
-            verdict = nv.format_verdict.status.value.upper()
-            lost = re.search(r"Fails at (c=\d+)", nv.format_verdict.message)
-            if lost:
-                verdict += f" at {lost.group(1)}"
-            elif "(within the" in nv.format_verdict.message:
-                verdict += " (within noise)"
+        cmp = nv.comparison
+        if cmp is not None:
+            c1, top = cmp.level(1), cmp.levels[-1]
+            ratio = c1.ratio if c1 else None
+            agg = top.ratio if top.metric == "aggregate" else None
         else:
-            verdict = "PASS" if ratio >= min_ratio else "FAIL"
-        out.append(Pair(stack, config, fam, fp8, nv, ratio, agg, min_ratio, verdict))
+            ratio = _ratio(nv.per_stream_c1, fp8.per_stream_c1)
+            agg = (_ratio(nv.aggregate, fp8.aggregate)
+                   if fp8.top_concurrency == nv.top_concurrency else None)
+        out.append(Pair(nv.stack, nv.config, f"{nv.model} vs {fp8.model}", fp8, nv, ratio, agg,
+                        min_ratio, _pair_verdict(nv, min_ratio)))
     return tuple(out)
 
 
 def _build(b: BuildOutcome) -> Build:
     image = b.image_ref or b.image_id  # v1's {ref, id} is lifted by BuildOutcome.from_json
-    audit = b.audit or {}
-    summary = b.audit_summary or {}
-    if isinstance(audit.get("verdicts"), list):  # AuditReport.to_json()
-        lines = [f"{v.get('target')}: {v.get('status')}: {v.get('message')}" for v in audit["verdicts"]]
-    else:  # AuditReport.summary(): flat "audit.*" labels
-        flat = audit or summary
-        lines = [f"{k.removeprefix('audit.verdict.')}: {v}" for k, v in flat.items()
-                 if k.startswith("audit.verdict.")]
-    audit_status = b.audit_status or ("n/a" if not (audit or summary) else "?")
-    if audit_status == "not-audited" and summary.get("reason"):
-        lines.append(f"not audited: {summary['reason']}")
+    audit = b.audit_record
+    lines = list(audit.lines) if audit else []
+    audit_status = b.audit_status or ("n/a" if audit is None else "?")
+    if audit_status == "not-audited" and audit and audit.reason:
+        lines.append(f"not audited: {audit.reason}")
     if b.failed and b.reason:
         lines.insert(0, f"build: {b.reason}")
-    return Build(b.stack, b.status, str(image or "n/a"), str(audit_status), tuple(lines))
+    where = b.stack if b.host is None else f"{b.stack} on {b.host}"
+    return Build(where, b.status, str(image or "n/a"), str(audit_status), tuple(lines))
 
 
 def load(run_dir: str | Path) -> Report:
@@ -421,17 +420,17 @@ def load(run_dir: str | Path) -> Report:
     return Report(
         run_id=run.run_id,
         matrix_name=str(matrix.name or "?"),
-        hardware=str(matrix.hardware_name or matrix.hardware.get("description") or "?"),
-        bandwidth_gbs=matrix.hardware.get("bandwidth_gbs"),
+        hardware=str(matrix.hardware_name or matrix.hardware.description or "?"),
+        bandwidth_gbs=matrix.hardware.bandwidth_gbs,
         run_status=run.status.value,
         started_at=str(run.started_at or "?"),
         finished_at=str(run.finished_at or "-"),
         tool_version=str(run.tool_version or "?"),
         min_ratio=min_ratio,
-        ratio_recorded="nvfp4_over_fp8_min_ratio" in matrix.expect,
+        ratio_recorded=matrix.ratio_recorded,
         cells=cells,
         pairs=_pairs(cells, min_ratio),
         builds=tuple(_build(b) for b in builds.values()),
         note=run.note,
-        bench=dict(matrix.bench),
+        bench=matrix.bench,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness.matrix.model import NOISE_FLOOR
 from harness.report.data import Cell, Report, Stat, memory_judged
 from harness.results.memwatch import LEAK_GIB_PER_H, MIN_R2, MIN_SAMPLES, MIN_WINDOW_S
 
@@ -162,7 +163,7 @@ def _pairs(r: Report) -> Section:
     if r.min_ratio:
         rule = (f"NVFP4 decode >= {r.min_ratio:g} x FP8 at every concurrency both measured (per stream "
                 f"at c=1, aggregate above), a shortfall inside the noise band "
-                f"(±{float(r.bench.get('noise_floor', 0.02)):.0%} or the repeats' spread) not counted")
+                f"(±{r.bench.noise_floor or NOISE_FLOOR:.0%} or the repeats' spread) not counted")
     else:
         rule = "none set" if r.ratio_recorded else "not recorded in this run.json"
     rows = tuple(
@@ -180,7 +181,8 @@ def _pairs(r: Report) -> Section:
     )
     notes: tuple[str, ...] = (f"Rule (run.json matrix.expect.nvfp4_over_fp8_min_ratio): {rule}.",)
     if not rows:
-        notes += ("No stack/config has both an FP8 and an NVFP4 cell.",)
+        notes += ("No NVFP4 cell of this run was paired with an FP8 cell (the matrix's [models] family "
+                  "or compare_with says which compare).",)
     return Section(
         "fp8-nvfp4",
         "FP8 vs NVFP4",
@@ -188,7 +190,7 @@ def _pairs(r: Report) -> Section:
         (
             "stack",
             "config",
-            "model",
+            "models",
             "FP8 tok/s c=1",
             "NVFP4 tok/s c=1",
             "ratio",
@@ -232,7 +234,7 @@ def _roofline(r: Report) -> Section:
 
 
 def _why_no_prefill(r: Report) -> str:
-    asked = r.bench.get("prefill")
+    asked = r.bench.prefill
     if asked is False:
         return ("No cell measured prefill: the run's bench config asks for none "
                 "(run.json matrix.bench.prefill = false; set [bench] prefill = true to measure it).")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from harness.audit.report import AuditSummary
 from harness.errors import ConfigError
 from harness.fingerprint.model import Fingerprint
 from harness.fingerprint.tables import signatures
@@ -26,6 +27,7 @@ from harness.results.model import (
     SELECTION_CHECKS,
     BuildOutcome,
     CellResult,
+    ImageProbe,
     RunRecord,
     Status,
     VerdictStatus,
@@ -71,10 +73,9 @@ def nothing_wrong(cell: CellResult) -> bool:
 
 
 def _chip(run: RunRecord) -> str:
-    gpus = run.host.get("gpus") or []
-    name = gpus[0].get("name") if gpus else None
-    cc = (gpus[0].get("cc") if gpus else None) or run.matrix.hardware.get("cc")
-    name = name or run.matrix.hardware_name or "unknown GPU"
+    gpu = run.host.first_gpu
+    cc = (gpu.cc if gpu else None) or run.matrix.hardware_cc
+    name = (gpu.name if gpu else None) or run.matrix.hardware_name or "unknown GPU"
     if cc:
         sm = "SM_" + str(cc).replace(".", "")
         return f"{name} ({sm}, cc {cc})"
@@ -158,10 +159,7 @@ def _image(cell: CellResult, build: BuildOutcome | None) -> tuple[str | None, st
         return cell.image.ref, cell.image.id
     if build is None:
         return None, None
-    legacy = (build.model_extra or {}).get("image")  # v1 build records kept a dict here
-    if isinstance(legacy, dict) and not build.image_ref:
-        return legacy.get("ref"), legacy.get("id")
-    return build.image_ref, build.image_id
+    return build.image_ref, build.image_id  # v1's {ref, id} is lifted by BuildOutcome.from_json
 
 
 def _labels(cell: CellResult, build: BuildOutcome | None) -> dict[str, str]:
@@ -186,8 +184,8 @@ def stack_kind(cell: CellResult, build: BuildOutcome | None) -> StackKind:
 
 def _vllm_version(cell: CellResult, labels: dict[str, str]) -> str | None:
     """Probe first (what the image holds), then the build labels, then the log banner."""
-    probe = (cell.image_fingerprint or {}).get("vllm") or {}
-    version, commit = probe.get("version"), probe.get("git_sha")
+    probe = cell.image_fingerprint.vllm if cell.image_fingerprint else None
+    version, commit = (probe.version, probe.git_sha) if probe else (None, None)
     for k, v in labels.items():
         low = k.lower()
         if "vllm" in low and low.endswith("version"):
@@ -209,40 +207,35 @@ def _from_label(labels: dict[str, str], key: str, what: str = "") -> str | None:
     return f"{value} (image label{': ' + what if what else ''})" if value else None
 
 
-def _audit(cell: CellResult, build: BuildOutcome | None) -> dict:
-    """The flat audit summary (`audit.*` keys): the cell's, else the build's."""
-    if cell.audit:
-        return cell.audit
-    if build is None:
-        return {}
-    return build.audit_summary or build.audit or {}
+def _audit(cell: CellResult, build: BuildOutcome | None) -> AuditSummary | None:
+    """The audit summary: the cell's, else the build's."""
+    return cell.audit or (build.audit_summary or build.audit if build else None)
 
 
 def _environment(run: RunRecord, cell: CellResult, build: BuildOutcome | None) -> list[str]:
     host = run.host
-    gpus = host.get("gpus") or []
+    gpu = host.first_gpu
     gpu_text = (
-        "; ".join(f"{g.get('name')} (cc {g.get('cc')}, {g.get('memory_gib')} GiB)" for g in gpus)
+        "; ".join(f"{g.name} (cc {g.cc}, {g.memory_gib} GiB)" for g in host.gpus)
         or f"none recorded (matrix hardware: {run.matrix.hardware_name})"
     )
     lines = ["## Environment", "", "### Host", ""]
     lines += _kv(
         [
             ("GPU", gpu_text),
-            ("compute capability", gpus[0].get("cc") if gpus else run.matrix.hardware.get("cc")),
-            ("driver", host.get("driver")),
-            ("CUDA driver", host.get("cuda_driver")),
-            ("kernel", host.get("kernel")),
-            ("arch", host.get("arch")),
-            ("OS", host.get("os")),
-            ("memory", f"{host.get('mem_total_gib')} GiB" if host.get("mem_total_gib") else None),
-            ("Docker", host.get("docker")),
-            ("NVIDIA Container Toolkit", host.get("nvidia_container_toolkit")),
+            ("compute capability", gpu.cc if gpu else run.matrix.hardware_cc),
+            ("driver", host.driver),
+            ("CUDA driver", host.cuda_driver),
+            ("kernel", host.kernel),
+            ("arch", host.arch),
+            ("OS", host.os),
+            ("memory", f"{host.mem_total_gib} GiB" if host.mem_total_gib else None),
+            ("Docker", host.docker),
+            ("NVIDIA Container Toolkit", host.nvidia_container_toolkit),
         ]
     )
-    probe = cell.image_fingerprint or {}
-    torch = probe.get("torch") or {}
-    dists = probe.get("distributions") or {}
+    probe = cell.image_fingerprint or ImageProbe()
+    torch, dists = probe.torch, probe.distributions
     ref, image_id = _image(cell, build)
     labels = _labels(cell, build)
     fi_labels = {k: v for k, v in labels.items() if "flashinfer" in k.lower()}
@@ -254,11 +247,11 @@ def _environment(run: RunRecord, cell: CellResult, build: BuildOutcome | None) -
              f"{ref} ({image_id})" if ref and image_id else ref),
             ("vLLM", _vllm_version(cell, labels)),
             ("torch",
-             f"{torch.get('version')} (CUDA {torch.get('cuda')})" if torch.get("version")
+             f"{torch.version} (CUDA {torch.cuda})" if torch.version
              else _from_label(labels, "harness.torch")),
-            ("torch arch list", ", ".join(torch.get("arch_list") or [])
+            ("torch arch list", ", ".join(torch.arch_list or ())
              or _from_label(labels, "harness.torch-cuda-arch-list")),
-            ("CUDA runtime", (probe.get("cuda_runtime") or {}).get("version")
+            ("CUDA runtime", probe.cuda_runtime.version
              or _from_label(labels, "harness.cuda", "base image tag")),
             ("FlashInfer",
              ", ".join(f"{k} {v}" for k, v in dists.items() if k.startswith("flashinfer") and v)
@@ -266,7 +259,7 @@ def _environment(run: RunRecord, cell: CellResult, build: BuildOutcome | None) -
             ("FlashInfer pins (labels)",
              ", ".join(f"{k}={v}" for k, v in sorted(fi_labels.items())) or None),
             ("Triton", dists.get("triton")),
-            ("Python", probe.get("python") or _from_label(labels, "harness.python")),
+            ("Python", probe.python or _from_label(labels, "harness.python")),
         ]
     )
     patches = {k: v for k, v in labels.items() if "patch" in k.lower() or "pr." in k.lower()}
@@ -274,7 +267,12 @@ def _environment(run: RunRecord, cell: CellResult, build: BuildOutcome | None) -
     lines += [f"- `{k}`: `{v}`" for k, v in sorted(patches.items())] or ["- none recorded"]
     audit = _audit(cell, build)
     lines += ["", "### Archs actually compiled (harness audit of the image)", ""]
-    lines += [f"- `{k}`: {v}" for k, v in sorted(audit.items()) if not isinstance(v, dict | list)] or [
+    shown = {**(audit.labels if audit else {}), **({"audit.status": audit.status} if audit and audit.status else {})}
+    if audit and audit.reason:
+        shown["audit.reason"] = audit.reason
+    if audit and not any(k.startswith("audit.verdict.") for k in shown):  # a full report: its verdict lines
+        shown |= {f"audit.verdict.{i}": line for i, line in enumerate(audit.lines)}
+    lines += [f"- `{k}`: {v}" for k, v in sorted(shown.items())] or [
         "- no audit recorded (run `harness audit` on the image)"
     ]
     return lines
@@ -300,14 +298,14 @@ def _rebuild(cell: CellResult, build: BuildOutcome | None, matrix: str, quoted_i
     labels = _labels(cell, build)
     ref, image_id = _image(cell, build)
     if kind == "local":
-        probe = cell.image_fingerprint or {}
-        dists = {k: v for k, v in (probe.get("distributions") or {}).items() if v}
-        vllm = (probe.get("vllm") or {}).get("git_sha")
+        probe = cell.image_fingerprint or ImageProbe()
+        dists = {k: v for k, v in probe.distributions.items() if v}
+        vllm = probe.vllm.git_sha
         lines = ["## The Python environment (local stack: nothing to build)", "",
                  "The cell ran vLLM from a Python environment on the host, not from an image. "
                  "What it held (`pip show`-style, from the harness probe of that Python):", "",
                  "```"]
-        lines.append(f"python {probe.get('python') or '?'} ({probe.get('executable') or 'executable not recorded'})")
+        lines.append(f"python {probe.python or '?'} ({probe.executable or 'executable not recorded'})")
         lines += [f"{k}=={v}" for k, v in sorted(dists.items())] or ["# no distributions recorded"]
         if vllm:
             lines.append(f"# vllm git sha {vllm}")
@@ -432,10 +430,10 @@ def _read(store: RunStore, cell_id: str, force: bool) -> CellResult:
 def bug_report(store: RunStore, cell_id: str, *, force: bool = False) -> str:
     cell = _read(store, cell_id, force)
     run = store.run
-    build = store.builds().get(cell.stack)
+    build = store.build_for(cell.stack, cell.host)
     matrix, matrix_note = _shown_path(run.matrix.path, Path.cwd(), "matrix")
     chip = _chip(run)
-    driver = run.host.get("driver")
+    driver = run.host.driver
     labels = _labels(cell, build)
     version = _vllm_version(cell, labels)
     version = version.split(" (")[0] if version else None

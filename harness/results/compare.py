@@ -14,12 +14,14 @@ from typing import Any, Literal
 
 from harness.bench.noise import classify
 from harness.fingerprint.tables import signatures
+from harness.hostenv import HostFingerprint
+from harness.matrix.model import NOISE_FLOOR
 from harness.redact import redact_text
 from harness.results.model import STATUS_RANK, BenchRecord, CellResult, RunRecord
 from harness.results.store import RunStore
 
 Kind = Literal["regression", "gain", "change", "note"]
-DEFAULT_FLOOR = 0.02
+DEFAULT_FLOOR = NOISE_FLOOR
 # Prefill is one cold measurement: no repeats to estimate its noise from, and on a busy
 # client host two identical runs of the fake server differed by 5 %. Ask for 10 % before
 # calling it; a repeated prefill probe in harness.bench would let the band come from data.
@@ -52,7 +54,11 @@ class RunSide:
     run_id: str
     path: str
     status: str | None
-    host: dict = field(default_factory=dict)
+    host: HostFingerprint = field(default_factory=HostFingerprint)
+
+    def to_json(self) -> dict:
+        return {"run_id": self.run_id, "path": self.path, "status": self.status,
+                "host": self.host.model_dump(mode="json")}
 
 
 @dataclass(frozen=True)
@@ -76,8 +82,8 @@ class Comparison:
     def to_json(self) -> dict:
         return {
             "format": 1,
-            "baseline": asdict(self.baseline),
-            "candidate": asdict(self.candidate),
+            "baseline": self.baseline.to_json(),
+            "candidate": self.candidate.to_json(),
             "noise_floor": self.floor,
             "compared": list(self.compared),
             "only_baseline": list(self.only_baseline),
@@ -93,7 +99,7 @@ def _floor(run: RunRecord) -> float | None:
 
 
 def _side(store: RunStore) -> RunSide:
-    return RunSide(store.run_id, str(store.dir), store.run.status.value, dict(store.run.host))
+    return RunSide(store.run_id, str(store.dir), store.run.status.value, store.run.host)
 
 
 def _error(cell: CellResult) -> str:
@@ -273,6 +279,26 @@ def _memory(cid: str, b: CellResult, c: CellResult) -> list[Finding]:
     return []
 
 
+def _formats(cid: str, b: CellResult, c: CellResult) -> list[Finding]:
+    """The NVFP4-vs-FP8 verdict on a cell, as each run's judge recorded it (its typed comparison;
+    a v2 run's verdict has none, and only its pass/fail is compared)."""
+    vb, vc = b.format_comparison, c.format_comparison
+    if b.compare_with != c.compare_with:
+        return [Finding(cid, "note", "nvfp4_vs_fp8", f"judged against {c.compare_with or 'no FP8 cell'}, "
+                        f"was {b.compare_with or 'no FP8 cell'} (not comparable)",
+                        b.compare_with, c.compare_with)]
+    if vb is None or vc is None or vb.lost == vc.lost:
+        return []
+    lb, lc = vb.deciding_level, vc.deciding_level
+    if vc.lost:
+        return [Finding(cid, "regression", "nvfp4_vs_fp8",
+                        f"NVFP4 vs FP8 now fails at c={vc.deciding}: {lc.ratio:.3f}x "
+                        f"(required {vc.min_ratio:g}x, band ±{lc.band:.1%})", lb.ratio, lc.ratio)]
+    return [Finding(cid, "gain", "nvfp4_vs_fp8",
+                    f"NVFP4 vs FP8 passes now: it failed at c={vb.deciding} ({lb.ratio:.3f}x)",
+                    lb.ratio, lc.ratio)]
+
+
 def compare_runs(
     baseline: RunStore,
     candidate: RunStore,
@@ -295,6 +321,7 @@ def compare_runs(
         findings += _status(cid, b, c)
         findings += _kernels(cid, b, c, kernel_changes_regress)
         findings += _signatures(cid, b, c)
+        findings += _formats(cid, b, c)
         rows, found = _bench(cid, b, c, floor)
         figures += rows
         findings += found
@@ -324,16 +351,10 @@ def _cell(v: Any) -> str:
     return str(v).replace("|", "\\|")
 
 
-def _host_row(label: str, key: str, b: dict, c: dict) -> str:
-    vb, vc = _cell(b.get(key)), _cell(c.get(key))
+def _host_row(label: str, vb: Any, vc: Any) -> str:
+    vb, vc = _cell(vb), _cell(vc)
     mark = " **(changed)**" if vb != vc else ""
     return f"| {label} | {vb} | {vc}{mark} |"
-
-
-def _gpu(host: dict) -> dict:
-    gpus = host.get("gpus") or []
-    first = gpus[0] if gpus else {}
-    return {"gpu": first.get("name"), "cc": first.get("cc")}
 
 
 def to_markdown(cmp: Comparison) -> str:
@@ -349,12 +370,12 @@ def to_markdown(cmp: Comparison) -> str:
         "| | baseline | candidate |",
         "|---|---|---|",
         f"| run | `{b.run_id}` ({b.status}) | `{c.run_id}` ({c.status}) |",
-        _host_row("GPU", "gpu", _gpu(b.host), _gpu(c.host)),
-        _host_row("compute capability", "cc", _gpu(b.host), _gpu(c.host)),
-        _host_row("driver", "driver", b.host, c.host),
-        _host_row("CUDA driver", "cuda_driver", b.host, c.host),
-        _host_row("kernel", "kernel", b.host, c.host),
-        _host_row("OS", "os", b.host, c.host),
+        _host_row("GPU", *(h.first_gpu.name if h.first_gpu else None for h in (b.host, c.host))),
+        _host_row("compute capability", *(h.first_gpu.cc if h.first_gpu else None for h in (b.host, c.host))),
+        _host_row("driver", b.host.driver, c.host.driver),
+        _host_row("CUDA driver", b.host.cuda_driver, c.host.cuda_driver),
+        _host_row("kernel", b.host.kernel, c.host.kernel),
+        _host_row("OS", b.host.os, c.host.os),
         "",
     ]
     sections: tuple[tuple[Kind, str], ...] = (

@@ -14,10 +14,14 @@ neither lose them nor refuse the file.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
+
+# the audit summary is what the arch audit writes, the host's what `harness env` reads: defined there
+from harness.audit.report import AuditSummary
 
 # a cell's bench figures are what `harness bench` measured: one type, defined there
 from harness.bench.result import BenchResult, LevelResult
@@ -29,14 +33,16 @@ from harness.fingerprint.model import Fingerprint
 from harness.fingerprint.verdicts import SELECTION_CHECKS as SELECTION_CHECKS
 from harness.fingerprint.verdicts import Verdict as Verdict
 from harness.fingerprint.verdicts import VerdictStatus as VerdictStatus
+from harness.hostenv import HostFingerprint
 
 # The names readers of stored cells use for them: the same classes.
 BenchRecord = BenchResult
 BenchLevel = LevelResult
 FingerprintRecord = Fingerprint
 
-FORMAT = 2
-READABLE_FORMATS = (1, 2)
+FORMAT = 3
+READABLE_FORMATS = (1, 2, 3)
+FORMAT_CHECK = "expect.nvfp4_over_fp8"  # the judge's NVFP4-vs-FP8 verdict (harness.stages.judge)
 
 
 class Status(StrEnum):
@@ -89,6 +95,33 @@ class MemoryRecord(Open):
     reason: str | None = None
     host_slope_gib_per_h: float | None = None
     gpu_slope_gib_per_h: float | None = None
+
+
+class VersionProbe(Open):
+    version: str | None = None
+    git_sha: str | None = None
+    error: str | None = None
+
+
+class TorchProbe(Open):
+    version: str | None = None
+    cuda: str | None = None
+    arch_list: tuple[str, ...] | None = None
+    error: str | None = None
+
+
+class ImageProbe(Open):
+    """What harness/probe_image.py prints from inside an image (or a local Python). That script
+    runs with the image's own interpreter and the standard library only, so its record is typed
+    here, where the harness reads it."""
+
+    python: str | None = None
+    executable: str | None = None
+    distributions: dict[str, str | None] = Field(default_factory=dict)
+    vllm: VersionProbe = Field(default_factory=VersionProbe)
+    torch: TorchProbe = Field(default_factory=TorchProbe)
+    cuda_runtime: VersionProbe = Field(default_factory=VersionProbe)
+    env: dict[str, str] = Field(default_factory=dict)
 
 
 # --- what the pipeline writes ----------------------------------------------------------------
@@ -147,6 +180,53 @@ class CrossCheck(Open):
     result: Any = None
 
 
+class LevelRatio(Record):
+    """NVFP4 against FP8 at one concurrency level both cells measured."""
+
+    concurrency: int
+    metric: Literal["per_stream", "aggregate"] = Field(description="per-stream decode at c=1, aggregate above")
+    nvfp4_tok_s: float = Field(description="median of the NVFP4 cell's repeats")
+    fp8_tok_s: float = Field(description="median of the FP8 cell's repeats")
+    ratio: float = Field(description="nvfp4_tok_s / fp8_tok_s")
+    band: float = Field(description="the noise band the difference had to clear: the floor, or either "
+                        "side's spread over its repeats if larger")
+    kind: Literal["gain", "loss", "noise"] = Field(
+        description="against min_ratio x FP8: loss (below it beyond the band), noise, or gain")
+
+
+class FormatComparison(Record):
+    """The judge's NVFP4-vs-FP8 comparison of one pair of cells, as figures: what report and
+    compare show, so that none of them parses the verdict's message."""
+
+    nvfp4: str = Field(description="the NVFP4 cell id")
+    fp8: str = Field(description="the FP8 cell id it was judged against")
+    min_ratio: float
+    noise_floor: float
+    levels: tuple[LevelRatio, ...]
+    deciding: int = Field(description="the concurrency that decided: the first loss, else the lowest ratio")
+
+    @property
+    def deciding_level(self) -> LevelRatio:
+        return next(lv for lv in self.levels if lv.concurrency == self.deciding)
+
+    @property
+    def lost(self) -> bool:
+        return any(lv.kind == "loss" for lv in self.levels)
+
+    def level(self, concurrency: int) -> LevelRatio | None:
+        return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
+
+
+class FormatVerdict(Verdict):
+    """The `expect.nvfp4_over_fp8` verdict, with the comparison it rests on."""
+
+    comparison: FormatComparison
+
+
+# A stored verdict with a `comparison` is the judge's format verdict; every other one a Verdict.
+AnyVerdict = FormatVerdict | Verdict
+
+
 class CellResult(Record):
     """Everything known about one cell of one run."""
 
@@ -158,14 +238,16 @@ class CellResult(Record):
     quantization: str | None = None
     runner: str | None = Field(default=None, description="docker | local")
     status: Status
-    verdicts: tuple[Verdict, ...] = ()
+    verdicts: tuple[AnyVerdict, ...] = ()
+    compare_with: str | None = Field(default=None, description="NVFP4 cells: the FP8 cell id it is "
+                                     "judged against (the matrix's family / compare_with), or none")
     requested: Requested = Field(default_factory=Requested)
     model_info: ModelInfo = Field(default_factory=ModelInfo)
     fingerprint: Fingerprint | None = None
     bench: BenchRecord | None = None
     image: ImageInfo | None = None
-    image_fingerprint: dict[str, Any] | None = None
-    audit: dict[str, Any] | None = None
+    image_fingerprint: ImageProbe | None = None
+    audit: AuditSummary | None = None
     memory: MemoryRecord | None = None
     serve: ServeInfo | None = None
     build: BuildInfo | None = None
@@ -187,6 +269,12 @@ class CellResult(Record):
         return next((v for v in self.verdicts if v.check == check), None)
 
     @property
+    def format_comparison(self) -> FormatComparison | None:
+        """The judge's NVFP4-vs-FP8 comparison on this cell, when it made one."""
+        v = self.verdict(FORMAT_CHECK)
+        return v.comparison if isinstance(v, FormatVerdict) else None
+
+    @property
     def decode_c1(self) -> float | None:
         return self.bench.per_stream(1) if self.bench else None
 
@@ -205,6 +293,8 @@ class CellResult(Record):
                 raise ValueError(f"a v1 cell record with a field of the wrong type ({exc})") from None
         else:
             data = {k: v for k, v in data.items() if k != "reasons"}
+        if fmt < 3:
+            data = _lift_v2(data)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -240,6 +330,21 @@ def _lift_v1(data: dict) -> dict:
     return data
 
 
+_NVFP4_IN_NAME = re.compile(r"(?<![A-Za-z0-9])nvfp4(?![A-Za-z0-9])", re.IGNORECASE)
+
+
+def _lift_v2(data: dict) -> dict:
+    """v1/v2 -> v3. v2 had no pairing in the record: its judge paired NVFP4 with FP8 by stack and
+    config, its report by model name. A v2 NVFP4 cell is read as compared with the same name in
+    FP8 (qwen3moe-nvfp4 with qwen3moe-fp8), the pairing every shipped v2 run meant; a name with
+    no "nvfp4" in it is compared with nothing."""
+    data = {**data, "format": FORMAT}
+    model = data.get("model")
+    if data.get("quantization") == "nvfp4" and isinstance(model, str) and _NVFP4_IN_NAME.search(model):
+        data["compare_with"] = f"{data.get('stack')}/{_NVFP4_IN_NAME.sub('fp8', model)}/{data.get('config')}"
+    return data
+
+
 def _first_errors(exc: ValidationError, n: int = 3) -> str:
     parts = []
     for e in exc.errors()[:n]:
@@ -266,24 +371,76 @@ class Controller(Record):
     started: float | None = Field(default=None, description="process start time (ticks), against pid reuse")
 
 
+class HardwareInfo(Open):
+    """The matrix's [hardware] profile the run used (harness.matrix.model.Hardware, stored)."""
+
+    cc: str | None = None
+    bandwidth_gbs: float | None = None
+    memory_gib: float | None = None
+    unified_memory: bool | None = None
+    description: str | None = None
+
+
+class ExpectInfo(Open):
+    """The matrix's [expect] table (harness.matrix.model.Expect); the judge validates it whole."""
+
+    nvfp4_over_fp8_min_ratio: float | None = Field(None, description="absent: the run predates the rule")
+
+
+class BenchInfo(Open):
+    """The matrix's [bench] table (harness.matrix.model.Bench)."""
+
+    noise_floor: float | None = None
+    prefill: bool | None = None
+
+
+class MatrixModelInfo(Open):
+    """A [models] entry as run.json keeps it (v1 runs wrote them; cells now carry model_info)."""
+
+    active_params_b: float | None = None
+    bytes_per_param: float | None = None
+
+
 class MatrixInfo(Open):
     path: str | None = None
     sha256: str | None = None
     name: str | None = None
     hardware_name: str | None = None
-    hardware: dict[str, Any] = Field(default_factory=dict)
-    expect: dict[str, Any] = Field(default_factory=dict)
-    bench: dict[str, Any] = Field(default_factory=dict)
+    hardware: HardwareInfo = Field(default_factory=HardwareInfo)
+    expect: ExpectInfo = Field(default_factory=ExpectInfo)
+    bench: BenchInfo = Field(default_factory=BenchInfo)
+    models: dict[str, MatrixModelInfo] = Field(default_factory=dict)
+
+    @property
+    def hardware_cc(self) -> str | None:
+        return self.hardware.cc
 
     @property
     def min_ratio(self) -> float | None:
-        value = self.expect.get("nvfp4_over_fp8_min_ratio")
-        return float(value) if isinstance(value, int | float) else None
+        return self.expect.nvfp4_over_fp8_min_ratio
+
+    @property
+    def ratio_recorded(self) -> bool:
+        """False: run.json predates the rule, or dropped it."""
+        return "nvfp4_over_fp8_min_ratio" in self.expect.model_fields_set
 
     @property
     def noise_floor(self) -> float | None:
-        value = self.bench.get("noise_floor")
-        return float(value) if isinstance(value, int | float) else None
+        return self.bench.noise_floor
+
+
+class EngineRecord(Open):
+    """One [hosts] entry of a run over several, as the run found its engine (harness.run.executor)."""
+
+    engine: str | None = Field(None, description="the engine's address, as it answered")
+    version: str | None = None
+    os: str | None = None
+    runtimes: tuple[str, ...] = ()
+    gpu_capable: bool | None = None
+    hardware: str | None = Field(None, description="its [hardware] profile")
+    gpus: tuple[str, ...] | Literal["all"] | None = None
+    slots: int | None = None
+    unreachable: str | None = Field(None, description="why it could not be used, when it could not")
 
 
 class RunRecord(BaseModel):
@@ -297,13 +454,14 @@ class RunRecord(BaseModel):
     argv: list[str] = Field(default_factory=list)
     k: str | None = None
     matrix: MatrixInfo = Field(default_factory=MatrixInfo)
-    host: dict[str, Any] = Field(default_factory=dict)
+    host: HostFingerprint = Field(default_factory=HostFingerprint)
     cells: list[str] = Field(default_factory=list)
     status: RunStatus = RunStatus.RUNNING
     started_at: str | None = None
     finished_at: str | None = None
     controller: Controller | None = None
     note: str | None = Field(default=None, description="why a run stopped early, when it did")
+    hosts: dict[str, EngineRecord] = Field(default_factory=dict, description="a run over several [hosts]: each engine")
 
     @classmethod
     def from_json(cls, data: Any) -> RunRecord:
@@ -321,10 +479,15 @@ class RunRecord(BaseModel):
         return self.model_dump(mode="json")
 
 
+BuildKey = tuple[str, str | None]  # (stack, host): host None in a run on one host
+
+
 class BuildOutcome(Open):
-    """builds/<stack>.json: what the build (or reuse, or local audit) of one stack gave."""
+    """builds/<stack>.json (builds/<stack>@<host>.json in a run over several hosts): what the
+    build (or reuse, or local audit) of one stack on one host gave."""
 
     stack: str
+    host: str | None = Field(default=None, description="the [hosts] entry it was built on, in a run of several")
     status: str = Field(description="built | reused | failed | local | skipped")
     image_ref: str | None = None
     image_id: str | None = None
@@ -332,23 +495,31 @@ class BuildOutcome(Open):
     log_path: str | None = None
     log_tail: tuple[str, ...] = ()
     duration_s: float = 0.0
-    audit: dict[str, Any] | None = None
-    audit_summary: dict[str, Any] | None = None
+    audit: AuditSummary | None = Field(None, description="the full report (a local stack)")
+    audit_summary: AuditSummary | None = None
     arch_problems: tuple[str, ...] = ()
     reason: str | None = None
+    rust_frontend: str | None = Field(None, description="vLLM's optional Rust front end: built | not built (why) | "
+                                      "none in this release; None: not recorded (a wheel stack, an older image)")
 
     @property
     def failed(self) -> bool:
         return self.status == "failed"
 
     @property
+    def key(self) -> BuildKey:
+        return (self.stack, self.host)
+
+    @property
+    def audit_record(self) -> AuditSummary | None:
+        """The audit's full report where one was kept (a local stack), else its summary."""
+        return self.audit or self.audit_summary
+
+    @property
     def audit_status(self) -> str | None:
-        """The arch audit's status, from the full report (`status`) or its flat summary
-        (`audit.status`; records written before it held that pair have `status`); None when the
-        stack was not audited."""
-        audit, summary = self.audit or {}, self.audit_summary or {}
-        return (audit.get("status") or audit.get("audit.status") or summary.get("audit.status")
-                or summary.get("status"))
+        """The arch audit's status; None when the stack was not audited."""
+        return self.audit.status if self.audit and self.audit.status else (
+            self.audit_summary.status if self.audit_summary else None)
 
     @classmethod
     def from_json(cls, data: Any, stack: str | None = None) -> BuildOutcome:
@@ -356,6 +527,9 @@ class BuildOutcome(Open):
             raise ValueError(f"a build record is a JSON object, not {type(data).__name__}")
         data = {k: v for k, v in data.items() if v is not None or k in ("audit",)}
         data.setdefault("stack", stack or "?")
+        if "host" not in data and isinstance(data["stack"], str) and "@" in data["stack"]:
+            # v2 kept a multi-host build as stack "<stack>@<host>"
+            data["stack"], data["host"] = data["stack"].split("@", 1)
         image = data.get("image")
         if isinstance(image, dict):  # v1 wrote {ref, id} where v2 has image_ref / image_id
             data.setdefault("image_ref", image.get("ref"))

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, StorageError
-from harness.redact import redact_args, redact_env, redact_text
-from harness.results.model import BuildOutcome, CellResult, RunRecord, RunStatus
+from harness.redact import redact_json, redact_text
+from harness.results.model import BuildKey, BuildOutcome, CellResult, RunRecord, RunStatus
 from harness.safety.paths import tail_text, under
 from harness.safety.readers import load_json
 from harness.safety.writes import write_text
@@ -60,20 +60,11 @@ def cell_key(cell_id: str) -> str:
 
 
 def mask(obj: Any, key: str = "") -> Any:
-    """A copy of JSON data with every secret masked: env maps by variable name,
-    command lines (lists of strings under `command`/`argv`), and secrets inside any free text.
-    The one place results are redacted: everything the store writes goes through it."""
-    if isinstance(obj, dict):
-        if key == "env":
-            return redact_env({str(k): str(v) for k, v in obj.items()})
-        return {k: mask(v, str(k)) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        if key in ("command", "argv") and all(isinstance(a, str) for a in obj):
-            return redact_args(list(obj))
-        return [mask(v, key) for v in obj]
-    if isinstance(obj, str):
-        return redact_text(obj)
-    return obj
+    """A copy of JSON data with every secret masked (harness.redact.redact_json: env maps by
+    variable name, command lines under `command`/`argv`, a secret key's value, secrets inside
+    any free text). The one place results are redacted: everything the store writes goes
+    through it."""
+    return redact_json(obj, key)
 
 
 class RunStore:
@@ -255,30 +246,43 @@ class RunStore:
     # -- builds ---------------------------------------------------------------------------
 
     def write_build(self, outcome: BuildOutcome, host: str | None = None) -> Path:
-        """A build outcome; with `host` (a run over several hosts builds on each), kept as
-        builds/<stack>@<host>.json."""
+        """A build outcome; with `host` (a run over several hosts builds on each) it records
+        that host and is kept as builds/<stack>@<host>.json."""
         if host is not None:
-            outcome = outcome.model_copy(update={"stack": f"{outcome.stack}@{host}"})
-        path = self._dir / "builds" / f"{cell_key(outcome.stack)}.json"
+            outcome = outcome.model_copy(update={"host": host})
+        name = outcome.stack if outcome.host is None else f"{outcome.stack}@{outcome.host}"
+        path = self._dir / "builds" / f"{cell_key(name)}.json"
         _write(path, mask(outcome.model_dump(mode="json")))
         return path
 
-    def builds(self, host: str | None = None) -> dict[str, BuildOutcome]:
-        """Build outcomes by stack: every one stored, or with `host` those built there (by their
-        plain stack name)."""
+    def builds(self) -> dict[BuildKey, BuildOutcome]:
+        """Every stored build outcome, by (stack, host); host None in a run on one host."""
         folder = self._dir / "builds"
-        out: dict[str, BuildOutcome] = {}
+        out: dict[BuildKey, BuildOutcome] = {}
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
             data = self._load(path)
             try:
                 b = BuildOutcome.from_json(data, stack=path.stem)
             except ValueError as exc:
                 raise _bad_file(path, exc) from None
-            out[b.stack] = b
-        if host is None:
-            return out
-        suffix = f"@{host}"
-        return {k.removesuffix(suffix): v for k, v in out.items() if k.endswith(suffix)}
+            out[b.key] = b
+        return out
+
+    def builds_on(self, host: str | None) -> dict[str, BuildOutcome]:
+        """The build outcomes of one host (None: a run on one host), by stack."""
+        return {stack: b for (stack, h), b in self.builds().items() if h == host}
+
+    def build_for(self, stack: str, host: str | None) -> BuildOutcome | None:
+        """The build a cell of `stack` that ran on `host` used: the one built there; else the
+        stack's build of a run on one host; else its only build (a run's default host records
+        its cells with no host)."""
+        builds = self.builds()
+        if (stack, host) in builds:
+            return builds[(stack, host)]
+        if (stack, None) in builds:
+            return builds[(stack, None)]
+        same = [b for (s, _), b in builds.items() if s == stack]
+        return same[0] if len(same) == 1 else None
 
     def _load_cell(self, path: Path) -> CellResult:
         try:

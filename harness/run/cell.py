@@ -36,7 +36,7 @@ from harness.run.outcome import (
 )
 from harness.serve import stage as serve_stage
 from harness.serve.base import Placement
-from harness.serve.readiness import wait_ready
+from harness.serve.readiness import settle, wait_ready
 from harness.stages import judge as judge_stage
 from harness.stages import measure as measure_stage
 
@@ -63,7 +63,7 @@ def serve_cell(cell: Cell, placement: Placement, build: BuildOutcome | None, *, 
     serve_cfg = matrix.spec.serve
     with ExitStack() as stack:
         server = stack.enter_context(placement.runner.serve(spec))
-        save("server", server.record())
+        save("server", server.record().model_dump(mode="json", exclude_defaults=True))
         watch = stack.enter_context(MemWatch(interval_s=5))
         progress.cell_phase(cell, "start-up", server.log)
         ready = wait_ready(server, timeout_s=serve_cfg.startup_timeout_s,
@@ -72,7 +72,7 @@ def serve_cell(cell: Cell, placement: Placement, build: BuildOutcome | None, *, 
         serve_info = ServeInfo(
             command=spec.argv, env=spec.env, log=str(log_path.relative_to(store.dir)),
             startup_s=round(ready.startup_s, 1), exit_code=ready.exit_code, state=ready.state,
-            log_tail=ready.tail, url=server.base_url, served_model=cmd.served_name)
+            log_tail=ready.tail, url=server.base_url or None, served_model=cmd.served_name)
         m = measure_stage.Measurement()
         if ready.ready:
             watch.mark_steady()
@@ -85,7 +85,9 @@ def serve_cell(cell: Cell, placement: Placement, build: BuildOutcome | None, *, 
         watch.stop()
         memory = MemoryRecord.model_validate(watch.result())
         progress.cell_phase(cell, "judge", None)
-        fp = fingerprint(server.log.text(), process_ended=not ready.ready)
+        if ready.ready and not server.state().running:
+            settle(server)  # it died while measured: its last lines are read to the end first
+        fp = fingerprint(server.log.text(), process_ended=not ready.ready, hung=ready.state == "hung")
         verdict = judge_stage.judge(judge_stage.Subject.of(cell), matrix.spec.expect, fp, ready_state=ready.state,
                                     exit_code=ready.exit_code, detail=ready.detail, bench=m.bench,
                                     memory=memory, extra=build_verdicts(build))

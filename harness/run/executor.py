@@ -35,7 +35,7 @@ from harness.results.store import RunStore, atomic_write_json, utc_now
 from harness.run.options import RunOptions
 from harness.run.outcome import apply_format_rule, error_cell
 from harness.run.schedule import Board, Host, Slot, gpus_needed, listen_port, placement, why_not
-from harness.serve.base import Placement, Runner
+from harness.serve.base import Placement, Runner, ServerRecord
 from harness.serve.docker import DockerRunner
 from harness.serve.local import LocalRunner, kill_group
 from harness.serve.multinode import Node, RayRunner, ray_argv
@@ -358,9 +358,9 @@ class Executor:
             except Exception:  # noqa: BLE001 - a gone engine: its labels let the next run reap
                 continue
         for cid in self.store.run.cells:
-            server = (self.store.read_partial(cid) or {}).get("server") or {}
-            if server.get("kind") == "local" and isinstance(server.get("pgid"), int):
-                kill_group(server["pgid"], server.get("started"))
+            server = ServerRecord.of_partial(self.store.read_partial(cid))
+            if server is not None and server.local_group is not None:
+                kill_group(server.local_group, server.started)
         deadline = time.monotonic() + 30
         for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))

@@ -7,6 +7,7 @@ import re
 import traceback
 from typing import Any
 
+from harness.matrix.model import NOISE_FLOOR
 from harness.matrix.plan import Cell
 from harness.results.model import (
     BuildInfo,
@@ -32,6 +33,7 @@ def cell_base(cell: Cell, host: str | None = None) -> dict[str, Any]:
     return {
         "id": cell.id, "stack": cell.stack_name, "model": cell.model_name,
         "config": cell.config_name, "quantization": cell.quantization, "runner": cell.stack.runner,
+        "compare_with": cell.compare_with,
         "requested": Requested(moe_backend=c.moe_backend, linear_backend=c.linear_backend,
                                attention_backend=c.attention_backend,
                                cudagraph_mode=c.cudagraph_mode),
@@ -118,14 +120,21 @@ def skipped_cell(cell: Cell, why: str, build: BuildOutcome | None, host: str | N
 
 def apply_format_rule(store: RunStore) -> list[tuple[CellResult, Status]]:
     """(Re)apply the cross-cell FP8-vs-NVFP4 rule to the stored cells of a run, from its
-    run.json. Idempotent. Returns the cells it wrote, with their status before."""
+    run.json. Idempotent. A format verdict on a cell the rule no longer compares (a run judged
+    before the pairing was explicit) is removed. Returns the cells it wrote, with their status
+    before."""
     run = store.run
-    floor = run.matrix.noise_floor if run.matrix.noise_floor is not None else 0.02
+    floor = run.matrix.noise_floor if run.matrix.noise_floor is not None else NOISE_FLOOR
     cells = {c.id: c for c in store.cells()}
+    judged = dict(judge_stage.compare_formats(cells.values(), run.matrix.min_ratio, floor))
     changed = []
-    for cell_id, verdict in judge_stage.compare_formats(cells.values(), run.matrix.min_ratio, floor):
-        before = cells[cell_id]
-        after = judge_stage.with_verdict(before, verdict)
+    for cell_id, before in cells.items():
+        if cell_id in judged:
+            after = judge_stage.with_verdict(before, judged[cell_id])
+        elif before.verdict(judge_stage.FORMAT_CHECK) is not None:
+            after = judge_stage.without_verdict(before, judge_stage.FORMAT_CHECK)
+        else:
+            continue
         if after != before:
             store.write_cell(after)
         changed.append((after, before.status))

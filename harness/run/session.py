@@ -23,6 +23,7 @@ from harness.run.cell import run_cell
 from harness.run.executor import Executor, LazyEngine
 from harness.run.options import RunOptions, SerialProgress
 from harness.run.schedule import execution_order, hosts_of
+from harness.serve.base import ServerRecord
 from harness.serve.local import kill_group
 
 
@@ -106,10 +107,10 @@ def reap_dead(results_root: Path, engine_if_needed: LazyEngine | None = None) ->
         if store.run.status != "running" or who is None or owner.alive(who) is not False:
             continue
         for cell_id in store.run.cells:
-            server = (store.read_partial(cell_id) or {}).get("server") or {}
-            if server.get("kind") == "local" and isinstance(server.get("pgid"), int) and \
-                    kill_group(server["pgid"], server.get("started")):
-                done["servers"].append(f"{cell_id} (process group {server['pgid']})")
+            server = ServerRecord.of_partial(store.read_partial(cell_id))
+            if server is not None and server.local_group is not None and \
+                    kill_group(server.local_group, server.started):
+                done["servers"].append(f"{cell_id} (process group {server.local_group})")
         try:
             store.finish("interrupted", note=f"controller pid {who.pid} on {who.host} died; "
                          "reaped by a later run")

@@ -3,6 +3,12 @@
 A runner is a context manager factory (`Runner.serve(spec)`); leaving the context stops and
 removes what it started, on every path out. `LogBuffer` keeps every line (and writes it to the
 cell's log file as it arrives) and the time of the last one, which is what hang detection reads.
+
+A thread pumps the server's output into its LogBuffer, and may lag behind it (a busy machine):
+the lines a crashing server prints last, the ones that say why, can still be in the pipe when
+the process is seen ended. So whoever reads the log of an ended server first waits for the pump
+to reach the end of the output (`LogBuffer.drain`), and every runner stops the server, then
+drains, then closes the log (crash, hang or timeout kill, normal stop alike).
 """
 
 from __future__ import annotations
@@ -13,10 +19,15 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from harness.redact import redact_text
 from harness.safety.writes import check_target
+
+# how long to wait, once a server has ended, for the end of its output to be read
+DRAIN_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,7 @@ class LogBuffer:
         self._lines: list[str] = []
         self._lock = threading.Lock()
         self.last_line_at = time.monotonic()
+        self._ended = threading.Event()
         for line in header:
             self._f.write(redact_text(line) + "\n")
         self._f.flush()
@@ -62,8 +74,24 @@ class LogBuffer:
         with self._lock:
             self._lines.append(line)
             self.last_line_at = time.monotonic()
-            self._f.write(line + "\n")
-            self._f.flush()
+            if not self._f.closed:  # a pump that outlived its runner's wait: kept in memory only
+                self._f.write(line + "\n")
+                self._f.flush()
+
+    def end(self) -> None:
+        """Said by the pump of the server's own output when that output has ended (or can no
+        longer be read): every line the server wrote is in."""
+        self._ended.set()
+
+    def drain(self, timeout_s: float = 30.0) -> bool:
+        """Wait, at most `timeout_s`, until the pump has handed over the end of the server's
+        output; whether it has. Call it after the process has ended and before reading its last
+        lines (a process that leaves children holding its output ends when they do)."""
+        return self._ended.wait(timeout_s)
+
+    @property
+    def ended(self) -> bool:
+        return self._ended.is_set()
 
     def text(self) -> str:
         with self._lock:
@@ -98,6 +126,11 @@ class Server(Protocol):
 
     def state(self) -> ProcessState:
         """Is it still running, and if not, how did it end."""
+
+    def stop(self) -> None:
+        """End the server now, with every process it started (a no-op when it has ended);
+        its output is drained into the log by its pump. The runner's exit does it too."""
+
     def mark_failed(self) -> None:
         """The cell failed: a runner with keep-on-failure keeps what it started."""
 
@@ -105,9 +138,37 @@ class Server(Protocol):
         """Run a Python program in the server's environment (its image, or its local python
         and env); returns (exit code, stdout+stderr)."""
 
-    def record(self) -> dict:
+    def record(self) -> ServerRecord:
         """How to find what was started again (pid, container name): written with the cell's
         partial result, so a later run can reap it if this controller dies."""
+
+
+class ServerRecord(BaseModel):
+    """How to find a started server again: `server` in cells/<key>.partial.json. Read by a later
+    run (or the run's own interrupt handler) to stop what a dead controller left."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    kind: Literal["local", "docker", "ray"] | str = Field(description="the runner that started it")
+    pgid: int | None = Field(None, description="local: its process group (the server leads it)")
+    started: int | None = Field(None, description="local: the leader's start time (ticks), against pid reuse")
+    container: str | None = Field(None, description="docker: the container's name")
+    containers: tuple[str, ...] = Field((), description="ray: the containers of the cluster")
+    hosts: tuple[str, ...] = Field((), description="ray: the hosts they run on")
+
+    @classmethod
+    def of_partial(cls, partial: dict[str, Any] | None) -> ServerRecord | None:
+        """The record a partial cell holds; None when it holds none, or one this version cannot read."""
+        data = (partial or {}).get("server")
+        try:
+            return cls.model_validate(data) if isinstance(data, dict) else None
+        except ValueError:
+            return None
+
+    @property
+    def local_group(self) -> int | None:
+        """The process group of a local server, the one thing a reaper kills by id."""
+        return self.pgid if self.kind == "local" else None
 
 
 class Runner(Protocol):

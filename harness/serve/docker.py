@@ -16,8 +16,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from harness.engine import ContainerSpec, Engine, RunningContainer
-from harness.serve.base import LogBuffer, ProcessState, ServeSpec
+from harness.errors import EngineError
+from harness.serve.base import DRAIN_S, LogBuffer, ProcessState, ServerRecord, ServeSpec
 from harness.serve.gpu_attach import require_port_free
+
+STOP_TIMEOUT_S = 10  # SIGTERM, then SIGKILL after this
 
 
 class DockerServer:
@@ -26,20 +29,33 @@ class DockerServer:
         self.container = container
         self.log = log
         # on the host network the server listens on the engine's machine itself
-        self.base_url = f"http://{address}:{port if host_network else container.host_port(port)}"
+        published: int | None = port
+        if not host_network:
+            try:
+                published = container.host_port(port)
+            except EngineError:
+                if self.state().running:
+                    raise
+                # it ended before its port could be read (a server that crashes at once): no
+                # address, and readiness reads it as exited, with its last lines
+                published = None
+        self.base_url = f"http://{address}:{published}" if published is not None else ""
         self.failed = False
 
     def mark_failed(self) -> None:
         """The cell failed: with keep_failed, the container stays for `docker logs`."""
         self.failed = True
 
-    def record(self) -> dict:
-        return {"kind": "docker", "container": self.container.name}
+    def record(self) -> ServerRecord:
+        return ServerRecord(kind="docker", container=self.container.name)
 
     def run_python(self, source: bytes, *, timeout_s: float = 120) -> tuple[int, str]:
         # The program travels on the command line: an image may have no /tmp (a VM's root
         # imported as a base has none) and no shell, and `-c` needs neither.
         return self.container.exec(["python3", "-c", source.decode()], timeout_s=timeout_s)
+
+    def stop(self) -> None:
+        self.container.stop(timeout=STOP_TIMEOUT_S)  # its log stream ends with it
 
     def state(self) -> ProcessState:
         st = self.container.state()
@@ -97,17 +113,19 @@ class DockerRunner:
         state = {"failed": True}
         try:
             with self.engine.container(cspec, keep=lambda: spec.keep_failed and state["failed"]) as container:
-                pump = container.follow_logs(log.add, stop)
-                server = DockerServer(container, spec.port, log, address=self.address,
-                                      host_network=host_network)
+                pump = container.follow_logs(log.add, stop, on_end=log.end)
                 try:
+                    server = DockerServer(container, spec.port, log, address=self.address,
+                                          host_network=host_network)
                     yield server
                     state["failed"] = server.failed
                 finally:
-                    stop.set()
                     try:
-                        container.stop(timeout=10)
+                        container.stop(timeout=STOP_TIMEOUT_S)  # what server.stop() does
                     finally:  # even when the engine is gone: the log is closed after its pump
+                        # the stream ends with the container: what it printed while stopping is in
+                        log.drain(DRAIN_S)
+                        stop.set()
                         pump.join(timeout=5)
         finally:
             log.close()

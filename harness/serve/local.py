@@ -7,8 +7,6 @@ The server runs in its own process session, so stopping it stops its engine-core
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -16,13 +14,15 @@ from contextlib import contextmanager
 
 from harness import proc
 from harness.proc import start_ticks
-from harness.serve.base import LogBuffer, ProcessState, ServeSpec, lines_of
+from harness.serve.base import DRAIN_S, LogBuffer, ProcessState, ServerRecord, ServeSpec, lines_of
 from harness.serve.signals import kill_orphan_group
 
 
 class LocalServer:
-    def __init__(self, popen: subprocess.Popen, spec: ServeSpec, log: LogBuffer) -> None:
+    def __init__(self, popen: proc.Popen, spec: ServeSpec, log: LogBuffer, *,
+                 stop_timeout_s: float = 30) -> None:
         self.popen = popen
+        self.stop_timeout_s = stop_timeout_s
         self.base_url = f"http://127.0.0.1:{spec.port}"
         self.log = log
         self._python = spec.argv[0]
@@ -31,10 +31,9 @@ class LocalServer:
     def mark_failed(self) -> None:  # nothing to keep: the log file is the record
         pass
 
-    def record(self) -> dict:
-
+    def record(self) -> ServerRecord:
         # the server leads its own process group (start_new_session): its pid is the group's id
-        return {"kind": "local", "pgid": self.popen.pid, "started": start_ticks(self.popen.pid)}
+        return ServerRecord(kind="local", pgid=self.popen.pid, started=start_ticks(self.popen.pid))
 
     def run_python(self, source: bytes, *, timeout_s: float = 120) -> tuple[int, str]:
         with tempfile.NamedTemporaryFile("wb", suffix=".py", prefix="harness-") as f:
@@ -47,6 +46,10 @@ class LocalServer:
         code = self.popen.poll()
         return ProcessState(code is None, code)
 
+    def stop(self) -> None:
+        # the whole group: engine-core children of a crashed server would hold its output open
+        proc.end_group(self.popen, self.stop_timeout_s)
+
 
 class LocalRunner:
     name = "local"
@@ -58,20 +61,30 @@ class LocalRunner:
     def serve(self, spec: ServeSpec) -> Iterator[LocalServer]:
         env = {**os.environ, **spec.env}
         log = LogBuffer(spec.log_path, spec.header)
-        popen = proc.spawn(spec.argv, env=env, stdout=subprocess.PIPE)
+        popen = proc.spawn(spec.argv, env=env, stdout=proc.PIPE)
 
         def pump_lines() -> None:
-            for line in lines_of(popen.stdout):
-                log.add(line)
+            try:
+                for line in lines_of(popen.stdout):
+                    log.add(line)
+            except (OSError, ValueError):  # the pipe closed under it
+                pass
+            finally:
+                log.end()
 
         pump = threading.Thread(target=pump_lines, daemon=True, name=f"log-{spec.cell_id}")
         pump.start()
+        server = LocalServer(popen, spec, log, stop_timeout_s=self.stop_timeout_s)
         try:
-            yield LocalServer(popen, spec, log)
+            yield server
         finally:
-            _stop_group(popen, self.stop_timeout_s)
-            pump.join(timeout=5)
-            log.close()
+            try:
+                server.stop()
+            finally:
+                # what it printed while stopping is in the log file before it closes
+                log.drain(DRAIN_S)
+                pump.join(timeout=5)
+                log.close()
 
 
 def kill_group(pgid: int, started: float | None) -> bool:
@@ -82,21 +95,3 @@ def kill_group(pgid: int, started: float | None) -> bool:
         return False
     # the run folder only says where to look: the process itself must prove the tool started it
     return kill_orphan_group(pgid)
-
-
-def _stop_group(popen: subprocess.Popen, timeout_s: float) -> None:
-    """SIGTERM the whole process group, SIGKILL what is left after `timeout_s`."""
-    if popen.poll() is None:
-        try:
-            os.killpg(popen.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            popen.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(popen.pid, signal.SIGKILL)  # children (engine core) may outlive the parent
-    except (ProcessLookupError, PermissionError):
-        pass
-    popen.wait(timeout=10)

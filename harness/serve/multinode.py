@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from harness.engine import ContainerSpec, Engine, RunningContainer
 from harness.errors import EngineError
-from harness.serve.base import LogBuffer, ProcessState
+from harness.serve.base import DRAIN_S, LogBuffer, ProcessState, ServerRecord
 
 RAY = ("python3", "-m", "ray.scripts.scripts")  # the `ray` CLI, whatever the image's PATH holds
 PORTS_PER_NODE = 110  # 10 service ports + 100 worker ports
@@ -200,7 +200,8 @@ class RayServer:
         self.cluster = cluster
         self.log = log
         self.base_url = f"http://{cluster.nodes[0].address}:{spec.port}"
-        self.process = cluster.head.exec_stream(list(ray_argv(spec.argv)), env=spec.env, sink=log.add)
+        self.process = cluster.head.exec_stream(list(ray_argv(spec.argv)), env=spec.env, sink=log.add,
+                                                on_end=log.end)
 
     def state(self):
 
@@ -211,12 +212,18 @@ class RayServer:
                 return ProcessState(False, None, f"Ray node container ended: {', '.join(dead)}")
         return ProcessState(running, None if running else code)
 
+    def stop(self) -> None:
+        # the server runs in the head's container, its engine workers in every node's: stopping
+        # them ends its output (the cluster's exit removes them)
+        for c in self.cluster.containers:
+            c.stop(timeout=10)
+
     def mark_failed(self) -> None:
         pass  # the node logs are in the cell's log; the containers always go
 
-    def record(self) -> dict:
-        return {"kind": "ray", "containers": [c.name for c in self.cluster.containers],
-                "hosts": [n.host for n in self.cluster.nodes]}
+    def record(self) -> ServerRecord:
+        return ServerRecord(kind="ray", containers=tuple(c.name for c in self.cluster.containers),
+                            hosts=tuple(n.host for n in self.cluster.nodes))
 
     def run_python(self, source: bytes, *, timeout_s: float = 120) -> tuple[int, str]:
         # on the command line, as the Docker runner does: no /tmp or shell assumed in the image
@@ -256,7 +263,11 @@ class RayRunner:
                 try:
                     yield server
                 finally:
-                    stop.set()
+                    try:
+                        server.stop()
+                    finally:
+                        log.drain(DRAIN_S)  # the server's output, to its end
+                        stop.set()
             # the containers are gone: their log pumps end
             for p in (*pumps, server.process.pump):
                 p.join(timeout=5)

@@ -6,6 +6,11 @@ run, another user's), and is never taken for ours. The wait stops at once when t
 exits (crashed) or its log says it could not bind its port (crashed: nothing of ours will ever
 answer there), when no new log line arrives for `quiet_s` while not ready (hung: the CUDA-graph
 capture hang on SM_121 looks like this), or at `timeout_s`.
+
+A server that is not ready is ended here, with everything it started, and its output drained
+(harness.serve.base.LogBuffer.drain) before its last lines are read: a crashed server's last
+lines, the ones that say why, may still be on their way through the log pump when its process
+is seen gone, and a hung one may say something as it is stopped.
 """
 
 from __future__ import annotations
@@ -13,11 +18,10 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 
-from harness.serve.base import Server
+from harness import http
+from harness.serve.base import DRAIN_S, Server
 
 # uvicorn: "[Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address
 # already in use"; Python: "OSError: [Errno 98] Address already in use".
@@ -39,11 +43,7 @@ class Readiness:
 
 
 def _get(url: str) -> bytes | None:
-    try:
-        with urllib.request.urlopen(url, timeout=3) as r:  # noqa: S310 - our own server
-            return r.read(MAX_MODELS_BYTES) if r.status == 200 else None
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
+    return http.server_get(url, timeout=3, max_bytes=MAX_MODELS_BYTES)
 
 
 def model_names(body: bytes | None) -> set[str]:
@@ -58,6 +58,20 @@ def model_names(body: bytes | None) -> set[str]:
     return {c["id"] for c in cards if isinstance(c, dict) and isinstance(c.get("id"), str)}
 
 
+def settle(server: Server) -> bool:
+    """End the server (a no-op for one that has ended, but its children go too: they would hold
+    its output open) and wait for its output to be read to the end, so that its last lines are
+    in the log; whether they all are."""
+    server.stop()
+    return server.log.drain(DRAIN_S)
+
+
+def _not_ready(server: Server, state: str, startup_s: float, exit_code: int | None, detail: str) -> Readiness:
+    if not settle(server):
+        detail += f"{'; ' if detail else ''}its last output was not read within {DRAIN_S:.0f} s"
+    return Readiness(state, startup_s, exit_code, tuple(server.log.tail(40)), detail)
+
+
 def wait_ready(server: Server, *, timeout_s: float, quiet_s: float, identity: str | None = None,
                poll_s: float = 0.5) -> Readiness:
     t0 = time.monotonic()
@@ -67,11 +81,10 @@ def wait_ready(server: Server, *, timeout_s: float, quiet_s: float, identity: st
         now = time.monotonic()
         st = server.state()
         if not st.running:
-            return Readiness("exited", now - t0, st.exit_code, tuple(server.log.tail(40)), st.detail)
+            return _not_ready(server, "exited", now - t0, st.exit_code, st.detail)
         bind = next((x for x in server.log.tail(40) if _BIND_FAILED.search(x)), None)
         if bind is not None:
-            return Readiness("exited", now - t0, None, tuple(server.log.tail(40)),
-                             f"could not bind its port: {bind.strip()[-200:]}")
+            return _not_ready(server, "exited", now - t0, None, f"could not bind its port: {bind.strip()[-200:]}")
         if _get(server.base_url + "/health") is not None:
             names = model_names(_get(server.base_url + "/v1/models"))
             if (identity is None and names) or identity in names:
@@ -80,10 +93,10 @@ def wait_ready(server: Server, *, timeout_s: float, quiet_s: float, identity: st
                 foreign = (f"a server that is not this cell's answers at {server.base_url} "
                            f"(it serves {', '.join(sorted(names))[:200]})")
         if now - server.log.last_line_at > quiet_s:
-            return Readiness("hung", now - t0, None, tuple(server.log.tail(40)),
-                             f"no new log line for {now - server.log.last_line_at:.0f} s"
-                             + (f"; {foreign}" if foreign else ""))
+            return _not_ready(server, "hung", now - t0, None,
+                              f"no new log line for {now - server.log.last_line_at:.0f} s"
+                              + (f"; {foreign}" if foreign else ""))
         if now - t0 > timeout_s:
-            return Readiness("timeout", now - t0, None, tuple(server.log.tail(40)),
-                             f"not ready after {timeout_s:.0f} s" + (f"; {foreign}" if foreign else ""))
+            return _not_ready(server, "timeout", now - t0, None,
+                              f"not ready after {timeout_s:.0f} s" + (f"; {foreign}" if foreign else ""))
         time.sleep(poll_s)

@@ -15,6 +15,7 @@ from typing import Any
 
 from harness import proc
 from harness.audit import IMAGE_PATHS, Target, audit_path
+from harness.audit.report import AuditSummary
 from harness.build.builder import audit_image, build_stacks
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell, group_by_stack
@@ -40,7 +41,7 @@ def audit_local_stack(matrix: Matrix, stack_name: str) -> BuildOutcome:
     audit = report.to_json()
     audit.pop("files", None)  # per-file detail stays out of every cell; totals remain
     return BuildOutcome(**base, labels={"harness.local.vllm_dir": vllm_dir}, audit=audit,
-                        audit_summary=report.summary(), duration_s=round(time.monotonic() - t0, 1))
+                        audit_summary=AuditSummary.of(report), duration_s=round(time.monotonic() - t0, 1))
 
 
 def _prebuilt(engine, stack: str, image: str, ccs: tuple[str, ...] = ()) -> BuildOutcome:
@@ -52,17 +53,16 @@ def _prebuilt(engine, stack: str, image: str, ccs: tuple[str, ...] = ()) -> Buil
                         status="reused", labels=labels, audit_summary=_audit_prebuilt(engine, image, ccs))
 
 
-def _audit_prebuilt(engine, image: str, ccs: tuple[str, ...]) -> dict:
+def _audit_prebuilt(engine, image: str, ccs: tuple[str, ...]) -> AuditSummary:
     """An image the harness did not build keeps vLLM where its maker put it: the audit tries the
     usual package folders, as `harness audit IMAGE` does, and says so when none holds CUDA code."""
     tried = []
     for path in IMAGE_PATHS:
         summary = audit_image(engine, image, {"harness.role": "audit"}, path, ccs)
-        if summary and summary.get("status") != "not-audited" and summary.get("cubins"):
+        if summary and summary.status != "not-audited" and summary.cubins:
             return summary
         tried.append(path)
-    return {"status": "not-audited", "audit.status": "not-audited",
-            "reason": f"no CUDA code under {', '.join(tried)} in {image}"}
+    return AuditSummary.not_audited(f"no CUDA code under {', '.join(tried)} in {image}")
 
 
 def build_stage(matrix: Matrix, cells: list[Cell], store: RunStore, *, engine: Callable[[], object],
@@ -72,7 +72,7 @@ def build_stage(matrix: Matrix, cells: list[Cell], store: RunStore, *, engine: C
     """Build (or reuse, or audit) what the cells need; outcomes by stack, each stored (as built on
     `host`, when a run has several)."""
     needed = list(group_by_stack(cells))
-    known = store.builds(host=host)
+    known = store.builds_on(host)
 
     def record(outcome: BuildOutcome) -> None:
         if outcome.log_path and Path(outcome.log_path).is_absolute():

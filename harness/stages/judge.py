@@ -3,7 +3,7 @@
 The one place where "asked X, got Y" is decided. Per cell: requested vs selected kernels (a
 request the log does not confirm is a failure), autotuner skips, known signatures,
 `[[expect.select]]` rules, decode floor, output health, failed requests, memory. Across cells:
-NVFP4 against FP8 on the same stack and config, judged beyond the noise band, and re-appliable
+NVFP4 against the FP8 cell the matrix pairs it with (harness.matrix.pairs), judged beyond the noise band, and re-appliable
 to a stored run (`harness rejudge`). Report, compare and bug render these verdicts; they never
 judge again.
 """
@@ -19,18 +19,20 @@ from harness.matrix.model import Expect, SelectRule
 from harness.matrix.plan import Cell
 from harness.matrix.select import compile_expression
 from harness.results.model import (
+    FORMAT_CHECK,
     NOT_READY,
     SELECTION_CHECKS,
     BenchRecord,
     CellResult,
+    FormatComparison,
+    FormatVerdict,
+    LevelRatio,
     MemoryRecord,
     Requested,
     Status,
     Verdict,
     VerdictStatus,
 )
-
-FORMAT_CHECK = "expect.nvfp4_over_fp8"
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,7 @@ def rejudge(cell: CellResult, expect: Expect, log_text: str | None) -> CellResul
     state = (cell.serve.state if cell.serve else None) or "ready"
     if state not in ("ready", *NOT_READY):
         return cell
-    fp = fingerprint(log_text, process_ended=state != "ready")
+    fp = fingerprint(log_text, process_ended=state != "ready", hung=state == "hung")
     kept = [v for v in cell.verdicts if v.check in ("build.archs", FORMAT_CHECK)]
     verdict = judge(Subject(cell.id, cell.requested, cell.model_info.load_format), expect, fp,
                     ready_state=state, exit_code=cell.serve.exit_code if cell.serve else None,
@@ -195,10 +197,19 @@ def with_verdict(cell: CellResult, verdict: Verdict) -> CellResult:
     return cell.model_copy(update={"verdicts": kept, "status": status})
 
 
+def without_verdict(cell: CellResult, check: str) -> CellResult:
+    """The cell with no verdict of `check`, status re-derived as in with_verdict."""
+    kept = tuple(v for v in cell.verdicts if v.check != check)
+    status = cell.status
+    if status.served:
+        status = Status.FAIL if any(v.failed for v in kept) else Status.PASS
+    return cell.model_copy(update={"verdicts": kept, "status": status})
+
+
 # --- across cells: NVFP4 against FP8 ----------------------------------------------------------
 
 
-def _samples(bench: BenchRecord | None, conc: int, key: str = "per_stream_tok_s") -> list[float]:
+def _samples(bench: BenchRecord | None, conc: int, key: str) -> list[float]:
     lv = bench.level(conc) if bench else None
     return [v for v in lv.values(key) if v] if lv else []
 
@@ -209,9 +220,46 @@ def _levels(n: CellResult, f: CellResult) -> list[int]:
     return sorted(have[0] & have[1])
 
 
+def compare_pair(n: CellResult, f: CellResult, ratio_min: float, noise_floor: float) -> FormatComparison | None:
+    """NVFP4 cell `n` against FP8 cell `f` at every level both measured, as figures; None when
+    no level has figures on both sides."""
+    levels = []
+    for conc in _levels(n, f):
+        key, metric = ("per_stream_tok_s", "per_stream") if conc == 1 else ("aggregate_tok_s", "aggregate")
+        ns, fs = _samples(n.bench, conc, key), _samples(f.bench, conc, key)
+        if not ns or not fs:
+            continue
+        # the band is judged against ratio_min x FP8, so a required 0.9x is a 0.9x-scaled baseline
+        change = classify([ratio_min * x for x in fs], ns, floor=noise_floor)
+        fp8 = change.baseline / ratio_min
+        levels.append(LevelRatio(concurrency=conc, metric=metric, nvfp4_tok_s=change.candidate,
+                                 fp8_tok_s=fp8, ratio=change.candidate / fp8, band=change.band,
+                                 kind=change.kind))
+    if not levels:
+        return None
+    losses = [lv for lv in levels if lv.kind == "loss"]
+    deciding = losses[0] if losses else min(levels, key=lambda lv: lv.ratio)
+    return FormatComparison(nvfp4=n.id, fp8=f.id, min_ratio=ratio_min, noise_floor=noise_floor,
+                            levels=tuple(levels), deciding=deciding.concurrency)
+
+
+_WORD = {"loss": "below the required {r:g}x beyond", "noise": "within",
+         "gain": "above the required {r:g}x beyond"}
+
+
+def format_message(cmp: FormatComparison) -> str:
+    """The verdict's words, written from the comparison (readers use the comparison itself)."""
+    parts = [f"c={lv.concurrency} {lv.metric.replace('_', ' ')} {lv.nvfp4_tok_s:.1f} vs {lv.fp8_tok_s:.1f} "
+             f"tok/s = {lv.ratio:.3f}x ({_WORD[lv.kind].format(r=cmp.min_ratio)} the ±{lv.band:.1%} noise band)"
+             for lv in cmp.levels]
+    return (f"NVFP4 vs FP8 cell {cmp.fp8}: " + "; ".join(parts)
+            + (f". Fails at c={cmp.deciding}" if cmp.lost else ""))
+
+
 def compare_formats(cells: Iterable[CellResult], ratio_min: float | None,
-                    noise_floor: float) -> list[tuple[str, Verdict]]:
-    """The FP8-vs-NVFP4 rule: for each stack+config with both formats, a verdict on the NVFP4 cell.
+                    noise_floor: float) -> list[tuple[str, FormatVerdict]]:
+    """The FP8-vs-NVFP4 rule: a verdict on each NVFP4 cell whose FP8 cell (`compare_with`, from
+    the matrix's pairing, harness.matrix.pairs) is in `cells`.
 
     At every concurrency level both cells measured, NVFP4 must reach `ratio_min` x FP8: per-stream
     decode at c=1 (what one user sees), aggregate decode above it (what the server delivers). A
@@ -221,39 +269,21 @@ def compare_formats(cells: Iterable[CellResult], ratio_min: float | None,
     tied one stream and lost a quarter of the aggregate at c=8.
     Returns (nvfp4 cell id, verdict) pairs.
     """
-
     if ratio_min is None:
         return []
-    by_key: dict[tuple[str, str], dict[str, CellResult]] = {}
-    for c in cells:
-        by_key.setdefault((c.stack, c.config), {})[c.quantization or ""] = c
+    cells = list(cells)
+    by_id = {c.id: c for c in cells}
     out = []
-    for pair in by_key.values():
-        if "nvfp4" not in pair or "fp8" not in pair:
+    for n in cells:
+        f = by_id.get(n.compare_with) if n.quantization == "nvfp4" and n.compare_with else None
+        if f is None or f.quantization != "fp8":
             continue
-        n, f = pair["nvfp4"], pair["fp8"]
-        judged = []  # (level, metric, ratio, change)
-        for conc in _levels(n, f):
-            key, metric = ("per_stream_tok_s", "per stream") if conc == 1 else ("aggregate_tok_s", "aggregate")
-            ns, fs = _samples(n.bench, conc, key), _samples(f.bench, conc, key)
-            if not ns or not fs:
-                continue
-            change = classify([ratio_min * x for x in fs], ns, floor=noise_floor)
-            judged.append((conc, metric, change.candidate / (change.baseline / ratio_min), change))
-        if not judged:
+        cmp = compare_pair(n, f, ratio_min, noise_floor)
+        if cmp is None:
             continue
-        losses = [j for j in judged if j[3].kind == "loss"]
-        decisive = losses[0] if losses else min(judged, key=lambda j: j[2])
-        word = {"loss": f"below the required {ratio_min:g}x beyond", "noise": "within",
-                "gain": f"above the required {ratio_min:g}x beyond"}
-        parts = [f"c={conc} {metric} {ch.candidate:.1f} vs {ch.baseline / ratio_min:.1f} tok/s = "
-                 f"{ratio:.3f}x ({word[ch.kind]} the ±{ch.band:.1%} noise band)"
-                 for conc, metric, ratio, ch in judged]
-        out.append((n.id, Verdict(
-            check=FORMAT_CHECK,
-            status=VerdictStatus.FAIL if losses else VerdictStatus.PASS,
-            message=(f"NVFP4 vs FP8 cell {f.id}: " + "; ".join(parts)
-                     + (f". Fails at c={decisive[0]}" if losses else "")),
-            asked=f"{ratio_min:g}", got=f"{decisive[2]:.3f}",
+        lv = cmp.deciding_level
+        out.append((n.id, FormatVerdict(
+            check=FORMAT_CHECK, status=VerdictStatus.FAIL if cmp.lost else VerdictStatus.PASS,
+            message=format_message(cmp), asked=f"{ratio_min:g}", got=f"{lv.ratio:.3f}", comparison=cmp,
         )))
     return out

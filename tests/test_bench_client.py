@@ -316,6 +316,29 @@ def test_sse_reader_joins_split_characters_and_crlf_messages():
         assert sse.parts == [" na\u00efve \U0001f600"] and sse.done and sse.rid == "x"
 
 
+@pytest.mark.parametrize(
+    "message, parts, usage, error",
+    [
+        ('{"choices":[{"text":"a"}]}', ["a"], None, None),  # completions
+        ('{"choices":[{"delta":{"role":"assistant"}}]}', [], None, None),  # role only: no token
+        ('{"choices":[{"delta":{"content":"b","reasoning_content":"r"}}]}', ["br"], None, None),
+        ('{"choices":[{"delta":{"reasoning":"t"}},{"text":"c"}]}', ["tc"], None, None),
+        ('{"choices":[{"delta":{},"message":{"content":"m"}}]}', ["m"], None, None),  # {} gives way
+        ('{"choices":[],"usage":{"completion_tokens":7,"prompt_tokens":3}}', [], (7, 3), None),
+        ('{"choices":[],"usage":{}}', [], None, None),  # an empty usage says nothing
+        ('{"error":{"message":"boom","code":500}}', [], None, "error event in stream: boom"),
+        ('{"object":"error","message":"bad"}', [], None, "error event in stream: bad"),
+        ('{"error":"plain"}', [], None, "error event in stream: plain"),
+    ],
+)
+def test_sse_reader_reads_each_message_shape(message, parts, usage, error):
+    sse = SSEReader()
+    sse.feed(f"data: {message}\n\n".encode(), 1.0)
+    assert sse.parts == parts and sse.error == error
+    got = None if sse.usage is None else (sse.usage.completion_tokens, sse.usage.prompt_tokens)
+    assert got == usage
+
+
 def _cli(argv, capsys):
     rc = harness_main(["bench", *argv])
     cap = capsys.readouterr()

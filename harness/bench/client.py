@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from harness.bench import health, prompts
 from harness.bench.metrics import (
     PrefixCounters,
@@ -304,6 +306,12 @@ async def _prefill(run: _Run, words: int, seed: int) -> tuple[dict, list[Request
     return out, [cold, warm]
 
 
+class TokenizeAnswer(BaseModel):
+    """vLLM's `/tokenize` answer: the count is read, the rest kept."""
+    model_config = ConfigDict(frozen=True, extra="allow")
+    count: int = Field(strict=True, description="Tokens in the prompt, as the server counts them.")
+
+
 async def _tokenize(run: _Run, text: str, *, add_special_tokens: bool) -> int | None:
     """The server's own token count of `text` (vLLM POST /tokenize,
     entrypoints/serve/tokenize/protocol.py, 0.33.0: {model, prompt, add_special_tokens} ->
@@ -313,10 +321,9 @@ async def _tokenize(run: _Run, text: str, *, add_special_tokens: bool) -> int | 
         status, raw = await request(run.target, "POST", "/tokenize", body, timeout_s=30)
         if status != 200:
             return None
-        count = json.loads(raw).get("count")
-    except (HTTPError, TimeoutError, OSError, ValueError, AttributeError):
+        return TokenizeAnswer.model_validate_json(raw).count
+    except (HTTPError, TimeoutError, OSError, ValueError):  # ValidationError: not a count
         return None
-    return count if isinstance(count, int) else None
 
 
 def _local_counter(path: str | None) -> Callable[[str], int] | None:

@@ -49,6 +49,38 @@ def norm(name):
     return re.sub(r"[-_.]+", "_", name).lower()
 
 
+# a Linux platform tag, as harness/platforms.py reads it (no harness import here: the standard
+# library only): linux_<cpu>, manylinux1/2010/2014_<cpu>, manylinux_2_28_<cpu>, musllinux_1_2_<cpu>
+LINUX_TAG = re.compile(r"(?:linux|manylinux(?:1|2010|2014)|manylinux_\d+_\d+|musllinux_\d+_\d+)_([a-z0-9_]+)$")
+
+
+def wheel_targets(filename):
+    """'any', the CPU of each Linux tag, or the whole tag otherwise, from a wheel's file name."""
+    tags = filename[:-4].rsplit("-", 1)[-1].split(".") if filename.endswith(".whl") else []
+    out = []
+    for t in tags:
+        m = LINUX_TAG.match(t)
+        out.append(m.group(1) if m else t)
+    return out
+
+
+def refuse_other_cpu(python, lock):
+    """Stop before installing anything when a wheel (or the whole wheelhouse) is for another CPU
+    than the one this image's Python runs on."""
+    machine = query(python, "import platform; print(platform.machine())")
+    made = lock.get("platform") or ""
+    wrong = []
+    for w in lock["wheels"]:
+        targets = set(wheel_targets(w["file"]))
+        if not targets & {"any", machine}:
+            wrong.append("{} is built for {}".format(w["file"], ", ".join(sorted(targets)) or "no platform"))
+    if wrong:
+        die("this image's Python runs on {}; the wheelhouse ({}) holds wheels for another CPU: {}".format(
+            machine, made or "no platform recorded", "; ".join(wrong)))
+    print("wheelhouse for {}: every wheel is pure or {} ({} wheels)".format(
+        made or "(not recorded)", machine, len(lock["wheels"])), flush=True)
+
+
 def install(a):
     if a.wheelhouse:
         lock = json.load(open(os.path.join(a.wheelhouse, "wheels.lock")))
@@ -59,6 +91,7 @@ def install(a):
             if got != w["sha256"]:
                 die("{}: sha256 {} is not the lock's {}".format(w["file"], got, w["sha256"]))
             files.append(path)
+        refuse_other_cpu(a.python, lock)
         vllm = [w for w in lock["wheels"] if w["name"] == "vllm"]
         if len(vllm) != 1 or vllm[0]["version"] != a.vllm:
             die("wheels.lock has no vllm {} wheel (found {})".format(a.vllm, [w["version"] for w in vllm]))

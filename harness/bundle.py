@@ -1,15 +1,20 @@
 """`harness bundle make|install`: carry a wheel stack to a host with no package index.
 
 `make` reads a bundle spec (TOML: the pinned requirements, the target platform, what to strip
-and why), downloads the wheels with pip, re-packs a wheel only where the spec strips files from
-it (the re-packed wheel gets its own sha256, and the lock says what was removed and why),
+and why), downloads the wheels with pip for one CPU platform (`--platform`, else the spec's
+`platform` key, else this host's: harness/platforms.py), re-packs a wheel only where the spec
+strips files from it (the re-packed wheel gets its own sha256, and the lock says what was
+removed and why),
 writes `wheels.lock` beside the wheels, then packs the wheelhouse as one tar.xz split into parts
 no larger than the spec's limit, each with its sha256 in `bundle.json`.
 
-`install` checks every part and the whole archive against `bundle.json`, unpacks the
-wheelhouse, checks every wheel against `wheels.lock`, and can install the wheels into a folder
-(`--site`, for a local runner) with no index: pip with `--no-index --no-deps`, or, where the
-Python has no pip, by unpacking each wheel (what pip does for a pure-path install).
+`install` refuses a bundle made for another CPU than the one it unpacks for (this host's, or
+`--platform`), checks every part and the whole archive against `bundle.json`, unpacks the
+wheelhouse, checks every wheel against `wheels.lock` and, by the platform tag in its name,
+against that CPU, and can install the wheels into a folder (`--site`, for a local runner) with
+no index: pip with `--no-index --no-deps`, or, where the Python has no pip, by unpacking each
+wheel (what pip does for a pure-path install). Every wheel is checked against the CPU of that
+Python before the first is installed, and each is found installed afterwards.
 
 A wheel stack in a matrix names the wheelhouse folder; the image build reads `wheels.lock`.
 """
@@ -30,7 +35,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness import proc
+from harness import platforms, proc
 from harness.errors import ConfigError, HarnessError
 from harness.safety import grammar, paths, writes
 from harness.safety.readers import extract_flat_tar_xz, load_json, load_toml
@@ -43,12 +48,6 @@ INSTALL_TIMEOUT_S = 1800
 MANIFEST = "bundle.json"
 PART = "part_{:02d}"
 WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
-
-DEFAULT_PLATFORMS = (
-    "manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_28_x86_64",
-    "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-    "manylinux1_x86_64",
-)
 
 
 class _Strict(BaseModel):
@@ -67,7 +66,10 @@ class BundleSpec(_Strict):
     requirements: tuple[str, ...] = Field(description="Pinned requirements, 'name==version' each.")
     python_version: str = Field("3.12", description="Target Python (pip download --python-version).")
     implementation: str = Field("cp", description="pip download --implementation.")
-    platforms: tuple[str, ...] = Field(DEFAULT_PLATFORMS, description="pip download --platform values.")
+    platform: str | None = Field(None, description="The CPU platform the bundle is for (linux/amd64 or "
+                                 "linux/arm64); absent: this host's, or `bundle make --platform`.")
+    platforms: tuple[str, ...] | None = Field(None, description="pip download --platform tags; absent: "
+                                              "the manylinux tags of `platform` (harness/platforms.py).")
     part_size_mb: float = Field(60, gt=0, description="Largest part, in MB (10^6 bytes).")
     xz_preset: int = Field(6, ge=0, le=9, description="xz compression preset.")
     strip: tuple[Strip, ...] = Field((), description="Files removed from wheels, with the reason.")
@@ -81,8 +83,10 @@ def load_spec(path: Path) -> BundleSpec:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{path}: {problems}", hint="fix those keys (see harness/bundle.py BundleSpec)") from None
     grammar.check("bundle_name", spec.name, where=f"{path}: name")
+    if spec.platform is not None:
+        platforms.parse(spec.platform, where=f"{path}: platform")
     # every value below becomes an argument of `pip download`: none may read as an option
-    for i, plat in enumerate(spec.platforms):
+    for i, plat in enumerate(spec.platforms or ()):
         if not re.fullmatch(r"[A-Za-z0-9_.]{1,64}", plat):
             raise ConfigError(f"{path}: platforms[{i}] {plat!r} is not a platform tag", hint="e.g. manylinux_2_28_x86_64")
     if not re.fullmatch(r"\d(?:\.\d{1,2})?", spec.python_version):
@@ -94,6 +98,27 @@ def load_spec(path: Path) -> BundleSpec:
         raise ConfigError(f"{path}: requirements must be exact pins 'name==version', not {', '.join(bad)}",
                           hint="pin every package (resolve once with pip, then copy `pip freeze`)")
     return spec
+
+
+def target_platform(spec: BundleSpec, spec_path: Path, given: platforms.Platform | None = None) -> platforms.Platform:
+    """The platform a bundle is made for: `--platform`, else the spec's `platform`, else this
+    host's. A `--platform` the spec contradicts, or a spec tag for another CPU, is bad input."""
+    own = platforms.parse(spec.platform, where=f"{spec_path}: platform") if spec.platform else None
+    if given is not None and own is not None and given != own:
+        raise ConfigError(f"{spec_path}: platform is {own.describe()}; --platform asks for {given.describe()}",
+                          hint="drop --platform to make the bundle the spec describes, or write a spec for "
+                               f"{given.docker} (its pins may differ per CPU)")
+    target = given or own or platforms.host()
+    for i, tag in enumerate(spec.platforms or ()):
+        if not target.takes_wheel(f"x-0-py3-none-{tag}.whl"):
+            raise ConfigError(f"{spec_path}: platforms[{i}] {tag!r} is not a tag for {target.describe()}",
+                              hint="remove `platforms` (the tags then follow the platform) or list tags "
+                                   f"ending in _{target.machine}")
+    return target
+
+
+def wheel_tags(spec: BundleSpec, target: platforms.Platform) -> tuple[str, ...]:
+    return spec.platforms or target.wheel_tags()
 
 
 def sha256_file(path: Path) -> str:
@@ -118,11 +143,11 @@ def wheel_name_version(filename: str) -> tuple[str, str]:
 # --- make ---------------------------------------------------------------------------------------
 
 
-def download(spec: BundleSpec, dest: Path, python: str = sys.executable) -> None:
+def download(spec: BundleSpec, dest: Path, target: platforms.Platform, python: str = sys.executable) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [python, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
            "--python-version", spec.python_version, "--implementation", spec.implementation,
-           *[a for p in spec.platforms for a in ("--platform", p)], "-d", str(dest), *spec.requirements]
+           *[a for p in wheel_tags(spec, target) for a in ("--platform", p)], "-d", str(dest), *spec.requirements]
     r = proc.run(cmd, timeout=DOWNLOAD_TIMEOUT_S)
     if r.returncode != 0:
         raise HarnessError(f"pip download failed: {r.stderr.strip()[-2000:]}",
@@ -157,8 +182,10 @@ def repack(src: Path, dest: Path, globs: tuple[str, ...]) -> list[str]:
     return removed
 
 
-def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path) -> dict:
-    """The wheelhouse folder (re-packed where the spec strips) and its lock, as a dict."""
+def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path, target: platforms.Platform) -> dict:
+    """The wheelhouse folder (re-packed where the spec strips) and its lock, as a dict. Wheels
+    built for another CPU than `target` are left out; a requirement with only such wheels is
+    refused, naming them."""
     wheelhouse.mkdir(parents=True, exist_ok=True)
     wanted = {norm(r.split("==")[0]): r.split("==")[1] for r in spec.requirements}
     strips = {norm(s.wheel): s for s in spec.strip}
@@ -168,9 +195,13 @@ def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path) -> dic
                           hint="strip only wheels the bundle carries")
     entries = []
     seen = set()
+    foreign: dict[str, list[str]] = {}
     for whl in sorted(downloaded.glob("*.whl")):
         name, version = wheel_name_version(whl.name)
         if name not in wanted:
+            continue
+        if why := platforms.wheel_refusal(whl.name, target):
+            foreign.setdefault(name, []).append(why)
             continue
         seen.add(name)
         upstream = sha256_file(whl)
@@ -187,15 +218,20 @@ def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path) -> dic
             entry.update(repacked=False)
         entry["sha256"] = sha256_file(wheelhouse / whl.name)
         entries.append(entry)
+    if wrong := [why for name in sorted(set(foreign) - seen) for why in foreign[name]]:
+        raise ConfigError(f"bundle {spec.name}: in {downloaded}: " + "; ".join(wrong[:5]),
+                          hint=f"download the {target.machine} wheels (or pure ones), or make the bundle for "
+                               "their platform (--platform)")
     missing = sorted(set(wanted) - seen)
     if missing:
         raise HarnessError(f"bundle {spec.name}: no wheel downloaded for {', '.join(missing)}")
-    lock = {"bundle": spec.name, "python_version": spec.python_version, "wheels": entries}
+    lock = {"bundle": spec.name, "python_version": spec.python_version, "platform": target.docker,
+            "wheels": entries}
     writes.write_text(wheelhouse / LOCK, json.dumps(lock, indent=1, sort_keys=True) + "\n", flag="wheel lock")
     return lock
 
 
-def pack(wheelhouse: Path, out: Path, spec: BundleSpec) -> dict:
+def pack(wheelhouse: Path, out: Path, spec: BundleSpec, target: platforms.Platform) -> dict:
     """wheelhouse -> out/part_NN (each <= part size) + out/bundle.json."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("part_*"):
@@ -228,6 +264,7 @@ def pack(wheelhouse: Path, out: Path, spec: BundleSpec) -> dict:
             writes.write_bytes(p, chunk, flag="--out part")
             parts.append({"file": p.name, "bytes": len(chunk), "sha256": hashlib.sha256(chunk).hexdigest()})
     manifest = {"bundle": spec.name, "description": spec.description, "format": "tar.xz split",
+                "platform": target.docker,
                 "archive_sha256": sha256_file(archive), "archive_bytes": archive.stat().st_size,
                 "part_size_limit_bytes": limit, "parts": parts,
                 "lock": read_lock(wheelhouse)}
@@ -236,15 +273,17 @@ def pack(wheelhouse: Path, out: Path, spec: BundleSpec) -> dict:
     return manifest
 
 
-def make(spec_path: Path, out: Path, *, downloaded: Path | None = None, keep_wheelhouse: Path | None = None) -> dict:
+def make(spec_path: Path, out: Path, *, downloaded: Path | None = None, keep_wheelhouse: Path | None = None,
+         platform: platforms.Platform | None = None) -> dict:
     spec = load_spec(spec_path)
+    target = target_platform(spec, spec_path, platform)
     with tempfile.TemporaryDirectory(prefix="harness-bundle-") as tmp:
         dl = downloaded or Path(tmp) / "download"
         if downloaded is None:
-            download(spec, dl)
+            download(spec, dl, target)
         wh = keep_wheelhouse or Path(tmp) / "wheelhouse"
-        make_wheelhouse(spec, dl, wh)
-        return pack(wh, out, spec)
+        make_wheelhouse(spec, dl, wh, target)
+        return pack(wh, out, spec, target)
 
 
 # --- install ------------------------------------------------------------------------------------
@@ -266,6 +305,7 @@ class _Wheel(BaseModel):
 
 class _Lock(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
+    platform: str | None = None  # absent in bundles made before platforms were recorded
     wheels: tuple[_Wheel, ...] = Field(max_length=10_000)
 
 
@@ -274,6 +314,7 @@ class _Manifest(BaseModel):
     bundle: str
     archive_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     archive_bytes: int = Field(ge=0)
+    platform: str | None = None
     parts: tuple[_Part, ...] = Field(min_length=1, max_length=10_000)
     lock: _Lock
 
@@ -286,7 +327,11 @@ def _validated(model, data, name: str, hint: str) -> dict:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()[:5])
         raise ConfigError(f"{name}: {grammar.one_line(problems)}", hint=hint) from None
-    wheels = data["lock"]["wheels"] if model is _Manifest else data["wheels"]
+    lock = data["lock"] if model is _Manifest else data
+    for where, d in (("platform", data), ("lock.platform", lock)) if model is _Manifest else (("platform", data),):
+        if d.get("platform") is not None:
+            platforms.parse(d["platform"], where=f"{name}: {where}")
+    wheels = lock["wheels"]
     for i, w in enumerate(wheels):
         grammar.check("wheel_file", w["file"], where=f"{name}: wheels[{i}].file", hint=hint)
     for i, p in enumerate(data.get("parts", ())):
@@ -345,8 +390,26 @@ def check_lock(wheelhouse: Path) -> dict:
     return lock
 
 
-def unpack(bundle_dir: Path, dest: Path) -> dict:
+def refuse_other_cpu(where: str, lock: dict, target: platforms.Platform, made_for: str | None = None) -> None:
+    """Bad input (exit 2) when a bundle or wheelhouse was made for another CPU than `target`, or
+    holds a wheel whose tag names another one: named, before anything is unpacked or installed."""
+    made = platforms.parse(made_for or lock.get("platform") or target.docker, where=f"{where}: platform")
+    if made != target:
+        raise ConfigError(f"{where}: made for {made.describe()}; this is {target.describe()}",
+                          hint=f"make the bundle for {target.docker} (`harness bundle make SPEC --platform "
+                               f"{target.docker}`), or install it on a {made.machine} host")
+    wrong = [why for w in lock["wheels"] if (why := platforms.wheel_refusal(w["file"], target))]
+    if wrong:
+        raise ConfigError(f"{where}: {len(wrong)} wheel(s) for another CPU: " + "; ".join(wrong[:5]),
+                          hint=f"make the bundle again for {target.docker}: its wheels must be pure or "
+                               f"tagged _{target.machine}")
+
+
+def unpack(bundle_dir: Path, dest: Path, target: platforms.Platform | None = None) -> dict:
+    """Check and unpack a bundle into the wheelhouse `dest`, for `target` (default: this host)."""
+    target = target or platforms.host()
     manifest = check_parts(bundle_dir)
+    refuse_other_cpu(str(bundle_dir / MANIFEST), manifest["lock"], target, manifest.get("platform"))
     h = hashlib.sha256()
     dest.mkdir(parents=True, exist_ok=True)
 
@@ -378,12 +441,59 @@ def unpack(bundle_dir: Path, dest: Path) -> dict:
     return manifest
 
 
+def interpreter(python: str) -> tuple[platforms.Platform, str, tuple[int, int]]:
+    """The CPU platform a Python interpreter runs on, its implementation and version."""
+    code = "import platform, sys; print(platform.machine(), sys.implementation.name, *sys.version_info[:2])"
+    r = proc.run([python, "-c", code], timeout=60)
+    words = r.stdout.split()
+    if r.returncode != 0 or len(words) != 4:
+        raise ConfigError(f"--python {python}: it does not run ({(r.stderr or '').strip()[-300:] or 'no output'})",
+                          hint="give the Python that will import the site")
+    return (platforms.parse(words[0], where=f"--python {python}: platform.machine()"), words[1],
+            (int(words[2]), int(words[3])))
+
+
+def python_refusal(filename: str, impl: str, version: tuple[int, int]) -> str | None:
+    """None when a wheel's Python and ABI tags suit this interpreter (CPython: what pip accepts
+    for py3/pyXY with no ABI, cpXY with its own ABI, cp3N-abi3 up to this version); else why not.
+    Other implementations are not judged here."""
+    if impl != "cpython":
+        return None
+    major, minor = version
+    tag = filename[:-4].split("-")[-3:-1] if filename.endswith(".whl") else []
+    if len(tag) != 2:
+        return f"{filename} is not a wheel file name"
+
+    def ok(py: str, abi: str) -> bool:
+        n = re.fullmatch(rf"(py|cp){major}(\d*)", py)
+        if n is None or (n[2] and int(n[2]) > minor):
+            return False
+        if abi == "none":
+            return n[1] == "py" or n[2] == str(minor)
+        if abi == "abi3":
+            return n[1] == "cp"
+        return n[1] == "cp" and n[2] == str(minor) and abi == f"cp{major}{minor}"
+
+    if any(ok(py, abi) for py in tag[0].split(".") for abi in tag[1].split(".")):
+        return None
+    return f"{filename} is for {tag[0]}-{tag[1]}, not CPython {major}.{minor}"
+
+
 def install_site(wheelhouse: Path, site: Path, python: str) -> list[str]:
-    """Install every locked wheel into `site` with no index (pip, or unpacking where pip is absent)."""
+    """Install every locked wheel into `site` with no index (pip, or unpacking where pip is absent).
+    Every wheel is checked against that Python's CPU first: none for another is ever unpacked. The
+    wheels returned are the ones found installed (each one's .dist-info in `site`)."""
     lock = check_lock(wheelhouse)
     files = [str(wheelhouse / w["file"]) for w in lock["wheels"]]
     if shutil.which(python) is None:
         raise ConfigError(f"--python {python}: no such interpreter", hint="give the Python that will import the site")
+    cpu, impl, version = interpreter(python)
+    refuse_other_cpu(str(wheelhouse / LOCK), lock, cpu)
+    wrong = [why for w in lock["wheels"] if (why := python_refusal(w["file"], impl, version))]
+    if wrong:
+        raise ConfigError(f"--python {python}: {len(wrong)} wheel(s) it cannot import: " + "; ".join(wrong[:5]),
+                          hint=f"make the bundle for Python {version[0]}.{version[1]} (python_version in the "
+                               "spec), or give the Python it was made for")
     site.mkdir(parents=True, exist_ok=True)
     has_pip = proc.run([python, "-m", "pip", "--version"], timeout=120).ok
     if has_pip:
@@ -395,4 +505,9 @@ def install_site(wheelhouse: Path, site: Path, python: str) -> list[str]:
         for f in files:
             with zipfile.ZipFile(f) as z:
                 z.extractall(site)
+    found = {norm(d.name[:-len(".dist-info")].rsplit("-", 1)[0]) for d in site.glob("*.dist-info")}
+    missing = [w["file"] for w in lock["wheels"] if norm(w["name"]) not in found]
+    if missing:
+        raise HarnessError(f"{site}: {len(missing)} of {len(files)} wheel(s) not installed: {', '.join(missing[:5])}",
+                           hint="see the pip output above; install into an empty folder")
     return [w["file"] for w in lock["wheels"]]

@@ -12,6 +12,12 @@ matches its matrix (a tag, version or digest edited in the matrix, a stack added
 naming what moved and the fix (`harness lock -m MATRIX`). Locking again over an existing lock
 is how an upstream move is noticed: a tag that now resolves to another digest is an error
 naming the image, unless `--update` accepts it.
+
+A lock is written for one CPU platform (this host's, or `--platform`) and records it: a wheel
+pin is the file for that CPU (or a pure one). The sdists and the base image's digest (the tag's
+digest as the registry lists it, which a multi-platform tag shares across its platforms) are the
+same on every platform; a lock whose pinned wheel is for another CPU than the build's is a
+mismatch naming the file and both platforms.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness import __version__, http
+from harness import __version__, http, platforms
 from harness.errors import ConfigError, EnvironmentProblem
 from harness.http import HttpError
 from harness.matrix.load import Matrix
@@ -44,6 +50,7 @@ HEADER = """\
 #   base_image        the digest its repository:tag resolved to (docker pull, then RepoDigests)
 #   vllm, flashinfer  the sha256 of the sdist the build downloads (checked after download)
 #   flashinfer-cubin  the sha256 of the prebuilt-kernel wheel (recorded; pip installs it by version)
+# [lock] platform is the CPU the wheel pins were picked for (a pure wheel suits every CPU).
 # `source` says where the value came from (engine, pypi, or the matrix, which wins) and
 # `locked` when. A tag that later resolves elsewhere fails `harness lock` until --update.
 """
@@ -77,6 +84,8 @@ class LockMeta(_Strict):
     matrix: str = Field(description="The matrix file name this lock belongs to.")
     written: str
     tool: str
+    platform: str | None = Field(None, description="The CPU platform wheels were picked for (linux/amd64, "
+                                 "linux/arm64); absent in locks written before it was recorded.")
 
 
 class LockFile(_Strict):
@@ -182,17 +191,21 @@ def pypi_files(project: str, version: str, *, fetch: JsonGetter | None = None,
     return list(releases[version] or [])
 
 
-def pick_file(files: list[dict], project: str, version: str, kind: str, arch: str = "x86_64") -> dict:
-    """The one file the build downloads: the sdist, or the wheel for this platform (or a pure one)."""
+def pick_file(files: list[dict], project: str, version: str, kind: str,
+              platform: platforms.Platform | None = None) -> dict:
+    """The one file the build downloads: the sdist, or the wheel for `platform` (default: this
+    host's), a pure one first."""
     if kind == "sdist":
         mine = [f for f in files if f.get("packagetype") == "sdist"]
     else:
+        target = platform or platforms.host()
         wheels = [f for f in files if f.get("packagetype") == "bdist_wheel"]
-        mine = ([f for f in wheels if f["filename"].endswith("-any.whl")]
-                or [f for f in wheels if arch in f["filename"]])
+        mine = ([f for f in wheels if "any" in platforms.wheel_targets(f.get("filename", ""))]
+                or [f for f in wheels if target.takes_wheel(f.get("filename", ""))])
     if not mine:
         listed = ", ".join(f.get("filename", "?") for f in files) or "no files"
-        raise ConfigError(f"{project} {version} has no {kind} on PyPI (listed: {listed})",
+        what = kind if kind == "sdist" else f"{kind} for {(platform or platforms.host()).describe()}"
+        raise ConfigError(f"{project} {version} has no {what} on PyPI (listed: {listed})",
                           hint="pin a version that publishes one")
     chosen = sorted(mine, key=lambda f: f["filename"])[0]
     if not re.fullmatch(r"[0-9a-f]{64}", (chosen.get("digests") or {}).get("sha256", "")):
@@ -220,10 +233,14 @@ class _Puller(Protocol):
 
 def resolve(matrix: Matrix, *, engine_factory: Callable[[], _Puller] | None = None,
             fetch: JsonGetter | None = None, previous: LockFile | None = None, update: bool = False,
-            say: Callable[[str], None] = lambda _s: None, arch: str = "x86_64") -> LockFile:
-    """A lock for every docker stack of the matrix. With `previous`, a pin that resolves to a
-    different value than before is an error (unless `update`); a pin whose matrix entry changed
-    is simply resolved again."""
+            say: Callable[[str], None] = lambda _s: None,
+            platform: platforms.Platform | None = None) -> LockFile:
+    """A lock for every docker stack of the matrix, its wheels picked for `platform` (default:
+    this host's). With `previous`, a pin that resolves to a different value than before is an
+    error (unless `update`); a pin whose matrix entry changed, or a wheel locked before for
+    another platform, is simply resolved again."""
+    target = platform or platforms.host()
+    other_cpu = previous is not None and previous.lock.platform not in (None, target.docker)
     now = _now()
     images: dict[str, str] = {}
     engine = None
@@ -262,12 +279,13 @@ def resolve(matrix: Matrix, *, engine_factory: Callable[[], _Puller] | None = No
                                       f"{w.project} {w.version} sdist on PyPI ({', '.join(sorted(listed))})",
                                       hint="copy the sha256 PyPI lists, or remove the key and lock again")
             else:
-                chosen = pick_file(files, w.project, w.version, w.kind, arch)
+                chosen = pick_file(files, w.project, w.version, w.kind, target)
             pin = LockedFile(project=w.project, version=w.version, kind=w.kind, file=chosen["filename"],
                              sha256=chosen["digests"]["sha256"], source="matrix" if w.given else "pypi",
                              locked=now)
             if (isinstance(before, LockedFile) and (before.project, before.version, before.kind)
-                    == (pin.project, pin.version, pin.kind) and before.sha256 != pin.sha256 and not update):
+                    == (pin.project, pin.version, pin.kind) and before.sha256 != pin.sha256 and not update
+                    and not (other_cpu and pin.kind == "wheel")):
                 moved.append(f"{w.where}: {w.what} is now {pin.file} sha256 {pin.sha256}; the lock "
                              f"has {before.file} sha256 {before.sha256}")
         stacks.setdefault(w.stack, {})[w.key] = pin
@@ -276,8 +294,8 @@ def resolve(matrix: Matrix, *, engine_factory: Callable[[], _Puller] | None = No
         raise Moved(moved, hint=f"if the new content is what you want: `harness lock -m {rel} --update`; "
                     "to keep building what you had, write the old digest into the matrix")
 
-    return LockFile(lock=LockMeta(matrix=matrix.path.name, written=now, tool=f"harness {__version__}"),
-                    stacks=stacks)
+    return LockFile(lock=LockMeta(matrix=matrix.path.name, written=now, tool=f"harness {__version__}",
+                                  platform=target.docker), stacks=stacks)
 
 
 # --- reading, writing, applying -----------------------------------------------------------------
@@ -314,8 +332,11 @@ def read_lock(path: Path) -> LockFile | None:
     return lock
 
 
-def mismatches(matrix: Matrix, lock: LockFile, stacks: list[str] | None = None) -> list[str]:
-    """What the matrix asks for that the lock does not hold, one line each, named by key path."""
+def mismatches(matrix: Matrix, lock: LockFile, stacks: list[str] | None = None,
+               platform: platforms.Platform | None = None) -> list[str]:
+    """What the matrix asks for that the lock does not hold, one line each, named by key path; a
+    wheel pinned for another CPU than `platform` (default: this host's) is one of them."""
+    target = platform or platforms.host()
     problems: list[str] = []
     for w in wants(matrix, stacks):
         pin = (lock.stacks.get(w.stack) or {}).get(w.key)
@@ -333,12 +354,17 @@ def mismatches(matrix: Matrix, lock: LockFile, stacks: list[str] | None = None) 
         elif w.given and w.given != pin.sha256:
             problems.append(f"{w.where}.sdist_sha256: the matrix says {w.given}; the lock says "
                             f"{pin.sha256} (the matrix wins: lock again to record it)")
+        elif pin.kind == "wheel" and (why := platforms.wheel_refusal(pin.file, target)):
+            problems.append(f"{w.where}: the lock (written for {lock.lock.platform or 'an unrecorded platform'}) "
+                            f"pinned {why}: lock again with --platform {target.docker}")
     return problems
 
 
-def apply_lock(matrix: Matrix, lock: LockFile, stacks: list[str] | None = None) -> Matrix:
-    """The matrix with the lock's digests and sha256s where it wrote none; a mismatch is an error."""
-    if problems := mismatches(matrix, lock, stacks):
+def apply_lock(matrix: Matrix, lock: LockFile, stacks: list[str] | None = None,
+               platform: platforms.Platform | None = None) -> Matrix:
+    """The matrix with the lock's digests and sha256s where it wrote none; a mismatch (a wheel
+    pinned for another CPU than `platform` among them) is an error."""
+    if problems := mismatches(matrix, lock, stacks, platform):
         raise Moved(problems, hint=f"`harness lock -m {_shown(matrix.path)}` (it re-resolves what changed "
                     "and keeps the rest)")
     new_stacks = dict(matrix.spec.stacks)
@@ -372,7 +398,8 @@ def pinned_lines(lock: LockFile) -> list[str]:
 
 def locked_matrix(matrix: Matrix, stacks: list[str] | None = None, *, lock_if_missing: bool = False,
                   say: Callable[[str], None] = lambda _s: None,
-                  engine_factory: Callable[[], _Puller] | None = None) -> Matrix:
+                  engine_factory: Callable[[], _Puller] | None = None,
+                  platform: platforms.Platform | None = None) -> Matrix:
     """What `harness run` and `harness build` build from: the matrix with its lock applied.
     Without a lock, and with `lock_if_missing`, lock first (and say what was pinned) when some
     stack lacks a pin; otherwise the matrix as it is (the build then refuses what is unpinned)."""
@@ -383,8 +410,8 @@ def locked_matrix(matrix: Matrix, stacks: list[str] | None = None, *, lock_if_mi
         if not needed or not lock_if_missing:
             return matrix
         say(f"no lock for {matrix.path.name}: locking {len(needed)} pin(s) first ({_shown(path)})")
-        lock = resolve(matrix, engine_factory=engine_factory, say=say)
+        lock = resolve(matrix, engine_factory=engine_factory, say=say, platform=platform)
         write_lock(lock, path)
         for line in pinned_lines(lock):
             say(f"  pinned {line}")
-    return apply_lock(matrix, lock, stacks)
+    return apply_lock(matrix, lock, stacks, platform)

@@ -10,6 +10,7 @@ image is never reused on an arm64 host and no wheel for another CPU is installed
 from __future__ import annotations
 
 import platform as _platform
+import re
 from dataclasses import dataclass
 
 from harness.errors import ConfigError
@@ -33,6 +34,15 @@ class Platform:
         return {"platform_machine": self.machine, "sys_platform": "linux", "platform_system": "Linux",
                 "os_name": "posix"}
 
+    def takes_wheel(self, filename: str) -> bool:
+        """Whether a wheel file, by the platform tag in its name, installs on this CPU: a pure
+        wheel (`any`) or one whose Linux tag names this machine."""
+        targets = wheel_targets(filename)
+        return "any" in targets or self.machine in targets
+
+    def describe(self) -> str:
+        return f"{self.docker} ({self.machine})"
+
 
 AMD64 = Platform("linux/amd64", "x86_64", "amd64")
 ARM64 = Platform("linux/arm64", "aarch64", "arm64")
@@ -50,6 +60,33 @@ def parse(value: str, *, where: str = "--platform") -> Platform:
         raise ConfigError(f"{where}: unknown platform {value[:64]!r}",
                           hint="use linux/amd64 (x86_64) or linux/arm64 (aarch64, a DGX Spark)")
     return p
+
+
+# a Linux platform tag: linux_<cpu>, manylinux1/2010/2014_<cpu>, manylinux_2_28_<cpu>, musllinux_1_2_<cpu>
+_LINUX_TAG = re.compile(r"(?:linux|manylinux(?:1|2010|2014)|manylinux_\d+_\d+|musllinux_\d+_\d+)_(?P<cpu>[a-z0-9_]+)")
+
+
+def wheel_targets(filename: str) -> tuple[str, ...]:
+    """What a wheel's file name says it runs on, one entry per platform tag (a name may carry
+    several, joined by '.'): `any` for a pure wheel, the CPU (`uname -m` spelling) for a Linux
+    tag, the whole tag for anything else (macosx_14_0_arm64, win_amd64). A name that is not a
+    wheel's gives ()."""
+    if not filename.endswith(".whl") or filename.count("-") < 4:
+        return ()
+    out = []
+    for tag in filename[:-4].rsplit("-", 1)[1].split("."):
+        m = _LINUX_TAG.fullmatch(tag)
+        out.append(m["cpu"] if m else tag)
+    return tuple(out)
+
+
+def wheel_refusal(filename: str, target: Platform) -> str | None:
+    """None when `filename` installs on `target`; else one line saying what the wheel is for."""
+    if target.takes_wheel(filename):
+        return None
+    names = wheel_targets(filename)
+    return (f"{filename} is built for {', '.join(dict.fromkeys(names)) or 'no platform its name states'}, "
+            f"not {target.describe()}")
 
 
 def of_engine(os_name: str | None, arch: str | None) -> Platform | None:

@@ -203,15 +203,20 @@ def test_autotuner_one_entry_per_op_largest_count():
     ]
 
 
-def test_capture_hang_needs_the_process_to_have_ended():
+def test_a_log_that_stops_during_capture_is_a_hang_only_when_the_run_timer_says_so():
     text = (LOGS / "dynamo4087_log_ends_in_capture.log").read_text()
-    assert "cudagraph-capture-hang" in fingerprint(text).signatures
-    assert "cudagraph-capture-hang" not in fingerprint(text, process_ended=False).signatures
+    alone = fingerprint(text)
+    assert "cudagraph-capture-hang" not in alone.signatures and not alone.fatal
+    assert "ends-during-capture" in alone.signatures
+    hung = fingerprint(text, hung=True)
+    assert "cudagraph-capture-hang" in hung.signatures and "ends-during-capture" not in hung.signatures
+    assert hung.failure_class == "cuda-graph-hang"
+    assert not fingerprint(text, process_ended=False).signatures
     finished = (
         text
         + "(EngineCore pid=1) INFO 11-04 12:25:50 [gpu_model_runner.py:6517] Graph capturing finished in 9 secs, took 0.40 GiB\n"
     )
-    assert "cudagraph-capture-hang" not in fingerprint(finished).signatures
+    assert not {"cudagraph-capture-hang", "ends-during-capture"} & set(fingerprint(finished, hung=True).signatures)
 
 
 SIGNATURES = [

@@ -34,12 +34,28 @@ def run():
 '''
 
 
+# The C++ side (vLLM csrc/): a check with a message, one without, a CUTLASS status caller, a throw
+# and a printf, each as vLLM's kernels write them.
+CSRC = r'''
+// TORCH_CHECK(false, "a comment is not a message");
+void gemm(torch::Tensor& a, int64_t n) {
+  TORCH_CHECK(a.is_contiguous(), "a must be contiguous, got stride ", a.stride(0));
+  TORCH_CHECK(n > 0);
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "No compiled cutlass_scaled_mm for CUDA device capability: ", n);
+  if (n > 7) throw std::runtime_error("max supported block limit is " + std::to_string(n));
+  printf("CUDA error: %s at %s:%d\n", cudaGetErrorString(err), __FILE__, __LINE__);
+}
+'''
+
+
 def _sdist(version: str) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for name, text in ((f"vllm-{version}/vllm/v1/engine/core.py", ENGINE),
                            (f"vllm-{version}/vllm/broken.py", "def (:\n"),
-                           (f"vllm-{version}/tests/test_x.py", ENGINE)):
+                           (f"vllm-{version}/tests/test_x.py", ENGINE),
+                           (f"vllm-{version}/csrc/gemm.cu", CSRC),
+                           (f"vllm-{version}/tests/kernels/x.cu", CSRC)):
             data = text.encode()
             info = tarfile.TarInfo(name)
             info.size = len(data)
@@ -109,6 +125,33 @@ def test_one_release_is_fetched_parsed_and_summarised(pypi, capsys):
         ("linear", "Using {0} for {1} GEMM", "vllm/v1/engine/core.py:6"),
         ("fatal", "EngineCore encountered a fatal error.", "vllm/v1/engine/core.py:8"),
     ]
+
+
+def test_the_cpp_messages_of_every_release_are_read_into_one_file(pypi, capsys):
+    out = pypi / "out"
+    assert catalog.main(["--only", "vllm", "--sources", "cpp", "--out", str(out)]) == 3  # 0.10.1's sha256
+    counts, found = catalog.scan_cpp("vllm", pypi / "cache" / "vllm-0.9.2.tar.gz")
+    assert counts["files"] == 1  # csrc/ only, not tests/
+    got = [(m["kind"], m["exception"], m["template"], m["call"]) for m in found]
+    assert got == [
+        ("raise", "RuntimeError", "a must be contiguous, got stride {0}", "TORCH_CHECK"),
+        ("raise", "RuntimeError", "Expected n > 0 to be true, but got false.", "TORCH_CHECK"),
+        ("raise", "NotImplementedError", "No compiled cutlass_scaled_mm for CUDA device capability: {0}",
+         "TORCH_CHECK_NOT_IMPLEMENTED"),
+        ("raise", "RuntimeError", "max supported block limit is {0}", "throw std::runtime_error"),
+        ("print", "", "CUDA error: {0} at {1}:{2}", "printf"),
+    ]
+    path = catalog.write_cpp("vllm", {"0.9.2": ({"filename": "vllm-0.9.2.tar.gz", "digests": {"sha256": "x"}},
+                                                 counts, found)}, out)
+    doc = json.loads(path.read_text())
+    assert doc["distinct"] == 5 and doc["releases"]["0.9.2"]["counts"]["call:TORCH_CHECK"] == 2
+    assert {m["first"] for m in doc["messages"]} == {"0.9.2"}
+
+
+def test_versions_with_the_cpp_catalog_is_a_usage_error(pypi, capsys):
+    with pytest.raises(SystemExit) as exc:
+        catalog.main(["--only", "vllm", "--versions", "0.9.2", "--sources", "cpp"])
+    assert exc.value.code == 2 and "cpp/<project>.json holds every release" in capsys.readouterr().err
 
 
 def test_a_download_whose_sha256_differs_is_one_error_not_a_traceback(pypi, capsys):

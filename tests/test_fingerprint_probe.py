@@ -100,9 +100,13 @@ def test_cli_json(capsys):
 
 
 def test_cli_table(capsys):
-    assert main(["fingerprint", str(LOGS / "dynamo4087_log_ends_in_capture.log")]) == 1
+    log = str(LOGS / "dynamo4087_log_ends_in_capture.log")
+    assert main(["fingerprint", log]) == 0  # a file alone: ends during capture (warn)
     text = capsys.readouterr().out
-    assert "132752" in text and "cudagraph-capture-hang" in text
+    assert "132752" in text and "ends-during-capture" in text and "capture-hang" not in text
+    assert main(["fingerprint", "--hung", log]) == 1
+    text = capsys.readouterr().out
+    assert "cudagraph-capture-hang" in text
     assert "cuda-graph-hang" in text  # failure_class row
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pypi_fake import FI_SDIST, RELEASES, VLLM_SDIST, FakePyPI, pypi  # noqa: F401 - pypi is a fixture
 
-from harness import lock
+from harness import lock, platforms
 from harness.build.dockerfile import render
 from harness.cli import main
 from harness.errors import ConfigError
@@ -89,7 +89,8 @@ def test_sdist_sha256_comes_from_pypi_json_with_the_project_fallback():
 ])
 @pytest.mark.usefixtures("pypi")
 def test_the_right_file_is_picked(project, version, kind, arch, want):
-    assert lock.pick_file(lock.pypi_files(project, version), project, version, kind, arch)["filename"] == want
+    files = lock.pypi_files(project, version)
+    assert lock.pick_file(files, project, version, kind, platforms.parse(arch))["filename"] == want
 
 
 @pytest.mark.usefixtures("pypi")
@@ -277,3 +278,95 @@ def test_pypi_answers_go_through_harness_http_with_its_retries(monkeypatch):
     # plain http to anything but this loopback test server is refused, as for every download
     with pytest.raises(ConfigError, match="only https://"):
         lock.get_json("http://pypi.example/pypi/vllm/json")
+
+
+# --- the platform a lock is written for ----------------------------------------------------------
+
+
+@pytest.mark.usefixtures("pypi")
+def test_a_lock_records_its_platform_this_hosts_by_default(tmp_path):
+    m = load_matrix(write_matrix(tmp_path))
+    lk = lock.resolve(m, engine_factory=lambda: Engine({"example/cuda:13.0.1": DIGEST_A}))
+    assert lk.lock.platform == platforms.host().docker
+    arm = lock.resolve(m, engine_factory=lambda: Engine({"example/cuda:13.0.1": DIGEST_A}),
+                       platform=platforms.ARM64)
+    lock.write_lock(arm, tmp_path / "t.lock")
+    assert 'platform = "linux/arm64"' in (tmp_path / "t.lock").read_text()
+    assert lock.read_lock(tmp_path / "t.lock").lock.platform == "linux/arm64"
+    # sdists and the base image's digest are the same on every CPU: the same pins
+    assert {k: v.model_dump(exclude={"locked"}) for k, v in arm.stacks["a"].items()} == \
+        {k: v.model_dump(exclude={"locked"}) for k, v in lk.stacks["a"].items()}
+
+
+@pytest.mark.usefixtures("pypi")
+def test_an_arm64_host_picks_the_aarch64_wheel_and_never_another_cpus(monkeypatch):
+    files = lock.pypi_files("vllm", "0.33.0")
+    monkeypatch.setattr(platforms._platform, "machine", lambda: "aarch64")  # what uname says on a Spark
+    assert lock.pick_file(files, "vllm", "0.33.0", "wheel")["filename"].endswith("_aarch64.whl")
+    only_x86 = [f for f in files if not f["filename"].endswith("_aarch64.whl")]
+    with pytest.raises(ConfigError, match=r"vllm 0.33.0 has no wheel for linux/arm64 \(aarch64\) on PyPI"):
+        lock.pick_file(only_x86, "vllm", "0.33.0", "wheel")
+
+
+def _with_cubin_pin(lk: lock.LockFile, file: str) -> lock.LockFile:
+    """The lock with a flashinfer-cubin pin on stack a, the only wheel a lock pins. PyPI's cubin
+    wheels are pure; the CPU-tagged file name given here is made up, to stand for a wheel that
+    is not."""
+    pin = lock.LockedFile(project="flashinfer-cubin", version="0.7.2.post1", kind="wheel", file=file,
+                          sha256="c" * 64, source="pypi", locked="2026-12-02T00:00:00Z")
+    return lk.model_copy(update={"stacks": {**lk.stacks, "a": {**lk.stacks["a"], "flashinfer-cubin": pin}}})
+
+
+@pytest.mark.usefixtures("pypi")
+def test_a_wheel_locked_for_another_cpu_is_a_mismatch_naming_both(tmp_path):
+    lk = lock.resolve(load_matrix(write_matrix(tmp_path)), platform=platforms.AMD64,
+                      engine_factory=lambda: Engine({"example/cuda:13.0.1": DIGEST_A}))
+    path = tmp_path / "t.toml"
+    path.write_text(path.read_text().replace("cubin = false }\n[stacks.b]", "cubin = true }\n[stacks.b]", 1))
+    m = load_matrix(path)  # stack a now takes the cubin wheel
+    x86 = _with_cubin_pin(lk, "flashinfer_cubin-0.7.2.post1-py3-none-manylinux_2_28_x86_64.whl")
+    assert lock.mismatches(m, x86, platform=platforms.AMD64) == []
+    problems = lock.mismatches(m, x86, platform=platforms.ARM64)
+    assert problems == ["stacks.a.flashinfer-cubin: the lock (written for linux/amd64) pinned "
+                        "flashinfer_cubin-0.7.2.post1-py3-none-manylinux_2_28_x86_64.whl is built for x86_64, "
+                        "not linux/arm64 (aarch64): lock again with --platform linux/arm64"]
+    with pytest.raises(lock.Moved):
+        lock.apply_lock(m, x86, platform=platforms.ARM64)
+    pure = _with_cubin_pin(lk, "flashinfer_cubin-0.7.2.post1-py3-none-any.whl")
+    assert lock.mismatches(m, pure, platform=platforms.ARM64) == []  # a pure wheel suits every CPU
+
+
+@pytest.mark.usefixtures("pypi")
+def test_lock_command_takes_a_platform(tmp_path, capsys):
+    path = write_matrix(tmp_path, digest=DIGEST_A)
+    path.write_text(path.read_text().replace('tag = "13.0.1" }', f'tag = "13.0.1", digest = "{DIGEST_A}" }}'))
+    assert main(["lock", "-m", str(path), "--platform", "linux/arm64"]) == 0
+    assert lock.read_lock(tmp_path / "t.lock").lock.platform == "linux/arm64"
+    assert main(["lock", "-m", str(path), "--platform", "aarch64", "--check"]) == 0
+    capsys.readouterr()
+    assert main(["lock", "-m", str(path), "--platform", "linux/s390x"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--platform: unknown platform 'linux/s390x'" in err and "linux/arm64" in err
+
+
+def test_locking_again_for_another_cpu_picks_its_wheel_without_calling_it_moved(tmp_path):
+    """A cubin wheel per CPU (made up: PyPI's are pure), served through `fetch`."""
+    cubin = [{"filename": f"flashinfer_cubin-0.7.2.post1-py3-none-manylinux_2_28_{p.machine}.whl",
+              "packagetype": "bdist_wheel", "digests": {"sha256": c * 64}}
+             for p, c in ((platforms.AMD64, "d"), (platforms.ARM64, "e"))]
+
+    def fetch(url):
+        name = url.split("/pypi/")[1].split("/")[0]
+        return {"urls": cubin if name == "flashinfer-cubin" else RELEASES[name][sorted(RELEASES[name])[-1]]}
+
+    eng = lambda: Engine({"example/cuda:13.0.1": DIGEST_A})  # noqa: E731
+    path = write_matrix(tmp_path)
+    path.write_text(path.read_text().replace("cubin = false", "cubin = true"))
+    m = load_matrix(path)
+    amd = lock.resolve(m, engine_factory=eng, fetch=fetch, platform=platforms.AMD64)
+    assert amd.stacks["a"]["flashinfer-cubin"].file.endswith("_x86_64.whl")
+    arm = lock.resolve(m, engine_factory=eng, fetch=fetch, platform=platforms.ARM64, previous=amd)  # no Moved
+    assert arm.stacks["a"]["flashinfer-cubin"].sha256 == "e" * 64 and arm.lock.platform == "linux/arm64"
+    cubin[0]["digests"]["sha256"] = "f" * 64  # the x86_64 wheel replaced upstream: that is a move
+    with pytest.raises(lock.Moved, match="flashinfer-cubin"):
+        lock.resolve(m, engine_factory=eng, fetch=fetch, platform=platforms.AMD64, previous=amd)

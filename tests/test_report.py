@@ -78,7 +78,7 @@ def _cell(cell_id: str, quant: str, log: str | None, requested: dict, *, ready: 
     """A cell judged by the run's one judge (harness.stages.judge) on a real captured log."""
     stack, model, config = cell_id.split("/")
     req = Requested(**requested)
-    fp = fingerprint((LOGS / f"{log}.log").read_text(), process_ended=ready != "ready")
+    fp = fingerprint((LOGS / f"{log}.log").read_text(), process_ended=ready != "ready", hung=ready == "hung")
     j = judge(Subject(cell_id, req), EXPECT, fp, ready_state=ready, exit_code=1 if ready == "exited" else None,
               bench=bench, memory=memory, extra=extra)
     return CellResult(

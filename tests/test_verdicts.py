@@ -14,8 +14,8 @@ LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def fp_of(case: str):
-    return fingerprint((LOGS / f"{case}.log").read_text(encoding="utf-8"))
+def fp_of(case: str, **kw):
+    return fingerprint((LOGS / f"{case}.log").read_text(encoding="utf-8"), **kw)
 
 
 def by_check(vs):
@@ -143,7 +143,7 @@ def test_fatal_signature_fails_unless_allowed():
 
 def test_hang_and_env_story_fail():
     vs = verdicts(
-        fp_of("dynamo4087_log_ends_in_capture"),
+        fp_of("dynamo4087_log_ends_in_capture", hung=True),
         requested_moe=None,
         requested_linear=None,
         requested_attention=None,

@@ -9,12 +9,14 @@ Debian's Python 3.11 for Ubuntu's 3.12, and torch from PyPI for the cu130 index 
 index is a stack setting); everything else as shipped: vLLM 0.33.0 and FlashInfer 0.7.2.post1
 sdists, the patches, the arch lists. Then `harness build --probe --probe-parts packaging
 --platform PLATFORM` runs for each, with its logs and probe JSON kept under
-OUT/<matrix>/<platform short>/, and a summary in OUT/<platform short>-summary.json.
+OUT/<matrix>/<platform short>/, and a summary in OUT/<platform short>-summary.json. The probe
+images (several GB each, and they can never serve) are removed once read; KEEP=1 keeps them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -66,8 +68,14 @@ def main(argv: list[str]) -> int:
             rc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
         took = round(time.monotonic() - t0, 1)
         print(f"{matrix.stem} {platform}: exit {rc} in {took} s", flush=True)
+        probes = sorted(logs.glob("probe-*.json"))
         summary.append({"matrix": rel, "platform": platform, "exit": rc, "seconds": took,
-                        "probes": sorted(p.name for p in logs.glob("probe-*.json"))})
+                        "probes": [p.name for p in probes]})
+        if os.environ.get("KEEP") != "1":
+            for p in probes:
+                ref = (json.loads(p.read_text()).get("packaging") or {}).get("image_ref")
+                if ref:
+                    subprocess.run(["docker", "image", "rm", ref], cwd=ROOT, capture_output=True)
     path = out / f"{short}-summary.json"
     earlier = json.loads(path.read_text()) if path.is_file() else []
     done = {s["matrix"] for s in summary}

@@ -8,6 +8,12 @@ kit=${1:?usage: source tools/device-docker-up.sh PATH/docker-kit.tar.xz}
 if [ ! -x /tmp/dk/bin/dockerd ]; then
   mkdir -p /tmp/dk && tar -C /tmp/dk -xJf "$kit" || { echo "cannot unpack $kit"; return 1 2>/dev/null || exit 1; }
 fi
+# a kit records the CPU it was made for (kits made before that did not: x86_64)
+if [ "$(cat /tmp/dk/MACHINE 2>/dev/null || echo x86_64)" != "$(uname -m)" ]; then
+  echo "$kit is for $(cat /tmp/dk/MACHINE 2>/dev/null || echo x86_64), this host is $(uname -m): make the kit" \
+       "(tools/make-docker-kit.sh) on a $(uname -m) machine"
+  rm -rf /tmp/dk; return 2 2>/dev/null || exit 2
+fi
 echo /tmp/dk/lib > /etc/ld.so.conf.d/zz-docker-kit.conf && ldconfig
 export PATH=/tmp/dk/bin:$PATH DOCKER_HOST=unix:///tmp/docker.sock
 if ! docker info >/dev/null 2>&1; then

@@ -10,12 +10,31 @@
 #            small part and bundle.json of the wheel bundle (bundles/vllm-0.25.1-h200.toml)  ~37 MB
 #   OUT/w1/ OUT/w2/ OUT/w3/  w/: the wheel bundle's two 60 MB parts in pieces that fit a
 #            command (`cat part_00.piece_* > part_00` there), for the wheel examples   ~43, 43, 29 MB
-# usage: tools/device-inputs.sh OUT [MATRIX]   (default matrix/h200-source.toml)
+# usage: tools/device-inputs.sh [--platform P] OUT [MATRIX]   (default matrix/h200-source.toml)
 # Each folder goes with one command of examples/h200-source/device.sh (DEV=that folder).
+# --platform (or PLATFORM=): the device's CPU, linux/amd64 or linux/arm64; default: this host's.
+# The wheels are downloaded for it; the bundles' specs name their own (the H200 machine's:
+# linux/amd64), and a --platform that contradicts one stops `harness bundle make`, named. The
+# Docker kit is made from this machine's packages, so it is for this host's CPU only: another
+# platform stops before anything is downloaded (make the kit on a machine of that CPU).
 set -euo pipefail
-out=$(realpath -m "${1:?usage: device-inputs.sh OUT [MATRIX]}"); matrix=${2:-matrix/h200-source.toml}
+if [ "${1:-}" = --platform ]; then PLATFORM=${2:?--platform needs a value}; shift 2; fi
+out=$(realpath -m "${1:?usage: device-inputs.sh [--platform P] OUT [MATRIX]}"); matrix=${2:-matrix/h200-source.toml}
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
+# the platform in the harness's words (harness/platforms.py): its docker name, the host's, its wheel tags
+words=$("$PY" -c 'import sys
+from harness import platforms
+from harness.errors import ConfigError
+try:
+    p = platforms.parse(sys.argv[1], where="PLATFORM") if sys.argv[1] else platforms.host()
+except ConfigError as e:
+    sys.exit(f"device-inputs: {e}")
+print(p.docker, platforms.host().docker, " ".join("--platform " + t for t in p.wheel_tags()))' "${PLATFORM:-}") || exit 2
+read -r platform host_platform tags <<<"$words"
+[ -f "$out/p1/kit/docker-kit.tar.xz" ] || [ "$platform" = "$host_platform" ] || {
+  echo "device-inputs: the Docker kit is made from this host's packages ($host_platform), not $platform:" \
+       "run tools/make-docker-kit.sh on a $platform machine into $out/p1/kit first" >&2; exit 2; }
 # the harness's runtime dependencies the host's Python 3.12 lacks (it has rich, requests, urllib3,
 # matplotlib, uvloop, nvidia-ml-py, typing-extensions); versions as installed here
 HWHL="docker==7.2.0 tenacity==9.2.1 pydantic==2.14.4 pydantic_core==2.50.5 annotated_types==0.8.0 \
@@ -24,13 +43,13 @@ mkdir -p "$out"/p1/kit "$out"/p1/hwhl "$out"/p2/src "$out"/p3/w "$out"/w1/w "$ou
 [ -f "$out/p1/kit/docker-kit.tar.xz" ] || bash tools/make-docker-kit.sh "$out/p1/kit" >/dev/null
 # shellcheck disable=SC2086
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-  -d "$out/p1/hwhl" $HWHL
+  $tags -d "$out/p1/hwhl" $HWHL
 harness() { "$PY" -m harness "$@"; }
 harness sources fetch -m "$matrix" --out "$out/p2/src"
-[ -f "$out/p3/deps/part_00" ] || harness bundle make bundles/vllm-0.25.1-h200-deps.toml --out "$out/p3/deps"
+[ -f "$out/p3/deps/part_00" ] || harness bundle make bundles/vllm-0.25.1-h200-deps.toml --out "$out/p3/deps" \
+  --platform "$platform"
 wb="$out/wheel-bundle"
-[ -f "$wb/bundle.json" ] || harness bundle make bundles/vllm-0.25.1-h200.toml --out "$wb"
+[ -f "$wb/bundle.json" ] || harness bundle make bundles/vllm-0.25.1-h200.toml --out "$wb" --platform "$platform"
 cp "$wb/part_02" "$wb/bundle.json" "$out/p3/w/"
 for n in 00 01; do  # 45 MB + 15 MB pieces of each 60 MB part
   split -b 45000000 -a 1 "$wb/part_$n" "$out/w3/w/part_$n.piece_"

@@ -3,8 +3,10 @@
 #   chromium         the report's browser test (renders report.html headless)   ~113 MB of .debs
 #   docker-registry  the lock test's registry on localhost                      ~5 MB
 #   openssh-server   the ssh:// engine test (sshd on a free localhost port)    ~2 MB
+#   qemu-user-static + binfmt-support  the arm64 test (emulated linux/arm64)  ~40 MB
 # and, where a Docker engine answers, harness-test/ray (tools/ray-image.sh: ray from PyPI) for
-# the multi-node tests. harness-test/toolchain:cu130 (tools/toolchain-base.sh: torch 2.11.0 +
+# the multi-node tests, and harness-test/arm64:bookworm (tools/arm64-image.sh: debootstrap
+# --arch=arm64 + a few aarch64 wheels from PyPI) for the arm64 test. harness-test/toolchain:cu130 (tools/toolchain-base.sh: torch 2.11.0 +
 # CUDA libraries from PyPI, 2.6 GB of wheels cached the first time, an 8.6 GB image, ~6 min on
 # 2 cores) for the source-build probe test is built only when asked: HARNESS_TOOLCHAIN=1 or
 # HARNESS_REQUIRE_TOOLCHAIN=1 (CI), or `make test-toolchain`; without it that test skips and says so.
@@ -20,9 +22,11 @@ make test: what it may install or fetch, when missing (nothing is removed afterw
   a Docker engine: Debian's docker.io when none answers (root + apt only), and two local
     base images from busybox-static and debootstrap (2 MB and 161 MB; tools/base-images.sh)
   from Debian (root + apt only): chromium (~113 MB of .debs), docker-registry (~5 MB),
-    openssh-server (~2 MB)
+    openssh-server (~2 MB), qemu-user-static + binfmt-support (~40 MB)
   Docker image harness-test/ray (ray 2.60.0 wheels from PyPI, a 415 MB image) for the
     multi-node tests
+  Docker image harness-test/arm64:bookworm (debootstrap --arch=arm64, emulated, and 4 MB of
+    aarch64 wheels from PyPI) for the arm64 test
   during the tests: the vLLM 0.33.0 and 0.25.1 and FlashInfer 0.7.2.post1 sdists from PyPI
     (136 MB, unpacked to ~690 MB in ~/.cache/vllm-bw-harness) for the patch and source tests
   without root + apt, or without PyPI, the tests that need them skip (listed at the end)
@@ -45,10 +49,13 @@ want=()
 command -v chromium >/dev/null || command -v chromium-browser >/dev/null || want+=(chromium)
 command -v docker-registry >/dev/null || want+=(docker-registry)
 [ -x /usr/sbin/sshd ] || want+=(openssh-server)
+[ -x /usr/bin/qemu-aarch64-static ] || want+=(qemu-user-static binfmt-support)
 ray_image() {
   if docker info >/dev/null 2>&1; then
     PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/ray-image.sh" \
       || echo "test-deps: the Ray image could not be built: the multi-node tests will skip"
+    PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/arm64-image.sh" \
+      || echo "test-deps: the arm64 image could not be built: the arm64 test will skip"
     if toolchain_asked && [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then
       PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/toolchain-base.sh" \
         || echo "test-deps: the toolchain base could not be built: the source-build probe test will skip"
@@ -59,7 +66,7 @@ ray_image() {
     fi
   fi
 }
-[ ${#want[@]} -eq 0 ] && { echo "test-deps: chromium, docker-registry and sshd are installed"; ray_image; exit 0; }
+[ ${#want[@]} -eq 0 ] && { echo "test-deps: chromium, docker-registry, sshd and qemu-user-static are installed"; ray_image; exit 0; }
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
   echo "test-deps: not installing ${want[*]} (needs root + apt-get): the tests that need them will skip"
   exit 0

@@ -225,13 +225,13 @@ def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Pat
     are skipped (they have no image)."""
 
     names = [n for n in dict.fromkeys(stack_names) if matrix.spec.stacks[n].runner == "docker"]
-    matrix = locked_matrix(matrix, names)  # the lock's digest where the matrix wrote none
+    platform = platform or engine.platform()
+    matrix = locked_matrix(matrix, names, platform=platform)  # the lock's digest where the matrix wrote none
     if not allow_unpinned and (problems := unpinned(matrix, names)):
         raise ConfigError("unpinned base image(s):\n  - " + "\n  - ".join(problems),
                           hint=f"`harness lock -m {matrix.path.name}` pins them (`harness run` does it "
                           "itself), or pass --allow-unpinned for a build you will not compare against")
     out: dict[str, BuildOutcome] = {}
-    platform = platform or engine.platform()
     for name in names:
         rendered = render(matrix, name, template=template, extra=template_values,
                           base_image_id=local_base_id(matrix, name, engine), platform=platform)

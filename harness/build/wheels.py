@@ -4,8 +4,9 @@ The sibling of the source-stack rendering in render.py, with the same outputs (a
 Dockerfile text, build args, labels, context files, content hash, hence the same
 `vllm-bw:<stack>-<12 hex>` tag) from docker/Dockerfile.wheels.in. The wheels come from a local
 wheelhouse (`harness bundle install --dest`), each checked against its wheels.lock, or the vLLM
-wheel from PyPI with its sha256. Python-file patches apply to the installed package. A base image
-given as a local tag (`base_image.local = true`) is pinned by its image ID: the ID is the FROM,
+wheel from PyPI with its sha256. A wheelhouse made for another CPU than the image's platform, or
+holding a wheel tagged for one, is refused before the build. Python-file patches apply to the
+installed package. A base image given as a local tag (`base_image.local = true`) is pinned by its image ID: the ID is the FROM,
 a label, and part of the hash.
 """
 
@@ -25,7 +26,7 @@ from harness.build.render import (
     content_hash,
     fill,
 )
-from harness.bundle import LOCK, wheelhouse_files
+from harness.bundle import LOCK, refuse_other_cpu, wheelhouse_files
 from harness.bundle import read_lock as read_bundle_lock
 from harness.errors import ConfigError
 from harness.platforms import Platform
@@ -85,6 +86,7 @@ def _patch_lines(patches: list[PatchFile]) -> str:
 def render_wheels(matrix, stack_name: str, *, template: Path | None = None, template_text: str | None = None,
                   buildkit: bool = False, extra: dict[str, str] | None = None,
                   base_image_id: str | None = None, platform: Platform | None = None) -> Rendered:
+    """`platform`: the CPU the image is built for (default: this host's); the wheelhouse must match it."""
     stack = matrix.spec.stacks[stack_name]
     platform = platform or platforms.host()
     w = stack.wheels
@@ -104,6 +106,7 @@ def render_wheels(matrix, stack_name: str, *, template: Path | None = None, temp
     repacked_note = ""
     if lock_info is not None:
         where, lock = lock_info
+        refuse_other_cpu(f"stacks.{stack_name}.wheels.wheelhouse {where / LOCK}", lock, platform)
         vllm = [e for e in lock["wheels"] if e["name"] == "vllm"]
         if len(vllm) != 1 or vllm[0]["version"] != w.vllm.version:
             raise ConfigError(f"stacks.{stack_name}.wheels: {where / LOCK} has no vllm {w.vllm.version} wheel",

@@ -140,9 +140,11 @@ def run(args: argparse.Namespace) -> int:
     if not stacks:
         raise ConfigError("no docker stack to build in the selected cells (local and prebuilt-image stacks "
                           "have none)", hint="check -k and `harness plan`")
+    from harness import platforms
     from harness.lock import locked_matrix
 
-    matrix = locked_matrix(matrix, stacks, lock_if_missing=not (args.dry_run or args.allow_unpinned),
+    asked = platforms.parse(args.platform) if args.platform else None  # the lock is checked for it
+    matrix = locked_matrix(matrix, stacks, lock_if_missing=not (args.dry_run or args.allow_unpinned), platform=asked,
                            say=lambda s: err.print(s, markup=False))
     if args.dry_run:
         return dry_run(matrix, stacks, args.platform)
@@ -154,9 +156,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.engine import connect
 
     engine = connect()
-    from harness import platforms
-
-    platform = platforms.parse(args.platform) if args.platform else engine.platform()
+    platform = asked or engine.platform()
     if args.probe or args.probe_first:
         from harness.build.probe_cli import run_probes
 

@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+from harness import platforms
 from harness.bundle import install_site, make, unpack
 from harness.console import out
 
@@ -19,21 +20,26 @@ def register(sub) -> None:
     m.add_argument("--out", required=True, help="folder for part_NN and bundle.json")
     m.add_argument("--downloaded", default=None, help="use wheels already downloaded here (no pip download)")
     m.add_argument("--wheelhouse", default=None, help="also keep the unpacked wheelhouse here")
+    m.add_argument("--platform", default=None, help="CPU platform of the wheels (linux/amd64, linux/arm64); "
+                   "default: the spec's `platform`, else this host's")
     m.set_defaults(func=_run_make)
     i = s.add_parser("install", help="check the parts, unpack the wheelhouse, optionally install it")
     i.add_argument("bundle_dir", help="folder holding bundle.json and every part_NN")
     i.add_argument("--dest", required=True, help="wheelhouse folder to unpack into (checked against wheels.lock)")
     i.add_argument("--site", default=None, help="also install the wheels into this folder (PYTHONPATH)")
     i.add_argument("--python", default=sys.executable, help="Python whose pip installs into --site")
+    i.add_argument("--platform", default=None, help="CPU platform the wheelhouse is for (an image build's); "
+                   "default: this host's. --site installs only for the CPU of --python")
     i.set_defaults(func=_run_install)
 
 
 def _run_make(args) -> int:
     manifest = make(Path(args.spec), Path(args.out),
                     downloaded=Path(args.downloaded) if args.downloaded else None,
-                    keep_wheelhouse=Path(args.wheelhouse) if args.wheelhouse else None)
+                    keep_wheelhouse=Path(args.wheelhouse) if args.wheelhouse else None,
+                    platform=platforms.parse(args.platform) if args.platform else None)
     repacked = [w for w in manifest["lock"]["wheels"] if w.get("repacked")]
-    out.print(f"bundle {manifest['bundle']}: {len(manifest['lock']['wheels'])} wheels, "
+    out.print(f"bundle {manifest['bundle']}: {len(manifest['lock']['wheels'])} wheels for {manifest['platform']}, "
               f"{manifest['archive_bytes'] / 1e6:.1f} MB in {len(manifest['parts'])} part(s), "
               f"archive sha256 {manifest['archive_sha256']}")
     for w in repacked:
@@ -43,9 +49,10 @@ def _run_make(args) -> int:
 
 
 def _run_install(args) -> int:
-    manifest = unpack(Path(args.bundle_dir), Path(args.dest))
+    target = platforms.parse(args.platform) if args.platform else platforms.host()
+    manifest = unpack(Path(args.bundle_dir), Path(args.dest), target)
     out.print(f"bundle {manifest['bundle']}: {len(manifest['parts'])} part(s) checked, "
-              f"{len(manifest['lock']['wheels'])} wheels in {args.dest}")
+              f"{len(manifest['lock']['wheels'])} wheels for {target.docker} in {args.dest}")
     if args.site:
         done = install_site(Path(args.dest), Path(args.site), args.python)
         out.print(f"installed {len(done)} wheels into {args.site} (PYTHONPATH={os.path.abspath(args.site)})")

@@ -38,7 +38,13 @@ def register(sub) -> None:
     p.add_argument(
         "--running",
         action="store_true",
-        help="the server is still running: an unfinished graph capture is not a hang yet",
+        help="the server is still running: a log that stops during graph capture says nothing yet",
+    )
+    p.add_argument(
+        "--hung",
+        action="store_true",
+        help="no new log line came for the quiet period while the server was not ready: a log "
+        "that stops during graph capture is then a capture hang (a file alone is not)",
     )
     p.set_defaults(func=run)
 
@@ -94,7 +100,7 @@ def read_log(path: Path) -> str:
 def run(args) -> int:
     path = Path(args.log)
     text = read_log(path)
-    fp = fingerprint(text, process_ended=not args.running)
+    fp = fingerprint(text, process_ended=not args.running, hung=args.hung)
     # Requests named on the command line win; otherwise judge against what the log says was asked.
     vs = verdicts(
         fp,

@@ -8,6 +8,7 @@ build needs no network.
 
 from __future__ import annotations
 
+from harness import platforms
 from harness.console import err, out
 from harness.errors import ConfigError
 from harness.lock import (
@@ -32,6 +33,8 @@ def register(sub) -> None:
                    help="accept pins that resolve differently than the existing lock says")
     p.add_argument("--check", action="store_true",
                    help="resolve and compare with the existing lock, write nothing (exit 2 when it moved)")
+    p.add_argument("--platform", default=None,
+                   help="CPU platform to pick wheels for (linux/amd64, linux/arm64); default: this host's")
     p.add_argument("--mirror", action="append", default=[], metavar="URL=PATH",
                    help="offline stacks: read this git URL from a local clone instead of the network")
     p.set_defaults(func=run)
@@ -45,21 +48,22 @@ def run(args) -> int:
         out.print(f"{matrix.path.name}: no docker stack builds anything, nothing to lock", markup=False)
         return 0
     offline = _offline_needs(matrix, args)
+    target = platforms.parse(args.platform) if args.platform else platforms.host()
     lock = resolve(matrix, previous=previous, update=args.update,
-                   say=lambda s: err.print(s, markup=False))
+                   say=lambda s: err.print(s, markup=False), platform=target)
     for line in pinned_lines(lock):
         out.print(line, markup=False)
     if args.check:
         if previous is None:
             raise ConfigError(f"{path}: there is no lock to check", hint=f"`harness lock -m {args.matrix}`")
-        if problems := mismatches(matrix, previous):
+        if problems := mismatches(matrix, previous, platform=target):
             raise Moved(problems, hint=f"`harness lock -m {args.matrix}`")
         out.print(f"{_shown(path)}: up to date", markup=False)
         return 0
     write_lock(lock, path)
     out.print(f"wrote {_shown(path)}", markup=False)
     if offline:
-        _prefetch(apply_lock(matrix, lock), offline, args)
+        _prefetch(apply_lock(matrix, lock, platform=target), offline, args)
     return 0
 
 

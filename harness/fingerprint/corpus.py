@@ -42,6 +42,10 @@ class Expect(BaseModel):
     attention_backend: str | None = Field(default=None, description="upper-case enum name")
     cudagraph_mode: str | None = Field(default=None, description="final mode")
     kv_cache_tokens: int | None = Field(default=None, description="GPU KV cache size")
+    max_concurrency: float | None = Field(default=None, description="Maximum concurrency (x)")
+    graph_capture_s: float | None = Field(default=None, description="Graph capturing finished in")
+    model_load_gib: float | None = Field(default=None, description="Model loading took (GiB)")
+    moe_quant: str | None = Field(default=None, description="main model's MoE quantization")
     autotuner_skipped: dict[str, int] | None = Field(default=None, description="op -> count")
     drafter_moe_backend: str | None = Field(default=None, description="drafter's MoE backend")
     spec_method: str | None = Field(default=None, description="speculative method")
@@ -52,6 +56,8 @@ class Expect(BaseModel):
     root_cause: str | None = Field(default=None, description="substring of the root-cause line")
     asked: str | None = Field(default=None, description="refused request, lower-case")
     signatures_absent: list[str] | None = Field(default=None, description="ids that must not fire")
+    failure_signature: str | None = Field(default=None, description="the failure's one name")
+    signatures_present: list[str] | None = Field(default=None, description="ids that must fire")
 
 
 class Sidecar(BaseModel):
@@ -94,6 +100,12 @@ def check(name: str, expect: Expect, fp: Fingerprint) -> list[Fact]:
                 ok = sig in known and sig not in fp.signatures
                 state = "unknown id" if sig not in known else ("fired" if not ok else "absent")
                 facts.append(Fact(name, f"signatures_absent:{sig}", "absent", state, ok))
+            continue
+        if key == "signatures_present":
+            for sig in want:
+                ok = sig in known and sig in fp.signatures
+                state = "unknown id" if sig not in known else ("fired" if ok else "absent")
+                facts.append(Fact(name, f"signatures_present:{sig}", "fired", state, ok))
             continue
         got = _got(fp, key)
         if key == "autotuner_skipped":

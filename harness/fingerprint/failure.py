@@ -23,7 +23,8 @@ from harness.fingerprint.tables import _invalid, _read
 # `what():` line of an uncaught c10::Error, and CUDA runtime errors printed bare.
 _EXCEPTION = re.compile(
     r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failed|Exit|Interrupt|Fault))"
-    r"(?:\([\w.]+\))?(?::\s?(?P<msg>.*))?$"
+    # Ray's `Type(Inner)`; the repr form a V0 engine loop logs, `NotImplementedError('...')`
+    r"(?:\([\w.]+\)|(?=\(['\"]))?(?::\s?(?P<msg>.*)|\((?P<repr>['\"].*['\"])\))?$"
 )
 _CPP_WHAT = re.compile(r"^what\(\):\s+(?P<msg>.+)$")
 _TRACEBACK = "Traceback (most recent call last):"
@@ -335,63 +336,101 @@ def root_cause(ix: Indexed) -> RootCause | None:
     return None
 
 
-_FRAME = re.compile(r'^File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>[^\s]+)')
-_CARETS = re.compile(r"^[~^\s]+$")
+# the line part may be wrapped onto the next line by a paste: `File "/x/y.py"` alone is a frame too
+# (a paste through a word processor turns the quotes into “ ”)
+# (faulthandler's dump after a fatal signal writes `File "x.py", line 99 in fn`, no comma)
+_FRAME = re.compile(r'^File ["“](?P<file>[^"”]+)["”](?:, line (?P<line>\d+),? in (?P<fn>[^\s]+)|\s*$)')
+# carets under a code line; loguru's variable annotations ("    │    └ <Command main>")
+_CARETS = re.compile(r"^(?:[~^\s]+|[│\s]*(?:└ .*)?)$")
 
 
 @dataclass(frozen=True)
 class CutTraceback:
     """A traceback the log ends inside: the process that raised and the frames seen."""
 
-    index: int  # of its `Traceback (most recent call last):` line
+    index: int  # of its `Traceback (most recent call last):` line, else of its first frame
     process: str | None
     frames: tuple[str, ...]  # "file.py:line in fn", outermost first
     last: int = 0  # index of the last line that process printed
 
 
 def cut_traceback(ix: Indexed) -> CutTraceback | None:
-    """The traceback whose exception line never came (a paste cut short, a process killed).
+    """The traceback whose exception line never came (a paste cut short, a process killed, a
+    grep that kept only the frames).
 
     Read per process: interleaved workers (`(EngineCore_0 pid=1)`, `(VllmWorker rank=1 pid=2)`,
     bare API-server lines) each print their own traceback line by line, so one process's frames
-    sit between another's. A traceback ends at the first line of its process that is neither a
-    frame, nor the code line after a frame, nor a caret line; one that never ends is cut. Only
-    each process's last traceback counts: an earlier unfinished one was a reporter's elision."""
+    sit between another's. A process's output ends inside a traceback when its last frame (with
+    or without the `Traceback (most recent call last):` header before it, at ERROR level behind a
+    logger prefix or bare) is followed by nothing of that process but the frame's code line and
+    caret lines. Of several, the one whose process printed last."""
     if ix.cut is False:
         ix.cut = _cut_traceback(ix)
     return ix.cut
 
 
 def _cut_traceback(ix: Indexed) -> CutTraceback | None:
-    last: dict[str | None, int] = {}  # process -> its last traceback header
-    for i in ix.find(_TRACEBACK_M):
-        if ix.lines[i].level not in QUIET_LEVELS:
-            last[ix.lines[i].process] = i
-    best: tuple[int, CutTraceback] | None = None
-    for process, start in last.items():
-        frames: list[str] = []
-        after_frame, end, finished = False, start, False
-        for j in range(start + 1, len(ix.lines)):
-            ln = ix.lines[j]
-            if ln.process != process:
+    lines = ix.lines
+    last: dict[str | None, int] = {}  # process -> its last frame or traceback header
+    for literal in ('File "', 'File “', _TRACEBACK):
+        for pos in _literal_line_starts(ix, literal):
+            i = ix.index_of(pos)
+            ln = lines[i]
+            if ln.level in QUIET_LEVELS or (literal != _TRACEBACK and not _FRAME.match(ln.message)):
                 continue
-            msg = ln.message
-            if _EXCEPTION.match(msg) or _CPP_WHAT.match(msg):
-                finished = True
-                break
-            if m := _FRAME.match(msg):
-                frames.append(f"{m.group('file').rsplit('/', 1)[-1]}:{m.group('line')} in {m.group('fn')}")
-                after_frame = True
-            elif after_frame or _CARETS.match(msg):
-                after_frame = False
-            else:
-                finished = True
-                break
-            end = j
-        # of several cut tracebacks, the one whose process printed last
-        if not finished and (best is None or end > best[0]):
-            best = (end, CutTraceback(start, process, tuple(frames), end))
+            if i > last.get(ln.process, -1):
+                last[ln.process] = i
+    best: tuple[int, CutTraceback] | None = None
+    for process, at in last.items():
+        end = _traceback_tail(lines, process, at)
+        if end is None or (best is not None and end <= best[0]):
+            continue
+        start, frames = _traceback_head(lines, process, at)
+        best = (end, CutTraceback(start, process, frames, end))
     return best[1] if best else None
+
+
+def _frame_name(m: re.Match[str]) -> str:
+    name = m.group("file").rsplit("/", 1)[-1]
+    return f"{name}:{m.group('line')} in {m.group('fn')}" if m.group("line") else name
+
+
+def _traceback_tail(lines: list[LogLine], process: str | None, at: int) -> int | None:
+    """The last line `process` printed when nothing after lines[at] (its last frame or header)
+    ends the traceback; None when something does (an exception line, any other line)."""
+    after_frame, end = lines[at].message != _TRACEBACK, at
+    for j in range(at + 1, len(lines)):
+        ln = lines[j]
+        if ln.process != process:
+            continue
+        if after_frame or _CARETS.match(ln.message):  # the frame's code line, then carets
+            after_frame, end = False, j
+            continue
+        return None
+    return end
+
+
+def _traceback_head(lines: list[LogLine], process: str | None, at: int) -> tuple[int, tuple[str, ...]]:
+    """(index of the traceback's header or first frame, its frames) for the run of frames of
+    `process` that ends at lines[at], read backwards."""
+    own = [j for j in range(at, -1, -1) if lines[j].process == process]
+    start, frames = at, []
+    for k, j in enumerate(own):
+        msg = lines[j].message
+        if lines[j].level in QUIET_LEVELS:
+            break
+        if msg == _TRACEBACK:
+            start = j
+            break
+        if m := _FRAME.match(msg):
+            frames.append(_frame_name(m))
+            start = j
+            continue
+        # a code line (the line before it is a frame) or a caret line
+        before = lines[own[k + 1]].message if k + 1 < len(own) else ""
+        if not (_CARETS.match(msg) or _FRAME.match(before)):
+            break
+    return start, tuple(reversed(frames))
 
 
 _TRACEBACK_M = re.compile("^" + re.escape(_TRACEBACK), re.M)
@@ -422,16 +461,40 @@ def died(ix: Indexed) -> int | None:
         if lines[i].message == _TRACEBACK and lines[i].level not in QUIET_LEVELS:
             last_tb = i
             break
-    if last_tb is None:
-        return None
-    after = lines[last_tb + 1 :]
-    if any(tables.started.search(ln.message) for ln in after):
-        return None
-    # The exception line may be cut off by the paste: a bare exception anywhere will do.
-    if any(ln.level is None and _EXCEPTION.match(ln.message) for ln in lines):
-        return last_tb
-    # ... or the log ends inside a traceback (the process died mid-print, or the paste stops).
+    if last_tb is not None:
+        after = lines[last_tb + 1 :]
+        if any(tables.started.search(ln.message) for ln in after):
+            return None
+        # The exception line may be cut off by the paste: a bare exception anywhere will do.
+        if any(ln.level is None and _EXCEPTION.match(ln.message) for ln in lines):
+            return last_tb
+    # ... or the log ends inside a traceback (the process died mid-print, the paste stops, or
+    # only its frames were kept), with or without its header
     cut = cut_traceback(ix)
-    if cut is None or cut.index > last_tb:
+    if cut is not None and (stop is None or cut.index < stop):
+        if not any(tables.started.search(ln.message) for ln in lines[cut.index :]):
+            return cut.index
+    # A bare exception line (no logger prefix, no traceback around it: a C++ error as it reaches
+    # the log, `RuntimeError: ... Invalid status`) that is the last thing its process printed
+    # (c10's backtrace lines aside).
+    return _last_bare_exception(ix, stop)
+
+
+# What may follow a C++ exception's `what()` text: c10's backtrace.
+_CPP_TRACE = re.compile(r"^(?:frame #\d+:|Exception raised from |terminate called|Aborted|\(core dumped\))")
+
+
+def _last_bare_exception(ix: Indexed, stop: int | None) -> int | None:
+    tables = failure_tables()
+    found = [e for e in _exception_lines(ix) if stop is None or e[0] < stop]
+    for i, _, _ in reversed(found):
+        ln = ix.lines[i]
+        if tables.wrapper.search(ln.message):
+            continue
+        if ln.level is not None:  # logged: a request error the server survived, or read above
+            return None
+        later = (x for x in ix.lines[i + 1 : stop] if x.process == ln.process)
+        if all(_CPP_TRACE.match(x.message) for x in later):
+            return i
         return None
-    return None if any(tables.started.search(ln.message) for ln in lines[cut.index :]) else cut.index
+    return None

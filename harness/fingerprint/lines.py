@@ -15,6 +15,7 @@ message. Formats read here (format strings from the PyPI sdists):
 - nested process prefixes: the 0.10-era multiprocess wrapper inside EngineCore
   (`(EngineCore_0)(VllmWorker TP1 pid=1)`), Ray's `(RayWorkerWrapper pid=N, ip=A)` after vLLM's
   own `(EngineCore_DP0 pid=N) `, and Ray's de-duplication tail `[repeated 3x across cluster]`;
+- torch.distributed's `[rank0]: ` in front of a worker's stderr;
 - journald (`Dec 01 12:00:00 host vllm[123]: ...`, short and ISO forms), `kubectl logs --prefix`
   (`[pod/name/container] `), Docker's json-file records (`{"log": "...", "stream": ...}`).
 """
@@ -28,7 +29,9 @@ from dataclasses import dataclass
 # SGR and other CSI sequences; tqdm also writes bare carriage returns between updates.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # `docker logs -t` and compose prefixes, before anything vLLM wrote.
-_DOCKER_TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\s+")
+# CI runners (Buildkite) write the same in brackets: "[2025-12-13T19:54:35Z] ".
+_DOCKER_TS = re.compile(r"^(?:\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\]"
+                        r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))\s+")
 # journalctl's short and short-iso forms: "Dec 01 12:00:00 host unit[pid]: " (pid optional).
 _JOURNALD = re.compile(
     r"^(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
@@ -50,10 +53,15 @@ _PROCESS_BARE = re.compile(r"^\((?P<proc>[A-Za-z][\w.-]*(?: [\w.-]+)?)\)\s*")
 _RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _VLLM = re.compile(
     r"^(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
-    # the date is absent when a reporter trims it ("WARNING [envs.py:2057] ...")
-    r"(?:(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+)?"
-    r"\[(?P<src>[^\]]+)\]\s?(?P<msg>.*)$"
+    # the date is absent when a reporter trims it ("WARNING [envs.py:2057] ..."); a build with
+    # its own date format writes "05-06-2026-09:53:02.367"
+    r"(?:(?P<ts>\d\d-\d\d(?:-\d{4}-| )\d\d:\d\d:\d\d)(?:\.\d+)?\s+)?"
+    # 0.6-0.7 wrote the file without the opening bracket: "INFO 01-30 03:18:12 worker.py:848] "
+    r"(?:\[(?P<src>[^\]]+)\]|[\w.-]+:\d+\])\s?(?P<msg>.*)$"
 )
+# torch.distributed's per-rank prefix on a worker's stderr ("[rank0]: Traceback ...", 0.5-0.10
+# era multi-GPU logs)
+_TORCH_RANK = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
 # FlashInfer's logging.Formatter: "%(asctime)s - %(levelname)s - %(filename)s:%(lineno)d - %(name)s: %(message)s"
 _FLASHINFER = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - (?P<level>[A-Z]+) - (?P<src>\S+) - (?P<name>[\w.]+): (?P<msg>.*)$"
@@ -106,17 +114,21 @@ def _strip_prefixes(line: str) -> tuple[str, str | None]:
     head = line[:1]
     # "(" starts none of the wrappers (each needs a letter, a digit or "[pod/" first): the
     # process-prefixed lines that make up most of a long log skip them all.
+    if head == "|" and line.startswith("| ["):  # a CI viewer's gutter: "  | [2025-03-10T15:07:20Z] ..."
+        line, head = line[2:], "["
     if head != "(":
         if head.isdigit() or line[3:4] == " ":
             line = _JOURNALD.sub("", line, count=1)
             head = line[:1]
-        if head.isdigit():
+        if head.isdigit() or (head == "[" and line[1:2].isdigit()):
             line = _VIEWER_TS.sub("", _DOCKER_TS.sub("", line, count=1), count=1)
         if line.find("|", 0, 120) != -1:
             line = _COMPOSE.sub("", line, count=1)
         if line.startswith("[pod/"):
             line = _KUBECTL.sub("", line, count=1)
     process = None
+    if line.startswith("[rank") and (m := _TORCH_RANK.match(line)):
+        process, line = f"rank{m.group('rank')}", line[m.end() :]
     for _ in range(8):  # nesting is 1-3 deep in practice; the bound keeps it linear
         if not line.startswith("("):
             if line.find(" pid=", 0, 60) != -1 and (m := _PROCESS_CUT.match(line)):

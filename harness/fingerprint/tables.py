@@ -81,6 +81,14 @@ class _SignatureSpec(BaseModel):
         description="Ignore lines logged at DEBUG/INFO/WARNING (a backend the auto-selection "
         "skipped is logged with the same words as a refused request).",
     )
+    hung_only: bool = Field(
+        default=False,
+        description="Fires only when the run's quiet-period timer called the start hung: a log "
+        "file alone cannot show a hang.",
+    )
+    unless_hung: bool = Field(
+        default=False, description="Void when the run's quiet-period timer called the start hung."
+    )
     phases: list[Phase] = Field(
         default_factory=list, description="The hit counts only in these phases (empty: any)."
     )
@@ -153,11 +161,27 @@ class _AttentionTables(BaseModel):
     legacy_names: dict[str, str] = Field(description="0.11-era prose name -> enum name.")
 
 
+class _AutotunerTables(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    runner_ops: dict[str, str] = Field(
+        default_factory=dict,
+        description="Regex of a FlashInfer runner as a per-tactic line prints it -> the op it tunes.",
+    )
+
+    @field_validator("runner_ops")
+    @classmethod
+    def _runner_compiles(cls, value: dict[str, str]) -> dict[str, str]:
+        for rx in value:
+            re.compile(rx)
+        return value
+
+
 class _KernelNameFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     moe: _MoeTables
     linear: _LinearTables
     attention: _AttentionTables
+    autotuner: _AutotunerTables = Field(default_factory=_AutotunerTables)
 
 
 @dataclass(frozen=True)
@@ -179,6 +203,8 @@ class Signature:
     not_ops: frozenset[str] = frozenset()
     asked_from: str | None = None
     unless_any: re.Pattern[str] | None = None
+    hung_only: bool = False
+    unless_hung: bool = False
 
 
 @dataclass(frozen=True)
@@ -194,6 +220,11 @@ class KernelNames:
     attention_legacy: dict[str, str]
     moe_legacy: tuple[tuple[re.Pattern[str], str], ...] = ()
     moe_display: tuple[tuple[str, str], ...] = ()
+    autotuner_runner_ops: tuple[tuple[re.Pattern[str], str], ...] = ()
+
+    def runner_op(self, runner: str) -> str | None:
+        """The op a FlashInfer runner (as a per-tactic autotuner line prints it) tunes."""
+        return next((op for rx, op in self.autotuner_runner_ops if rx.search(runner)), None)
 
     def moe_flag(self, backend: str) -> str | None:
         """The `--moe-backend` value whose table lists `backend` (reverse lookup)."""
@@ -262,6 +293,8 @@ def signatures() -> tuple[Signature, ...]:
             not_ops=frozenset(s.not_ops),
             asked_from=s.asked_from,
             unless_any=re.compile(s.unless_any) if s.unless_any else None,
+            hung_only=s.hung_only,
+            unless_hung=s.unless_hung,
         )
         for s in spec.signature
     )
@@ -292,4 +325,5 @@ def kernel_names() -> KernelNames:
         attention_legacy=dict(spec.attention.legacy_names),
         moe_legacy=tuple((re.compile(rx), b) for rx, b in spec.moe.legacy_messages.items()),
         moe_display=tuple(spec.moe.display_names.items()),
+        autotuner_runner_ops=tuple((re.compile(rx), op) for rx, op in spec.autotuner.runner_ops.items()),
     )

@@ -176,7 +176,7 @@ def rejudge(cell: CellResult, expect: Expect, log_text: str | None) -> CellResul
     state = (cell.serve.state if cell.serve else None) or "ready"
     if state not in ("ready", *NOT_READY):
         return cell
-    fp = fingerprint(log_text, process_ended=state != "ready")
+    fp = fingerprint(log_text, process_ended=state != "ready", hung=state == "hung")
     kept = [v for v in cell.verdicts if v.check in ("build.archs", FORMAT_CHECK)]
     verdict = judge(Subject(cell.id, cell.requested, cell.model_info.load_format), expect, fp,
                     ready_state=state, exit_code=cell.serve.exit_code if cell.serve else None,

@@ -6,6 +6,8 @@ once. These modules also share one worker, one test at a time:
     container, every image) and would see another worker's;
   "pypi-cache": tests that download and unpack the pinned sdists into the one user cache, which
     two processes must not unpack at once.
+test_arm64_docker has a worker of its own: it runs its arm64 container emulated (qemu), which
+keeps a core busy for a while and shares nothing with the other modules.
 The longest units are handed out first, so that none starts last.
 
 The groups are named here, by module, rather than with xdist_group marks: pytest-xdist 3.8 puts
@@ -29,8 +31,9 @@ GROUPS = {
     "test_hosts_docker": "test_hosts_docker",
     # its own labelled busybox containers only
     "test_serve_drain": "test_serve_drain",
+    "test_arm64_docker": "test_arm64_docker",
 }
-FIRST = ("pypi-cache", "test_multinode_docker", "engine", "test_hosts_docker")
+FIRST = ("pypi-cache", "test_multinode_docker", "engine", "test_arm64_docker", "test_hosts_docker")
 
 
 def group(nodeid: str) -> str:

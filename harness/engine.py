@@ -157,6 +157,11 @@ class ContainerAnswer(_Answer):
                                               description="Its networking, published ports included.")
 
 
+class ExecCreated(_Answer):
+    """`POST /containers/{id}/exec`."""
+    id: str = Field(alias="Id", description="The exec instance's id.")
+
+
 class ExecAnswer(_Answer):
     """`GET /exec/{id}/json`."""
     running: bool = Field(False, alias="Running", description="Whether the exec'd process runs.")
@@ -636,7 +641,8 @@ class RunningContainer:
         """Start `cmd` inside, its output copied line by line to `sink` from a daemon thread
         (then `on_end` is called: every line is in); the process ends with the container."""
         api = self.engine.api
-        exec_id = api.exec_create(self._c.id, cmd, environment=dict(env), stdout=True, stderr=True)["Id"]
+        exec_id = _answer(ExecCreated, api.exec_create(self._c.id, cmd, environment=dict(env), stdout=True,
+                                                        stderr=True), f"docker exec {self.name}").id
         stream = api.exec_start(exec_id, stream=True)
 
         def pump() -> None:

@@ -144,3 +144,26 @@ def test_engine_answers_are_read_once_keeping_every_key_and_a_bad_one_is_named(e
     monkeypatch.setattr(engine.client, "info", lambda: {"Runtimes": ["runc"], "Architecture": "x86_64"})
     with pytest.raises(EngineError, match=r"`docker info`.*Runtimes"):
         engine.info()
+
+
+def test_exec_stream_reads_its_output_and_exit_status(engine, run_id):
+    """The Ray runner's path: a process started inside a running container, its lines pumped
+    out, its state read from the engine's exec answers (Running, ExitCode)."""
+    import threading
+    import time
+
+    spec = ContainerSpec(image=BUSYBOX, command=("sleep", "60"), labels=(("harness.run-id", run_id),))
+    with engine.container(spec) as c:
+        lines: list[str] = []
+        ended = threading.Event()
+        proc = c.exec_stream(["sh", "-c", "echo one; echo two; exit 3"], env={}, sink=lines.append,
+                             on_end=ended.set)
+        assert ended.wait(30) and lines == ["one", "two"]
+        for _ in range(100):
+            running, code = proc.state()
+            if not running:
+                break
+            time.sleep(0.1)
+        assert (running, code) == (False, 3)
+        assert c.state().running and c.state().status == "running"
+    assert engine.containers({"harness.run-id": run_id}) == []

@@ -116,7 +116,8 @@ class BuildChunk(_Answer):
     """One JSON message of `POST /build`."""
     stream: str | None = Field(None, description="Build output text.")
     status: str | None = Field(None, description="Progress text (base image pulls).")
-    aux: BuildAux | None = Field(None, description="Side data: the image id once built.")
+    aux: BuildAux | str | None = Field(None, description="Side data: the image id once built (BuildKit's "
+                                       "trace messages are strings).")
     error: str | None = Field(None, description="Why the build stopped.")
     error_detail: ErrorDetail | None = Field(None, alias="errorDetail", description="The same, structured.")
 
@@ -341,7 +342,7 @@ class Engine:
                     emit(chunk.stream)
                 elif chunk.status is not None:
                     emit(chunk.status)
-                if chunk.aux is not None and chunk.aux.id is not None:
+                if isinstance(chunk.aux, BuildAux) and chunk.aux.id is not None:
                     image_id = chunk.aux.id
                 if chunk.error is not None or chunk.error_detail is not None:
                     msg = chunk.error or (chunk.error_detail or ErrorDetail()).message

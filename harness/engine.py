@@ -318,12 +318,15 @@ class Engine:
         dockerfile: str = "Dockerfile",
         on_line: Callable[[str], None] = lambda _l: None,
         timeout: int = 6 * 3600,
+        network_mode: str | None = None,
         platform: str | None = None,
     ) -> str:
         """Build from a tar context through the streaming API; returns the image id.
 
         `on_line` sees every line of build output as it arrives (progress, log file). A failed
         step raises BuildFailed with the last lines; intermediate containers are removed.
+        `network_mode="host"` puts the RUN steps on the host's network (the compile cache's
+        store listens on the host's loopback address).
         """
         tail: list[str] = []
         image_id: str | None = None
@@ -334,7 +337,8 @@ class Engine:
                 del tail[:-200]
                 on_line(line)
 
-        stream = self._start_build(context, tag, labels, buildargs or {}, dockerfile, timeout, platform)
+        stream = self._start_build(context, tag, labels, buildargs or {}, dockerfile, timeout, platform,
+                                   network_mode)
         try:
             for raw in stream:
                 chunk = _answer(BuildChunk, raw, f"docker build {tag}")
@@ -359,14 +363,15 @@ class Engine:
         return image_id
 
     @retry_transient
-    def _start_build(self, context, tag, labels, buildargs, dockerfile, timeout, platform=None) -> Iterator[dict]:
+    def _start_build(self, context, tag, labels, buildargs, dockerfile, timeout, platform=None,
+                     network_mode=None) -> Iterator[dict]:
         # `platform` picks the base image's variant; its RUN steps then run that CPU's binaries
         # (natively, or through the host's binfmt emulation: qemu-user-static for arm64 on amd64)
         extra = {"platform": platform} if platform else {}
         return self.api.build(
             fileobj=io.BytesIO(context), custom_context=True, tag=tag, labels=labels,
             buildargs=buildargs, dockerfile=dockerfile, rm=True, forcerm=True, decode=True,
-            timeout=timeout, pull=False, **extra,
+            timeout=timeout, pull=False, network_mode=network_mode, **extra,
         )
 
     def export_path(self, ref: str, path: str, dest: Path, labels: dict[str, str]) -> Path:

@@ -191,7 +191,7 @@ def test_offline_render_errors_name_the_missing_piece_and_the_fix(offline_sdists
 @pytest.mark.network
 def test_offline_render_hands_every_input_over_in_the_context(offline_sdists, tmp_path, monkeypatch):
     from harness.build.dockerfile import render
-    from harness.build.probe import load_units, render_probe
+    from harness.build.probe import load_units, render_packaging, render_probe
 
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -222,6 +222,13 @@ def test_offline_render_hands_every_input_over_in_the_context(offline_sdists, tm
     for step in (compile_step, install_step):
         assert 'export CMAKE_ARGS="-DFETCHCONTENT_FULLY_DISCONNECTED=ON"' in step
         assert 'TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}" MAX_JOBS="${MAX_JOBS}"' in step
+    # both steps compile through the compile cache (harness/build/compile_cache.py); its helper and
+    # ARG sit in the stage's head, which the probes keep
+    for step in (compile_step, install_step):
+        assert 'eval "$(python /opt/build/compile_cache.py env "${COMPILE_CACHE_URL}")"' in step
+    assert "compile_cache.py stats compile" in compile_step and "compile_cache.py stats install" in install_step
+    head = text.split("--- vLLM build")[0].split("AS vllm")[1]
+    assert "COPY compile_cache.py /opt/build/compile_cache.py" in head and "ARG COMPILE_CACHE_URL" in head
     assert "apt-get" not in text and "--index-url" not in text  # a local base: nothing from an index
     assert "python -m flashinfer.aot" not in text  # aot = false
     assert r.labels["harness.vllm.left-out"] == "deepgemm,flash-attention,flashmla,fmha_sm100,qutlass,triton_kernels"
@@ -231,6 +238,10 @@ def test_offline_render_hands_every_input_over_in_the_context(offline_sdists, tm
     assert "probe_build.py --units" in p.dockerfile and "pip install --no-build-isolation" not in p.dockerfile.split(
         "--- vLLM build")[1]
     assert p.content_hash != r.content_hash and p.labels["harness.role"] == "probe"
+    probe_step = p.dockerfile.split("--- vLLM build")[1]
+    assert "compile_cache.py env" in probe_step and "compile_cache.py stats compile" in probe_step
+    pk = render_packaging(r, m).dockerfile
+    assert pk.index("COPY compile_cache.py") < pk.index("compile_cache.py env") < pk.index("compile_cache.py stats install")
 
 
 def _read_by_build(vllm_tree: Path, name: str) -> set[str]:

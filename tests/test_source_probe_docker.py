@@ -4,8 +4,11 @@ flash-attn-optional; the pinned CUTLASS archive, handed over as an air-gapped ho
 CMake configure of the stock and the patched source with FETCHCONTENT_FULLY_DISCONNECTED, one
 real translation unit (moe_data.cu, for 9.0a and 12.1a) compiled by nvcc 13.0, and its audit.
 
+The probe runs twice, the second time with another job count (so the engine's layer cache cannot
+answer for the probe step and it really runs): through the compile cache it compiles nothing.
+
 Base: harness-test/toolchain:cu130 from tools/toolchain-base.sh (Debian + this host's CUDA
-toolkit + torch 2.11.0 and its CUDA libraries from PyPI). Not reached here: the other 117 steps
+toolkit + torch 2.11.0 and its CUDA libraries from PyPI, ccache from Debian). Not reached here: the other 117 steps
 of the build (hours on 2 cores), the FlashInfer stage (the probe skips it), serving (no GPU).
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -47,6 +51,10 @@ def engine():
 def test_probe_of_the_real_template_configures_compiles_and_audits(engine, tmp_path, monkeypatch):
     # the pinned CUTLASS tree arrives as an archive file, checked by content on entering the cache
     monkeypatch.setattr(offline, "OFFLINE", tmp_path / "cache")
+    with socket.socket() as s:  # a compile cache of this test's own
+        s.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("HARNESS_COMPILE_CACHE_PORT", str(s.getsockname()[1]))
+    monkeypatch.setenv("HARNESS_COMPILE_CACHE_DIR", str(tmp_path / "compile-cache"))
     pin = offline.load_table("0.25.1").pins[0]
     offline.fetch(pin, from_dir=ROOT / "tests" / "fixtures" / "offline", cache=offline.OFFLINE)
     text = (ROOT / "matrix" / "h200-source.toml").read_text()
@@ -56,10 +64,13 @@ def test_probe_of_the_real_template_configures_compiles_and_audits(engine, tmp_p
             .replace('name = "h200-source"', f'name = "probe-test-{os.getpid()}"'))
     path = ROOT / "matrix" / f".test-probe-{os.getpid()}.toml"  # patches resolve from matrix/
     path.write_text(text)
-    ref = None
+    refs = []
     try:
-        o = probe_stack(load_matrix(path), "src-0251", engine=engine, log_dir=tmp_path / "logs", units=(MOE_DATA,))
-        ref = o.image_ref
+        # the units probe (the packaging probe has its own test: test_packaging_probe_docker.py; this
+        # stack's runtime wheelhouse is left out here, so its `pip check` could not pass)
+        o = probe_stack(load_matrix(path), "src-0251", engine=engine, log_dir=tmp_path / "logs", units=(MOE_DATA,),
+                        parts=("units",))
+        refs.append(o.image_ref)
         log = Path(o.log_path).read_text(errors="replace") if o.log_path else ""
         assert o.status == "pass", (o.reason, log[-3000:])
         (row,) = o.rows
@@ -69,8 +80,23 @@ def test_probe_of_the_real_template_configures_compiles_and_audits(engine, tmp_p
         assert "harness cut: ON" in log and "Building SM12x NVFP4 for archs: 12.1a" in log
         assert "SM12x arch-specific targets requested: 12.1a" in log
         assert o.timings["configure_s"]["patched"] > 0 and o.timings["compile_s"] > 0
+        first = o.compile_cache
+        assert first is not None and not first.get("off") and first["misses"] >= 1, first
+
+        # the same sources, flags and toolchain, another MAX_JOBS: the probe step runs again
+        path.write_text(text.replace("max_jobs = 2", "max_jobs = 1"))
+        again = probe_stack(load_matrix(path), "src-0251", engine=engine, log_dir=tmp_path / "logs",
+                            units=(MOE_DATA,), parts=("units",))
+        refs.append(again.image_ref)
+        assert again.image_ref != o.image_ref and again.status == "pass", again.reason
+        assert (again.rows[0].archs, again.rows[0].verdicts) == (row.archs, row.verdicts)
+        second = again.compile_cache
+        assert second is not None and not second.get("off"), second
+        assert second["misses"] == 0 and second["uncacheable"] == 0, second  # compiles nothing
+        assert second["hits"] >= first["misses"] and second["hit_rate"] == 1.0, second
+        assert second["namespace"] == first["namespace"]
     finally:
         path.unlink()
-        if ref:
+        for ref in refs:
             engine.remove_image(ref)
         shutil.rmtree(tmp_path / "cache", ignore_errors=True)

@@ -6,8 +6,9 @@
 #            dependencies that host lacks, cp312 wheels)                             ~48 MB
 #   OUT/p2/  src/: the vLLM and FlashInfer sdists and the pinned sources vLLM's CMake
 #            would fetch (`harness sources fetch --out`)                             ~47 MB
-#   OUT/p3/  deps/: the dependency bundle (bundles/vllm-0.25.1-h200-deps.toml), and w/: the
-#            small part and bundle.json of the wheel bundle (bundles/vllm-0.25.1-h200.toml)  ~37 MB
+#   OUT/p3/  deps/: the dependency bundle (bundles/vllm-0.25.1-h200-deps.toml), w/: the
+#            small part and bundle.json of the wheel bundle (bundles/vllm-0.25.1-h200.toml),
+#            and ccache/: ccache for a base without it (tools/ccache-kit.sh)             ~39 MB
 #   OUT/w1/ OUT/w2/ OUT/w3/  w/: the wheel bundle's two 60 MB parts in pieces that fit a
 #            command (`cat part_00.piece_* > part_00` there), for the wheel examples   ~43, 43, 29 MB
 # usage: tools/device-inputs.sh [--platform P] OUT [MATRIX]   (default matrix/h200-source.toml)
@@ -46,6 +47,8 @@ mkdir -p "$out"/p1/kit "$out"/p1/hwhl "$out"/p2/src "$out"/p3/w "$out"/w1/w "$ou
   $tags -d "$out/p1/hwhl" $HWHL
 harness() { "$PY" -m harness "$@"; }
 harness sources fetch -m "$matrix" --out "$out/p2/src"
+# ccache for a base without it: Debian's, for this host's CPU only (apt-get download)
+[ -f "$out/p3/ccache/SHA256SUMS" ] || [ "$platform" != "$host_platform" ] || bash tools/ccache-kit.sh make "$out/p3/ccache"
 [ -f "$out/p3/deps/part_00" ] || harness bundle make bundles/vllm-0.25.1-h200-deps.toml --out "$out/p3/deps" \
   --platform "$platform"
 wb="$out/wheel-bundle"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A local base image with a CUDA toolchain, for source builds where no CUDA base image can be
 # pulled: Debian (harness-test/debian-python, tools/base-images.sh) + build-essential, git and
-# the Python headers from Debian + this host's CUDA toolkit (CUDA_HOME, default /usr/local/cuda:
+# the Python headers and ccache from Debian + this host's CUDA toolkit (CUDA_HOME, default /usr/local/cuda:
 # nvcc 13.0) + torch 2.11.0 and the CUDA libraries it loads, cmake and ninja from PyPI (wheels
 # cached in ~/.cache/vllm-bw-harness/wheels, ~4 GB the first time). A minimal toolkit lacks
 # cuBLAS headers and nvrtc: the nvidia wheels supply them, and a libcuda stub links without a
@@ -41,6 +41,14 @@ DOCKERFILE
   echo "toolchain-base: $tag has the build requirements ($want)"
 }
 if docker image inspect "$tag" >/dev/null 2>&1; then
+  # made before the compile cache: ccache added on top, under the same tag
+  if ! docker run --rm --entrypoint sh "$tag" -c 'command -v ccache' >/dev/null 2>&1; then
+    ctx=$(mktemp -d)
+    printf '%s\n' "FROM $tag" 'RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends ccache >/dev/null && rm -rf /var/lib/apt/lists/*' > "$ctx/Dockerfile"
+    docker build -q -t "$tag" "$ctx" >/dev/null
+    rm -rf "$ctx"
+    echo "toolchain-base: ccache added to $tag"
+  fi
   have_reqs && { echo "toolchain-base: $tag already there"; exit 0; }
   add_reqs; exit 0
 fi
@@ -58,7 +66,7 @@ mkdir "$ctx/wheels"; ln "$wheels"/*.whl "$ctx/wheels/" 2>/dev/null || cp "$wheel
 cat > "$ctx/Dockerfile" <<'DOCKERFILE'
 FROM harness-test/debian-python:bookworm
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends build-essential git python3-dev \
-      python3-venv xz-utils >/dev/null && rm -rf /var/lib/apt/lists/* && python3 -m venv /opt/torch/.venv
+      python3-venv xz-utils ccache >/dev/null && rm -rf /var/lib/apt/lists/* && python3 -m venv /opt/torch/.venv
 COPY cuda /usr/local/cuda
 COPY wheels /tmp/wheels
 RUN /opt/torch/.venv/bin/pip install -q --no-index --no-deps --no-compile /tmp/wheels/*.whl && rm -rf /tmp/wheels \

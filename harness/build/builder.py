@@ -19,7 +19,7 @@ from typing import Literal
 
 from harness.audit import Target, audit_path
 from harness.audit.report import AuditSummary
-from harness.build import offline
+from harness.build import compile_cache, offline
 from harness.build.buildlog import check_build_log
 from harness.build.dockerfile import render
 from harness.build.render import Rendered, context_tar
@@ -196,16 +196,36 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
             step = _step_of(line)
             emit(BuildEvent(name, "step" if step else "line", step or line, time.monotonic() - start))
 
-        try:
-            image_id = engine.build(context_tar(rendered), ref, labels=rendered.labels,
-                                    buildargs=rendered.buildargs, on_line=on_line, platform=rendered.platform)
-        except BuildFailed as exc:
-            took = time.monotonic() - start
-            emit(BuildEvent(name, "done", "failed", took))
-            return BuildOutcome(stack=name, image_ref=ref, status="failed", log_path=str(log_path),
-                                log_tail=tuple(exc.log_tail[-40:] or tail), duration_s=took,
-                                labels=rendered.labels, reason=exc.message)
+        marks: list[str] = []  # the compile steps' `harness-compile-cache:` lines
+
+        def on_build_line(line: str) -> None:
+            if compile_cache.MARK in line:
+                marks.append(line)
+            on_line(line)
+
+        uses_cache = f"ARG {compile_cache.ARG}" in rendered.dockerfile
+        keep = compile_cache.max_bytes() if uses_cache else 0  # a bad setting stops here, not after the build
+        with compile_cache.serving() if uses_cache else contextlib.nullcontext(None) as served:
+            # the store's URL is not an input of the image: it stays out of the content hash
+            extra = {compile_cache.ARG: served.url or ""} if served else {}
+            try:
+                image_id = engine.build(context_tar(rendered), ref, labels=rendered.labels,
+                                        buildargs={**rendered.buildargs, **extra}, on_line=on_build_line,
+                                        network_mode="host" if served and served.url else None,
+                                        platform=rendered.platform)
+            except BuildFailed as exc:
+                took = time.monotonic() - start
+                emit(BuildEvent(name, "done", "failed", took))
+                return BuildOutcome(stack=name, image_ref=ref, status="failed", log_path=str(log_path),
+                                    log_tail=tuple(exc.log_tail[-40:] or tail), duration_s=took,
+                                    labels=rendered.labels, reason=exc.message,
+                                    compile_cache=compile_cache.from_build_output(marks, served.why_off)
+                                    if served else None)
+            finally:
+                if served and served.url:
+                    compile_cache.prune(keep)
     took = time.monotonic() - start
+    cache_record = compile_cache.from_build_output(marks, served.why_off) if served else None
     labels = engine.image_labels(ref) or rendered.labels
     summary = audit_stack_image(engine, ref, rendered.labels, audit_ccs) if audit else None
     problems = (build_log_problems(engine, ref, torch_cuda_arch_list, {"harness.role": "audit"})
@@ -214,7 +234,8 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
     emit(BuildEvent(name, "done", "built", took))
     return BuildOutcome(stack=name, image_ref=ref, image_id=image_id, status="built",
                         log_path=str(log_path), log_tail=tuple(tail), duration_s=took, labels=labels,
-                        audit_summary=summary, arch_problems=tuple(problems), rust_frontend=rust)
+                        audit_summary=summary, arch_problems=tuple(problems), rust_frontend=rust,
+                        compile_cache=cache_record)
 
 
 def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Path, force: bool = False,

@@ -14,7 +14,7 @@ from harness.platforms import Platform
 
 
 def render(matrix: Matrix, stack_name: str, *, template: Path | None = None,
-           template_text: str | None = None, buildkit: bool = False,
+           template_text: str | None = None,
            extra: dict[str, str] | None = None, base_image_id: str | None = None,
            platform: Platform | None = None, requirements: bool = True) -> Rendered:
     """The Dockerfile, build args, labels and context of one docker stack, for `platform` (the
@@ -34,6 +34,6 @@ def render(matrix: Matrix, stack_name: str, *, template: Path | None = None,
         same = template is None or Path(template) == DEFAULT_TEMPLATE  # the family's default: its sibling
         return render_wheels(matrix, stack_name, template=None if same else template,
                              template_text=None if same else template_text,
-                             buildkit=buildkit, extra=extra, base_image_id=base_image_id, platform=platform)
+                             extra=extra, base_image_id=base_image_id, platform=platform)
     return render_source(matrix, stack_name, template=template, template_text=template_text,
-                         buildkit=buildkit, extra=extra, platform=platform, requirements=requirements)
+                         extra=extra, platform=platform, requirements=requirements)

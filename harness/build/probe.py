@@ -76,12 +76,13 @@ def render_probe(rendered: Rendered, matrix, units: tuple[Unit, ...]) -> Rendere
     probe = "\n".join([
         CUT.replace("replaces everything from here on", "stops here: the probe step instead"),
         "COPY probe_build.py /opt/build/probe_build.py",
-        "RUN true \\",
+        'RUN eval "$(python /opt/build/compile_cache.py env "${COMPILE_CACHE_URL}")" \\',
         offline_env,
         ' && TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}" MAX_JOBS="${MAX_JOBS}" NVCC_THREADS="${NVCC_THREADS}" \\',
         f"      python /opt/build/probe_build.py --units '{units_json}' --patched /opt/build/src/vllm \\",
         f'      --stock-source "${{VLLM_SOURCE}}" --sha256 "${{VLLM_SDIST_SHA256}}" --out {OUT} 2>&1 \\',
-        "    | tee /opt/build/probe.log",
+        "    | tee /opt/build/probe.log \\",
+        " && python /opt/build/compile_cache.py stats compile",
         "",
     ])
     head = text[: text.index(CUT)]
@@ -208,6 +209,7 @@ class ProbeOutcome:
     log_path: str
     packaging: PackagingResult | None = None  # the packaging probe, when asked
     units_status: str = ""  # the units probe's own status ("skipped" when not asked)
+    compile_cache: dict | None = None  # CompileCache of the units probe image's build, as JSON
 
 
 PARTS = ("packaging", "units")
@@ -299,4 +301,6 @@ def _units_probe(matrix, stack_name: str, *, engine, log_dir: Path, on_event=Non
     status, reason = judge(rows, data)
     timings = {"configure_s": data.get("configure_s"), "compile_s": data.get("compile_s"),
                "image_build_s": outcome.duration_s}
-    return ProbeOutcome(stack_name, ref, status, reason, tuple(rows), timings, outcome.log_path or "")
+    cache = outcome.compile_cache.model_dump(mode="json") if outcome.compile_cache else None
+    return ProbeOutcome(stack_name, ref, status, reason, tuple(rows), timings, outcome.log_path or "",
+                        compile_cache=cache)

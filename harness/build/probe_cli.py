@@ -14,6 +14,16 @@ from harness.console import out
 from harness.platforms import Platform
 
 
+def cache_line(cache: dict) -> str:
+    if cache.get("off"):
+        return f"compile cache off: {cache['off']}"
+    rate = cache.get("hit_rate")
+    return (f"compile cache: {cache.get('hits')} hits, {cache.get('misses')} misses, "
+            f"{cache.get('uncacheable')} uncacheable"
+            + (f", hit rate {rate * 100:.1f} %" if rate is not None else "")
+            + f", compile steps {cache.get('seconds_compiling')} s")
+
+
 def run_probes(matrix, stacks: list[str], *, engine, log_dir: Path, force: bool = False,
                parts: tuple[str, ...] = PARTS, platform: Platform | None = None) -> list[str]:
     """Probe each stack, print the tables, save probe-<stack>.json; returns the stacks that passed."""
@@ -51,6 +61,8 @@ def run_probes(matrix, stacks: list[str], *, engine, log_dir: Path, force: bool 
                   f"compiled in {t.get('compile_s')} s; "
                   f"probe image {t.get('image_build_s') or 0:.0f} s" + (f"; {o.reason}" if o.reason else ""),
                   markup=False)
+        if o.compile_cache is not None:
+            out.print(f"{name}: {cache_line(o.compile_cache)}", markup=False)
         _save(log_dir, name, o)
         if o.status == "pass":
             passed.append(name)

@@ -4,7 +4,9 @@ build args, labels and the build-context files, plus the content hash that names
 The template keeps pins out of its text: every pin is a build ARG (so the same template serves
 every stack) and also an image label (so `docker inspect` answers "what is in this image"
 without the matrix file). Only structure is rendered into the text: one COPY + `git apply` per
-patch, in series order, and the ccache mount, which only BuildKit understands.
+patch, in series order. No `# syntax=` line and no `RUN --mount`: the same text builds on the
+legacy builder and on BuildKit, which would pull a frontend image for a syntax line (an
+air-gapped host cannot); the compile cache reaches the steps over the host's network.
 """
 
 from __future__ import annotations
@@ -58,10 +60,7 @@ PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
 ARG_LINE = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
 COPY_LINE = re.compile(r"^\s*COPY\s+(?:--\S+\s+)*(\S+)\s+\S+\s*$", re.MULTILINE)
 
-# BuildKit keeps ccache between builds in a cache mount; the legacy builder (what the engine API
-# drives) has no `RUN --mount`, so it gets a per-RUN directory instead.
-CCACHE_BUILDKIT = ("--mount=type=cache,target=/root/.ccache ", "/root/.ccache")
-CCACHE_LEGACY = ("", "/tmp/ccache")
+NO_SYNTAX = "# no syntax line: BuildKit would pull its frontend image for one"
 
 
 @dataclass(frozen=True)
@@ -220,7 +219,7 @@ def fill(template_text: str, values: dict[str, str], where: str) -> str:
 
 
 def render_source(matrix: Matrix, stack_name: str, *, template: Path | None = None,
-                  template_text: str | None = None, buildkit: bool = False,
+                  template_text: str | None = None,
                   extra: dict[str, str] | None = None, platform: Platform | None = None,
                   requirements: bool = True) -> Rendered:
     """The Dockerfile, build args, labels and context of a docker stack built from source
@@ -238,18 +237,15 @@ def render_source(matrix: Matrix, stack_name: str, *, template: Path | None = No
     patches = patch_files(matrix, stack)
     parts = (offline_parts(matrix, stack_name, stack, [p.data for p in patches if p.series == "vllm"])
              if stack.offline else online(stack))
-    mount, ccache_dir = CCACHE_BUILDKIT if buildkit else CCACHE_LEGACY
     fi_aot = stack.flashinfer is None or stack.flashinfer.aot
     dockerfile = fill(text, {
-        "SYNTAX": "# syntax=docker/dockerfile:1.7" if buildkit else "# legacy builder: no RUN --mount",
+        "SYNTAX": NO_SYNTAX,
         "VLLM_PATCHES": _apply_lines("vllm", patches, "/opt/build/src/vllm"),
         "FLASHINFER_PATCHES": _apply_lines("flashinfer", patches, "/opt/build/src/flashinfer"),
         "FLASHINFER_AOT": (' && FLASHINFER_CUDA_ARCH_LIST="${FLASHINFER_CUDA_ARCH_LIST}" MAX_JOBS="${MAX_JOBS}" \\\n'
                            '      python -m flashinfer.aot --out-dir /opt/build/flashinfer-aot 2>&1 '
                            '| tee -a /opt/build/flashinfer-build.log \\') if fi_aot
                           else " && echo 'FlashInfer: no AOT kernels (aot = false): JIT on first use' \\",
-        "CCACHE_MOUNT": mount,
-        "CCACHE_DIR": ccache_dir,
         **parts.values,
         **(extra or {}),
     }, str(template))

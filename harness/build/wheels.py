@@ -19,6 +19,7 @@ from pathlib import Path
 from harness import platforms
 from harness.build.render import (
     LABEL,
+    NO_SYNTAX,
     WHEELS_TEMPLATE,
     PatchFile,
     Rendered,
@@ -84,7 +85,7 @@ def _patch_lines(patches: list[PatchFile]) -> str:
 
 
 def render_wheels(matrix, stack_name: str, *, template: Path | None = None, template_text: str | None = None,
-                  buildkit: bool = False, extra: dict[str, str] | None = None,
+                  extra: dict[str, str] | None = None,
                   base_image_id: str | None = None, platform: Platform | None = None) -> Rendered:
     """`platform`: the CPU the image is built for (default: this host's); the wheelhouse must match it."""
     stack = matrix.spec.stacks[stack_name]
@@ -121,7 +122,7 @@ def render_wheels(matrix, stack_name: str, *, template: Path | None = None, temp
                              f"{vllm[0].get('strip_reason', '')}")
         files += wheelhouse_files(where, lock)
     dockerfile = fill(text, {
-        "SYNTAX": "# syntax=docker/dockerfile:1.7" if buildkit else "# legacy builder: no RUN --mount",
+        "SYNTAX": NO_SYNTAX,
         "WHEELHOUSE": "COPY wheelhouse/ /opt/build/wheelhouse/" if lock_info else "# the vLLM wheel comes from PyPI",
         "WHEELHOUSE_ARG": "--wheelhouse /opt/build/wheelhouse" if lock_info else "",
         "VLLM_PATCHES": _patch_lines(patches),

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lock": ("harness.cli.lock", "pin base-image digests and PyPI sha256s next to the matrix"),
     "sources": ("harness.cli.sources", "fetch the pinned sources a source build needs (offline builds)"),
     "build": ("harness.cli.build", "build the stack images"),
+    "cache": ("harness.cli.cache", "show or prune the compile cache that source builds share"),
     "audit": ("harness.cli.audit", "the GPU archs really compiled in a binary, wheel or image"),
     "run": ("harness.cli.run", "build, serve, fingerprint, benchmark and judge every cell"),
     "rejudge": ("harness.cli.run", "judge a stored run again"),

@@ -17,11 +17,13 @@ from rich.text import Text
 from harness.build.builder import BuildEvent, build_stacks, unpinned
 from harness.build.dockerfile import render
 from harness.build.preflight import preflight_stack
+from harness.build.probe_cli import cache_line
 from harness.cli.plan import add_matrix_args
 from harness.console import err, out
 from harness.errors import CellsFailed, ConfigError, HarnessError, PatchError
 from harness.matrix.load import load_matrix
 from harness.matrix.plan import expand, group_by_stack
+from harness.safety.writes import check_target
 
 
 def register(sub) -> None:
@@ -192,6 +194,12 @@ def run(args: argparse.Namespace) -> int:
     for o in outcomes.values():
         out.print(f"{o.stack}: {o.status} {o.image_ref} ({o.duration_s:.0f} s)"
                   + (f" log {o.log_path}" if o.log_path else ""), markup=False)
+        if o.compile_cache is not None:  # a build with compile steps (not a wheel stack's)
+            out.print(f"  {cache_line(o.compile_cache.model_dump(mode='json'))}", markup=False)
+        if o.status in ("built", "failed"):
+            # the record `harness run` keeps as builds/<stack>.json, beside the log
+            with check_target(Path(args.log_dir) / f"build-{o.stack}.json", "--log-dir file").open("w") as f:
+                f.write(o.model_dump_json(indent=1))
         if o.rust_frontend:
             out.print(f"  vLLM's Rust front end: {o.rust_frontend}", markup=False)
         for p in o.arch_problems:

@@ -111,6 +111,26 @@ class Build:
     image: str
     audit_status: str
     audit_lines: tuple[str, ...]
+    compile: str = "-"  # the build's wall time and what the compile cache did
+
+
+def compile_text(b: BuildOutcome) -> str:
+    """`412 s; cache 117/118 hits (99.2 %), compile 95 s` for a build; '-' for a reuse."""
+    if b.status != "built":
+        return "-"
+    parts = [f"{b.duration_s:.0f} s"]
+    c = b.compile_cache
+    if c is None:  # no compile steps (a wheel stack), or a record from before the cache
+        pass
+    elif c.off:
+        parts.append(f"compile cache off: {c.off}")
+    else:
+        looked = c.hits + c.misses + c.uncacheable
+        rate = f" ({c.hit_rate * 100:.1f} %)" if c.hit_rate is not None else ""
+        parts.append(f"cache {c.hits}/{looked} hits{rate}")
+        if c.seconds_compiling is not None:
+            parts.append(f"compile {c.seconds_compiling:.0f} s")
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -406,7 +426,7 @@ def _build(b: BuildOutcome) -> Build:
     if b.failed and b.reason:
         lines.insert(0, f"build: {b.reason}")
     where = b.stack if b.host is None else f"{b.stack} on {b.host}"
-    return Build(where, b.status, str(image or "n/a"), str(audit_status), tuple(lines))
+    return Build(where, b.status, str(image or "n/a"), str(audit_status), tuple(lines), compile_text(b))
 
 
 def load(run_dir: str | Path) -> Report:

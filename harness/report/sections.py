@@ -303,6 +303,7 @@ def _builds(r: Report) -> Section:
             Td(b.stack),
             Td(b.status, GOOD if b.status in ("built", "reused", "local", "pass", "ok", "cached") else BAD),
             Td(b.image),
+            Td(b.compile),
             Td(
                 b.audit_status, {"pass": GOOD, "fail": BAD, "warn": WARN}.get(b.audit_status, PLAIN)
             ),
@@ -314,7 +315,7 @@ def _builds(r: Report) -> Section:
         "builds",
         "Builds and binary audit",
         () if rows else ("No builds/*.json in this run.",),
-        ("stack", "build", "image", "audit", "audit verdicts per target"),
+        ("stack", "build", "image", "wall time, compile cache", "audit", "audit verdicts per target"),
         rows,
     )
 

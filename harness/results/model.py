@@ -499,6 +499,20 @@ class PartialCell(Open):
         return self.model_dump(mode="json", include={"bench", "image_fingerprint", "cross_check"}, exclude_none=True)
 
 
+class CompileCache(Open):
+    """What the compile cache did in one build (harness/build/compile_cache.py)."""
+
+    hits: int = Field(0, description="compiles answered from the cache")
+    misses: int = Field(0, description="compiles run and stored")
+    uncacheable: int = Field(0, description="compiles ccache declined to cache (they ran)")
+    hit_rate: float | None = Field(None, description="hits / (hits + misses + uncacheable)")
+    seconds_compiling: float | None = Field(None, description="wall time of the compile steps "
+                                            "(configure + compile), from the step itself")
+    remote_errors: int = Field(0, description="reads or writes the store did not answer")
+    namespace: str | None = Field(None, description="the store folder: machine + toolchain digest")
+    off: str | None = Field(None, description="why the build compiled without the cache")
+
+
 BuildKey = tuple[str, str | None]  # (stack, host): host None in a run on one host
 
 
@@ -519,6 +533,7 @@ class BuildOutcome(Open):
     audit_summary: AuditSummary | None = None
     arch_problems: tuple[str, ...] = ()
     reason: str | None = None
+    compile_cache: CompileCache | None = None
     rust_frontend: str | None = Field(None, description="vLLM's optional Rust front end: built | not built (why) | "
                                       "none in this release; None: not recorded (a wheel stack, an older image)")
 

@@ -25,10 +25,12 @@ GROUPS = {
                      "test_probe_bare_image_docker", "test_wheel_stack_docker"), "engine"),
     **dict.fromkeys(("test_build_requirements", "test_offline_sources", "test_patches_addpr",
                      "test_packaging_probe_docker", "test_patches_preflight",
-                     "test_source_probe_docker"), "pypi-cache"),
+                     "test_source_probe_docker", "test_h200_cache_example"), "pypi-cache"),
     # alone: each starts its own dockerd (the engines of one module, not of the others)
     "test_multinode_docker": "test_multinode_docker",
     "test_hosts_docker": "test_hosts_docker",
+    # its own images (by label) and its own store and port: beside any other module
+    "test_compile_cache_docker": "test_compile_cache_docker",
     # its own labelled busybox containers only
     "test_serve_drain": "test_serve_drain",
     "test_arm64_docker": "test_arm64_docker",

@@ -1,0 +1,59 @@
+"""`harness cache`: the compile cache every source build shares (harness/build/compile_cache.py).
+
+    harness cache show
+    harness cache prune [--max-gib N] [--folder NAME]
+
+`show` lists the store's folders, one per platform and toolchain (machine, then a digest of the
+compiler programs), with their objects, size and last use. `prune` removes the least recently
+used objects until the store (or one folder) holds at most N GiB (default: the bound every
+build keeps, HARNESS_COMPILE_CACHE_MAX_GIB, 40 unless set); `--max-gib 0` empties it.
+"""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("cache", help="show or prune the compile cache that source builds share")
+    verbs = p.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+    verbs.add_parser("show", help="the store's folders: objects, size, last use").set_defaults(func=run_show)
+    pr = verbs.add_parser("prune", help="drop the least recently used objects down to a size")
+    pr.add_argument("--max-gib", type=float, default=None, metavar="N",
+                    help="keep at most N GiB (default: HARNESS_COMPILE_CACHE_MAX_GIB, else 40); 0 empties it")
+    pr.add_argument("--folder", default=None, metavar="NAME", help="only this folder (`harness cache show`)")
+    pr.set_defaults(func=run_prune)
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB"
+
+
+def run_show(args) -> int:
+    from harness.build import compile_cache as cc
+    from harness.console import out
+
+    root = cc.cache_root()
+    folders = cc.usage(root)
+    total = sum(f.bytes for f in folders)
+    out.print(f"compile cache {root}: {len(folders)} folder(s), {_gib(total)} of {_gib(cc.max_bytes())}",
+              markup=False)
+    for f in folders:
+        tools = f.toolchain
+        nvcc = (tools.get("nvcc") or "").split(" ")[0] or "no nvcc"
+        out.print(f"  {f.name}  {f.objects} objects  {_gib(f.bytes)}  last used {cc.age(f.last_used)}", markup=False)
+        out.print(f"    {tools.get('ccache') or '?'}; gcc {(tools.get('gcc') or '?').split(' ')[0]}; {nvcc}",
+                  markup=False)
+    return 0
+
+
+def run_prune(args) -> int:
+    from harness.build import compile_cache as cc
+    from harness.console import out
+    from harness.errors import ConfigError
+
+    if args.max_gib is not None and args.max_gib < 0:
+        raise ConfigError(f"--max-gib {args.max_gib}: a size is not negative", hint="give 0 or more GiB")
+    limit = cc.max_bytes() if args.max_gib is None else int(args.max_gib * (1 << 30))
+    removed, freed = cc.prune(limit, only=args.folder)
+    out.print(f"compile cache: removed {removed} object(s), {_gib(freed)}", markup=False)
+    return 0

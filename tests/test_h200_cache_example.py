@@ -1,0 +1,78 @@
+"""examples/h200-cache (the compile cache measured on the H200 machine), as far as this machine
+reaches without the GPU host: its three matrices load and differ from h200-source.toml by
+exactly the patch the measurement is about, `harness build --dry-run` of each renders and
+applies its whole patch series to the real vLLM 0.25.1 sdist (PyPI, sha256 checked), the
+changed kernel source is one the cut build compiles (the H200 build's own log), and the script
+parses and answers a bad verb."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.build import offline
+from harness.build.dockerfile import render
+from harness.cli.build import dry_run
+from harness.matrix.load import load_matrix
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "examples" / "h200-cache" / "device.sh"
+ONE_LINE = "vllm/0003-vllm-0.25.1-test-oneline-permute-cols.patch"
+VARIANTS = {"h200-source": "src-0251", "h200-source-oneline": "src-0251", "h200-source-stock": "src-0251-stock"}
+
+
+def _patches(name: str) -> list[str]:
+    matrix = load_matrix(ROOT / "matrix" / f"{name}.toml")
+    return [p.path for p in matrix.spec.stacks[VARIANTS[name]].vllm.patches]
+
+
+def test_the_variants_differ_by_the_measured_patch_alone():
+    cold, one, stock = (_patches(n) for n in VARIANTS)
+    assert one == [*cold, ONE_LINE]
+    assert stock == [p for p in cold if not Path(p).name.startswith("0001-")] and len(stock) == len(cold) - 1
+    specs = {n: load_matrix(ROOT / "matrix" / f"{n}.toml").spec.stacks[s].model_dump(exclude={"vllm", "description"})
+             for n, s in VARIANTS.items()}
+    assert specs["h200-source"] == specs["h200-source-oneline"] == specs["h200-source-stock"]
+
+
+def test_the_changed_line_is_in_a_kernel_the_cut_build_compiles():
+    text = (ROOT / "patches" / ONE_LINE).read_text()
+    changed = [line for line in text.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    assert len(changed) == 2 and "//" not in "".join(changed)  # one line, not a comment
+    assert "+++ b/csrc/libtorch_stable/permute_cols.cu" in text
+    log = gzip.decompress((ROOT / "examples" / "h200-source" / "device" / "vllm-build.log.gz").read_bytes()).decode()
+    assert "Building CUDA object CMakeFiles/_C_stable_libtorch.dir/csrc/libtorch_stable/permute_cols.cu.o" in log
+
+
+@pytest.mark.network
+def test_dry_run_of_each_variant_renders_and_applies_its_series(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(offline, "OFFLINE", tmp_path / "cache")
+    pin = offline.load_table("0.25.1").pins[0]
+    offline.fetch(pin, from_dir=ROOT / "tests" / "fixtures" / "offline", cache=offline.OFFLINE)
+    hashes = {}
+    for name, stack in VARIANTS.items():
+        # the dependency wheelhouse exists only on the H200 host; everything else as committed
+        text = (ROOT / "matrix" / f"{name}.toml").read_text().replace('deps_wheelhouse = "/tmp/deps-wheelhouse"', "")
+        path = ROOT / "matrix" / f".test-cache-{name}-{os.getpid()}.toml"  # patches resolve from matrix/
+        path.write_text(text)
+        try:
+            matrix = load_matrix(path)
+            assert dry_run(matrix, [stack], None) == 0
+            hashes[name] = render(matrix, stack).content_hash
+        finally:
+            path.unlink()
+        shown = capsys.readouterr().out
+        for patch in _patches(name):
+            assert Path(patch).name in shown, (name, patch, shown)
+    assert len(set(hashes.values())) == 3  # three images: the compile step runs for each
+
+
+def test_the_script_parses_and_refuses_a_bad_verb(tmp_path):
+    subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
+    bad = subprocess.run(["bash", str(SCRIPT), "nope"], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "OUT": str(tmp_path / "out")}, timeout=30)
+    assert bad.returncode == 2 and "usage: device.sh prep" in bad.stdout

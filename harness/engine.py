@@ -20,10 +20,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
 import requests.exceptions
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tenacity import (
     before_sleep_log,
     retry,
@@ -62,6 +64,125 @@ retry_transient = retry(
     before_sleep=before_sleep_log(log, logging.WARNING),
     reraise=True,
 )
+
+
+# --- the engine's answers ------------------------------------------------------------------
+# Each JSON answer of the Docker API is validated once, here, into a model that names the fields
+# this tool reads (snake_case, aliased to Docker's keys); every other key is kept. A malformed
+# answer is an EngineError naming the call, not a KeyError three modules away.
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
+
+
+class VersionAnswer(_Answer):
+    """`GET /version`."""
+    version: str = Field("?", alias="Version", description="The engine's release.")
+    api_version: str = Field("?", alias="ApiVersion", description="The newest API version it speaks.")
+
+
+class InfoAnswer(_Answer):
+    """`GET /info`."""
+    operating_system: str = Field("?", alias="OperatingSystem", description="The host's OS, as the engine names it.")
+    os_type: str | None = Field(None, alias="OSType", description="linux or windows.")
+    architecture: str | None = Field(None, alias="Architecture", description="The host's CPU (x86_64, aarch64).")
+    runtimes: dict[str, Any] | None = Field(None, alias="Runtimes", description="Container runtimes by name.")
+    default_runtime: str = Field("runc", alias="DefaultRuntime", description="The runtime used when none is named.")
+    cdi_spec_dirs: list[str] | None = Field(None, alias="CDISpecDirs", description="Where CDI device specs are read.")
+
+
+class ImageAnswer(_Answer):
+    """`GET /images/{name}/json`."""
+    os: str | None = Field(None, alias="Os", description="The OS the image is for.")
+    architecture: str | None = Field(None, alias="Architecture", description="The CPU the image is for.")
+    repo_digests: list[str] | None = Field(None, alias="RepoDigests", description="repo@sha256:... it was pulled as.")
+
+
+class PullEvent(_Answer):
+    """One JSON message of `POST /images/create` (a pull)."""
+    status: str | None = Field(None, description="Progress, or `Digest: sha256:...` near the end.")
+    error: str | None = Field(None, description="Why the pull stopped.")
+
+
+class ErrorDetail(_Answer):
+    message: str = Field("build failed", description="What failed.")
+
+
+class BuildAux(_Answer):
+    id: str | None = Field(None, alias="ID", description="The built image's id.")
+
+
+class BuildChunk(_Answer):
+    """One JSON message of `POST /build`."""
+    stream: str | None = Field(None, description="Build output text.")
+    status: str | None = Field(None, description="Progress text (base image pulls).")
+    aux: BuildAux | str | None = Field(None, description="Side data: the image id once built (BuildKit's "
+                                       "trace messages are strings).")
+    error: str | None = Field(None, description="Why the build stopped.")
+    error_detail: ErrorDetail | None = Field(None, alias="errorDetail", description="The same, structured.")
+
+
+class ListedContainer(_Answer):
+    """One entry of `GET /containers/json`."""
+    id: str = Field(alias="Id", description="The container id.")
+    names: list[str] | None = Field(None, alias="Names", description="Its names, each with a leading /.")
+    labels: dict[str, str] | None = Field(None, alias="Labels", description="Its labels.")
+
+    @property
+    def name(self) -> str:
+        return self.names[0].lstrip("/") if self.names else self.id[:12]
+
+
+class ContainerState(_Answer):
+    """A container's `State` (from `GET /containers/{id}/json`)."""
+    status: str | None = Field(None, alias="Status", description="created, running, restarting, exited, ...")
+    running: bool = Field(False, alias="Running", description="Whether its process runs.")
+    exit_code: int | None = Field(None, alias="ExitCode", description="Its process's exit status, once ended.")
+    oom_killed: bool = Field(False, alias="OOMKilled", description="Killed by the kernel for memory.")
+    error: str | None = Field(None, alias="Error", description="Why the engine could not start or run it.")
+
+
+class PortBinding(_Answer):
+    host_port: str = Field(alias="HostPort", description="The host's port a container port is published on.")
+
+
+class NetworkSettings(_Answer):
+    ports: dict[str, list[PortBinding] | None] | None = Field(
+        None, alias="Ports", description="Published bindings by `PORT/tcp`.")
+
+
+class ContainerAnswer(_Answer):
+    """`GET /containers/{id}/json` (docker inspect)."""
+    state: ContainerState = Field(default_factory=ContainerState, alias="State", description="Its state.")
+    network_settings: NetworkSettings = Field(default_factory=NetworkSettings, alias="NetworkSettings",
+                                              description="Its networking, published ports included.")
+
+
+class ExecCreated(_Answer):
+    """`POST /containers/{id}/exec`."""
+    id: str = Field(alias="Id", description="The exec instance's id.")
+
+
+class ExecAnswer(_Answer):
+    """`GET /exec/{id}/json`."""
+    running: bool = Field(False, alias="Running", description="Whether the exec'd process runs.")
+    exit_code: int | None = Field(None, alias="ExitCode", description="Its exit status, once ended.")
+
+
+_A = TypeVar("_A", bound=_Answer)
+
+
+def _answer(model: type[_A], data: object, call: str) -> _A:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        where = ".".join(str(p) for p in e["loc"]) or "(top)"
+        raise EngineError(f"the Docker engine answered `{call}` with something this tool cannot read: "
+                          f"{where}: {e['msg']}",
+                          hint="check the engine's version (`docker version`); `harness doctor` says "
+                          "what it needs") from None
 
 
 @dataclass(frozen=True)
@@ -107,17 +228,17 @@ class Engine:
     # --- engine ---------------------------------------------------------------------------
 
     def info(self) -> EngineInfo:
-        ver = self.client.version()
-        info = self.client.info()
-        runtimes = tuple(sorted((info.get("Runtimes") or {}).keys()))
-        cdi = tuple(info.get("CDISpecDirs") or ())
+        ver = _answer(VersionAnswer, self.client.version(), "docker version")
+        info = _answer(InfoAnswer, self.client.info(), "docker info")
+        runtimes = tuple(sorted((info.runtimes or {}).keys()))
+        cdi = tuple(info.cdi_spec_dirs or ())
         return EngineInfo(
             host=self.api.base_url,
-            version=ver.get("Version", "?"),
-            api_version=ver.get("ApiVersion", "?"),
-            os=f"{info.get('OperatingSystem', '?')} ({info.get('Architecture', '?')})",
+            version=ver.version,
+            api_version=ver.api_version,
+            os=f"{info.operating_system} ({info.architecture or '?'})",
             runtimes=runtimes,
-            default_runtime=info.get("DefaultRuntime", "runc"),
+            default_runtime=info.default_runtime,
             cdi_spec_dirs=cdi,
             gpu_capable="nvidia" in runtimes or any(Path(d).is_dir() and any(Path(d).glob("nvidia*"))
                                                     for d in cdi),
@@ -142,17 +263,17 @@ class Engine:
     def platform(self) -> Platform:
         """The CPU platform this engine builds and runs natively (`docker info`), this host's if
         the engine reports one this tool does not build for."""
-        info = self.client.info()
-        return platforms.of_engine(info.get("OSType"), info.get("Architecture")) or platforms.host()
+        info = _answer(InfoAnswer, self.client.info(), "docker info")
+        return platforms.of_engine(info.os_type, info.architecture) or platforms.host()
 
     def image_platform(self, ref: str) -> Platform | None:
         """The platform an image says it is for (its Os/Architecture); None if it does not exist
         or names one this tool does not build for."""
         try:
-            attrs = self.api.inspect_image(ref)
+            attrs = _answer(ImageAnswer, self.api.inspect_image(ref), f"docker image inspect {ref}")
         except docker.errors.ImageNotFound:
             return None
-        return platforms.of_engine(attrs.get("Os"), attrs.get("Architecture"))
+        return platforms.of_engine(attrs.os, attrs.architecture)
 
     @retry_transient
     def pull_digest(self, repository: str, tag: str) -> str:
@@ -161,17 +282,18 @@ class Engine:
         ref = f"{repository}:{tag}"
         told = None
         try:
-            for event in self.api.pull(repository, tag=tag, stream=True, decode=True):
-                if event.get("error"):
-                    raise EngineError(f"cannot pull {ref}: {event['error']}", hint=PULL_HINT)
-                status = event.get("status") or ""
+            for raw in self.api.pull(repository, tag=tag, stream=True, decode=True):
+                event = _answer(PullEvent, raw, f"docker pull {ref}")
+                if event.error:
+                    raise EngineError(f"cannot pull {ref}: {event.error}", hint=PULL_HINT)
+                status = event.status or ""
                 if status.startswith("Digest: "):
                     told = status.split()[1]
-            attrs = self.api.inspect_image(ref)
+            attrs = _answer(ImageAnswer, self.api.inspect_image(ref), f"docker image inspect {ref}")
         except docker.errors.APIError as exc:
             raise EngineError(f"cannot pull {ref}: {exc.explanation or exc}", hint=PULL_HINT) from None
         want = _short_repo(repository)
-        digests = [d.split("@", 1)[1] for d in attrs.get("RepoDigests") or ()
+        digests = [d.split("@", 1)[1] for d in attrs.repo_digests or ()
                    if _short_repo(d.split("@", 1)[0]) == want]
         if told and (told in digests or not digests):
             return told
@@ -219,15 +341,16 @@ class Engine:
         stream = self._start_build(context, tag, labels, buildargs or {}, dockerfile, timeout, platform,
                                    network_mode)
         try:
-            for chunk in stream:
-                if "stream" in chunk:
-                    emit(chunk["stream"])
-                elif "status" in chunk:
-                    emit(chunk["status"])
-                if "aux" in chunk and "ID" in chunk["aux"]:
-                    image_id = chunk["aux"]["ID"]
-                if "error" in chunk or "errorDetail" in chunk:
-                    msg = chunk.get("error") or chunk["errorDetail"].get("message", "build failed")
+            for raw in stream:
+                chunk = _answer(BuildChunk, raw, f"docker build {tag}")
+                if chunk.stream is not None:
+                    emit(chunk.stream)
+                elif chunk.status is not None:
+                    emit(chunk.status)
+                if isinstance(chunk.aux, BuildAux) and chunk.aux.id is not None:
+                    image_id = chunk.aux.id
+                if chunk.error is not None or chunk.error_detail is not None:
+                    msg = chunk.error or (chunk.error_detail or ErrorDetail()).message
                     emit(msg)
                     raise BuildFailed(f"image {tag}: {msg.strip()}", log_tail=tail[-40:],
                                       hint="read the build log; a compile error is not retried")
@@ -329,14 +452,14 @@ class Engine:
         filters = {"label": [f"{LABEL_RUN}={run_id}"] if run_id else [owners.LABEL_HOST]}
         removed = []
         for c in self._listed(filters):
-            labels = c.get("Labels") or {}
+            labels = c.labels or {}
             owner = owners.from_labels(labels)
             if run_id is None and (owner is None or owners.alive(owner) is not False):
                 continue  # alive, or another host's: not ours to remove
-            name = _name_of(c)
+            name = c.name
             log.info("reaping container %s (run %s)", name, labels.get(LABEL_RUN))
             try:
-                self.client.api.remove_container(c["Id"], force=True, v=True)
+                self.client.api.remove_container(c.id, force=True, v=True)
             except docker.errors.NotFound:
                 continue  # removed meanwhile (by its own controller, or another reaper)
             removed.append(name)
@@ -344,18 +467,13 @@ class Engine:
 
     def containers(self, labels: dict[str, str]) -> list[str]:
         filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
-        return [_name_of(c) for c in self._listed(filters)]
+        return [c.name for c in self._listed(filters)]
 
-    def _listed(self, filters: dict) -> list[dict]:
+    def _listed(self, filters: dict) -> list[ListedContainer]:
         """Containers matching `filters`, from one list call. docker-py's
         `containers.list()` inspects each one after listing, and raises NotFound when one is
         removed in between, which other runs on a shared engine do at any time."""
-        return self.client.api.containers(all=True, filters=filters)
-
-
-def _name_of(listed: dict) -> str:
-    names = listed.get("Names") or []
-    return names[0].lstrip("/") if names else listed.get("Id", "")[:12]
+        return [_answer(ListedContainer, c, "docker ps") for c in self.client.api.containers(all=True, filters=filters)]
 
 
 @dataclass(frozen=True)
@@ -454,17 +572,19 @@ class RunningContainer:
     def name(self) -> str:
         return self._c.name
 
-    def state(self) -> dict:
-        """Docker's State: Status, ExitCode, OOMKilled, Error."""
-        self._c.reload()
-        return dict(self._c.attrs.get("State") or {})
+    def state(self) -> ContainerState:
+        """Docker's State: status, exit code, OOM kill, error."""
+        return self._inspect().state
 
     def host_port(self, port: int) -> int:
-        self._c.reload()
-        bindings = (self._c.attrs["NetworkSettings"]["Ports"] or {}).get(f"{port}/tcp") or []
+        bindings = (self._inspect().network_settings.ports or {}).get(f"{port}/tcp") or []
         if not bindings:
             raise EngineError(f"container {self.name}: port {port} is not published")
-        return int(bindings[0]["HostPort"])
+        return int(bindings[0].host_port)
+
+    def _inspect(self) -> ContainerAnswer:
+        self._c.reload()
+        return _answer(ContainerAnswer, self._c.attrs, f"docker inspect {self.name}")
 
     def logs(self) -> str:
         return self._c.logs(stdout=True, stderr=True).decode("utf-8", "replace")
@@ -531,7 +651,8 @@ class RunningContainer:
         """Start `cmd` inside, its output copied line by line to `sink` from a daemon thread
         (then `on_end` is called: every line is in); the process ends with the container."""
         api = self.engine.api
-        exec_id = api.exec_create(self._c.id, cmd, environment=dict(env), stdout=True, stderr=True)["Id"]
+        exec_id = _answer(ExecCreated, api.exec_create(self._c.id, cmd, environment=dict(env), stdout=True,
+                                                        stderr=True), f"docker exec {self.name}").id
         stream = api.exec_start(exec_id, stream=True)
 
         def pump() -> None:
@@ -598,8 +719,8 @@ class ExecProcess:
 
     def state(self) -> tuple[bool, int | None]:
         """(running, exit code)."""
-        info = self._api.exec_inspect(self.id)
-        return bool(info.get("Running")), info.get("ExitCode")
+        info = _answer(ExecAnswer, self._api.exec_inspect(self.id), "docker exec inspect")
+        return info.running, info.exit_code
 
 
 def connect(url: str | None = None, timeout: int = 30, *, tls=None, name: str | None = None) -> Engine:

@@ -334,7 +334,7 @@ def _shown(path: Path) -> str:
 def write_lock(lock: LockFile, path: Path) -> None:
     import tomli_w
 
-    body = tomli_w.dumps(lock.model_dump(mode="json"))
+    body = tomli_w.dumps(lock.model_dump(mode="json", exclude_none=True))  # TOML has no null: an unset field is left out
 
     write_text(path, HEADER.format(matrix=_shown(path.with_suffix(".toml"))) + "\n" + body, flag="lock file")
 

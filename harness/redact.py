@@ -2,7 +2,7 @@
 
 A name is secret when one of its words (split at _ - . and camelCase) is token, key, secret,
 password, passwd, credential, auth, authorization, private, session or cookie, or its last word
-is pass (HF_TOKEN, api_key, X-Api-Key, apiKey,
+is pass in a longer name or a flag (DB_PASS, --pass; a bare `pass:` is a verdict) (HF_TOKEN, api_key, X-Api-Key, apiKey,
 AWS_SECRET_ACCESS_KEY), unless it is a count or size of them (max_tokens, token_ids,
 tokenizer: those words differ). A secret name's value is masked in every form a log or a
 command writes it: `NAME=v`, `NAME: v`, `'name': 'v'`, `'name': ['v1', 'v2']` (vLLM's
@@ -96,7 +96,11 @@ def is_secret_name(name: str) -> bool:
     words = [w.lower() for part in re.split(r"[^A-Za-z0-9]+", bare) for w in _WORD.findall(part)]
     if not words or words[-1] in _NOT_SECRET_TAIL or not _COUNT_WORDS.isdisjoint(words):
         return False
-    return words[-1] in _SECRET_LAST or any(w in _SECRET_WORDS or w.endswith(_SECRET_ENDINGS) for w in words)
+    # `pass` alone is a verdict (`pass: SM_121: ...`, `status: pass`), not a password: it masks as
+    # the last word of a longer name (DB_PASS) or as a flag (--pass), never as a bare word
+    last_only = len(words) > 1 or bare != name
+    return (words[-1] in _SECRET_LAST and last_only) or any(w in _SECRET_WORDS or w.endswith(_SECRET_ENDINGS)
+                                                           for w in words)
 
 
 def _mask_value(value: str) -> str:

@@ -111,16 +111,16 @@ def test_counts_match_the_servers_record_and_times_obey_causality():
         assert lv.per_stream_tok_s == pytest.approx(percentile([1 / x for x in itls], 50))
         # The server's /metrics deltas are its own record, level by level.
         srv = lv.server
-        assert srv["generation_tokens"] == lv.output_tokens
-        assert srv["ttft_observations"] == lv.requests
-        assert srv["ttft_ms_mean"] == pytest.approx(
+        assert srv.generation_tokens == lv.output_tokens
+        assert srv.ttft_observations == lv.requests
+        assert srv.ttft_ms_mean == pytest.approx(
             sum(server_ttft) / len(server_ttft) * 1000, rel=1e-9
         )
-        assert srv["client_ttft_inflation_ms"] == pytest.approx(
-            lv.ttft_ms_mean - srv["ttft_ms_mean"], rel=1e-9
+        assert srv.client_ttft_inflation_ms == pytest.approx(
+            lv.ttft_ms_mean - srv.ttft_ms_mean, rel=1e-9
         )
-        assert srv["client_ttft_inflation_ms"] >= 0  # causality again, on means
-        assert srv["spec_mean_acceptance_length"] == 2.0  # 2-token messages, all accepted
+        assert srv.client_ttft_inflation_ms >= 0  # causality again, on means
+        assert srv.spec_mean_acceptance_length == 2.0  # 2-token messages, all accepted
         assert lv.connects_in_timed_requests == 0
     assert r.token_count_source == "usage" and r.token_counts_reliable
     d = json.loads(r.to_json())
@@ -248,7 +248,7 @@ def test_prefill_rate_and_prefix_cache_hit_rate_from_metrics(legacy):
     assert r.prefill_tok_s == pytest.approx(2002 / (r.cold_ttft_ms / 1000), rel=1e-9)
     assert r.prefix_cache_hit_rate == 1.0
     srv = r.level(1).server
-    assert srv["itl_metric"] == (
+    assert srv.itl_metric == (
         "vllm:time_per_output_token_seconds" if legacy else "vllm:inter_token_latency_seconds"
     )
 
@@ -314,6 +314,29 @@ def test_sse_reader_joins_split_characters_and_crlf_messages():
         sse.feed(raw[:cut], 1.0)
         sse.feed(raw[cut:], 2.0)
         assert sse.parts == [" na\u00efve \U0001f600"] and sse.done and sse.rid == "x"
+
+
+@pytest.mark.parametrize(
+    "message, parts, usage, error",
+    [
+        ('{"choices":[{"text":"a"}]}', ["a"], None, None),  # completions
+        ('{"choices":[{"delta":{"role":"assistant"}}]}', [], None, None),  # role only: no token
+        ('{"choices":[{"delta":{"content":"b","reasoning_content":"r"}}]}', ["br"], None, None),
+        ('{"choices":[{"delta":{"reasoning":"t"}},{"text":"c"}]}', ["tc"], None, None),
+        ('{"choices":[{"delta":{},"message":{"content":"m"}}]}', ["m"], None, None),  # {} gives way
+        ('{"choices":[],"usage":{"completion_tokens":7,"prompt_tokens":3}}', [], (7, 3), None),
+        ('{"choices":[],"usage":{}}', [], None, None),  # an empty usage says nothing
+        ('{"error":{"message":"boom","code":500}}', [], None, "error event in stream: boom"),
+        ('{"object":"error","message":"bad"}', [], None, "error event in stream: bad"),
+        ('{"error":"plain"}', [], None, "error event in stream: plain"),
+    ],
+)
+def test_sse_reader_reads_each_message_shape(message, parts, usage, error):
+    sse = SSEReader()
+    sse.feed(f"data: {message}\n\n".encode(), 1.0)
+    assert sse.parts == parts and sse.error == error
+    got = None if sse.usage is None else (sse.usage.completion_tokens, sse.usage.prompt_tokens)
+    assert got == usage
 
 
 def _cli(argv, capsys):

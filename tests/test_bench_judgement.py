@@ -135,8 +135,10 @@ def test_histogram_quantile_and_deltas_as_prometheus():
     before = parse_snapshot(text(1, 1, 1, 0.03))
     after = parse_snapshot(text(1, 11, 11, 0.53))  # ten more, all in (40, 60] ms
     f = server_figures(before, after)
-    assert f["ttft_observations"] == 10 and f["ttft_ms_mean"] == pytest.approx(50.0)
-    assert f["ttft_ms_p50"] == pytest.approx(40 + 20 * 0.5)  # linear inside the bucket
-    assert f["ttft_ms_p99"] == pytest.approx(40 + 20 * 0.99)
-    assert f["generation_tokens"] == 100
+    assert f is not None and f.ttft_observations == 10 and f.ttft_ms_mean == pytest.approx(50.0)
+    assert f.ttft_ms_p50 == pytest.approx(40 + 20 * 0.5)  # linear inside the bucket
+    assert f.ttft_ms_p99 == pytest.approx(40 + 20 * 0.99)
+    assert f.generation_tokens == 100
+    # written out, it holds what the server gave and nothing else (no null for a missing ITL)
+    assert "itl_ms_mean" not in f.model_dump(mode="json")
     assert server_figures(None, after) is None

@@ -51,12 +51,12 @@ def test_build_run_logs_and_cleanup(engine, run_id):
         spec = ContainerSpec(image=tag, labels=tuple(labels.items()))
         with engine.container(spec) as c:
             for _ in range(50):
-                if c.state().get("Status") == "exited":
+                if c.state().status == "exited":
                     break
                 import time
 
                 time.sleep(0.1)
-            assert c.state()["ExitCode"] == 0
+            assert c.state().exit_code == 0
             assert "hello from the harness" in c.logs()
             assert engine.containers({"harness.run-id": run_id})
         assert engine.containers({"harness.run-id": run_id}) == []
@@ -129,3 +129,41 @@ def test_listing_and_reaping_survive_a_container_removed_meanwhile(engine, run_i
                 c.remove(force=True)
             except docker.errors.NotFound:
                 pass
+
+
+def test_engine_answers_are_read_once_keeping_every_key_and_a_bad_one_is_named(engine, monkeypatch):
+    """Docker's JSON answers are validated where they come in: the fields read are typed, the
+    engine's other keys are kept, and an answer of the wrong shape is an EngineError that names
+    the call, not a KeyError or AttributeError further on."""
+    from harness.engine import InfoAnswer
+    from harness.errors import EngineError
+
+    info = InfoAnswer.model_validate(engine.client.info())
+    assert info.architecture and "ServerVersion" in (info.model_extra or {})
+    assert engine.info().version != "?"
+    monkeypatch.setattr(engine.client, "info", lambda: {"Runtimes": ["runc"], "Architecture": "x86_64"})
+    with pytest.raises(EngineError, match=r"`docker info`.*Runtimes"):
+        engine.info()
+
+
+def test_exec_stream_reads_its_output_and_exit_status(engine, run_id):
+    """The Ray runner's path: a process started inside a running container, its lines pumped
+    out, its state read from the engine's exec answers (Running, ExitCode)."""
+    import threading
+    import time
+
+    spec = ContainerSpec(image=BUSYBOX, command=("sleep", "60"), labels=(("harness.run-id", run_id),))
+    with engine.container(spec) as c:
+        lines: list[str] = []
+        ended = threading.Event()
+        proc = c.exec_stream(["sh", "-c", "echo one; echo two; exit 3"], env={}, sink=lines.append,
+                             on_end=ended.set)
+        assert ended.wait(30) and lines == ["one", "two"]
+        for _ in range(100):
+            running, code = proc.state()
+            if not running:
+                break
+            time.sleep(0.1)
+        assert (running, code) == (False, 3)
+        assert c.state().running and c.state().status == "running"
+    assert engine.containers({"harness.run-id": run_id}) == []

@@ -16,6 +16,7 @@ from harness.report import load
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "examples" / "h200-source" / "run"
 RERUNS = [ROOT / "examples" / "h200-docker" / "rerun-at-main" / "during-compile",
+          ROOT / "examples" / "h200-docker" / "rerun-at-main" / "visit-3-during-compile",
           ROOT / "examples" / "h200-docker" / "rerun-at-main" / "alone",
           ROOT / "examples" / "h200" / "rerun-at-main" / "during-compile"]
 
@@ -31,6 +32,16 @@ def test_the_source_run_reads_back_with_what_its_logs_prove():
     assert nvfp4.moe_backend == "MARLIN" and "MarlinNvFp4LinearKernel" in nvfp4.linear_kernels
     assert fp8.attention_backend == nvfp4.attention_backend == "TRITON_ATTN"
     (build,) = r.builds
+    # audited for the chip the 12.1a build targets as well as the GPU it ran on: SM_121 pass with
+    # the native FP4 MMA, SM_90 warn (Marlin by PTX JIT)
+    assert build.audit_status == "warn"
+    lines = " | ".join(build.audit_lines)
+    assert "sm_121: pass" in lines and "OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X" in lines
+    assert "sm_90: warn" in lines
+
+
+def test_the_visit_before_recorded_why_it_was_not_audited():
+    (build,) = load(ROOT / "examples" / "h200-source" / "visit-2-run").builds
     # that run's own audit of the reused source image looked under /opt/venv: recorded, with why
     assert build.audit_status == "not-audited"
     assert any(line.startswith("not audited: ") and "/opt/venv/lib" in line for line in build.audit_lines)

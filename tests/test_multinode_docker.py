@@ -70,9 +70,9 @@ def test_a_ray_cluster_over_two_engines_reports_every_declared_gpu(engines):
     run_id = f"ray-{free_port()}"
     nodes = [Node(main, "main", "127.0.0.1", 1), Node(two, "two", "127.0.0.1", 1)]
     with ray_cluster(nodes, RAY_IMAGE, base_port=_base_port(), labels={"harness.run-id": run_id}) as cluster:
-        assert cluster.resources["GPU"] == 2.0 and cluster.resources["alive_nodes"] == 2
+        assert cluster.resources.gpu == 2.0 and cluster.resources.alive_nodes == 2
         again = cluster.cluster_resources()  # asked again, not remembered
-        assert again["GPU"] == 2.0 and again["CPU"] == 2.0
+        assert again.gpu == 2.0 and (again.model_extra or {})["CPU"] == 2.0  # every resource kept
         roles = {c.name: docker.DockerClient(base_url=n.engine.url).containers.get(c.name).labels["harness.role"]
                  for n, c in zip(cluster.nodes, cluster.containers, strict=True)}
         assert sorted(roles.values()) == ["ray-head", "ray-worker"]
@@ -211,7 +211,10 @@ def test_ctrl_c_during_a_two_node_cell_removes_every_node(engines, fake_ray_imag
 
 
 def test_readiness_counts_our_nodes_by_their_ports_not_by_number():
-    from harness.serve.multinode import missing_nodes, node_ports
+    from harness.serve.multinode import RayResources, missing_nodes, node_ports
+
+    def alive(*entries):
+        return RayResources.model_validate({"alive": list(entries)})
 
     nodes = [Node(None, "main", "127.0.0.1", 1), Node(None, "two", "127.0.0.1", 1),
              Node(None, "ghost", "10.9.9.9", 2)]
@@ -220,10 +223,10 @@ def test_readiness_counts_our_nodes_by_their_ports_not_by_number():
     ours = [["192.0.2.2", port[0]], ["192.0.2.2", port[1]]]
     stranger = ["192.0.2.2", node_ports(30000, 2)["--node-manager-port"]]  # another cluster's node
     # three alive, as many as declared: still not ready, the ghost is not among them
-    assert missing_nodes({"alive": [*ours, stranger]}, nodes, 20000) == [
+    assert missing_nodes(alive(*ours, stranger), nodes, 20000) == [
         f"ghost (10.9.9.9, node manager port {port[2]})"]
-    assert missing_nodes({"alive": [*ours, ["10.9.9.9", port[2]]]}, nodes, 20000) == []
+    assert missing_nodes(alive(*ours, ["10.9.9.9", port[2]]), nodes, 20000) == []
     # one node of ours reported once cannot stand for two; malformed entries count for nothing
-    assert missing_nodes({"alive": [ours[0], ours[0], ["a", port[2]], ["x"], [1, "y"], "z"]},
+    assert missing_nodes(alive(ours[0], ours[0], ["a", port[2]], ["x"], [1, "y"], "z"),
                          nodes, 20000) == [f"two (127.0.0.1, node manager port {port[1]})"]
-    assert len(missing_nodes({}, nodes, 20000)) == 3
+    assert len(missing_nodes(RayResources(), nodes, 20000)) == 3

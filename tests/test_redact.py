@@ -248,3 +248,16 @@ def test_json_is_masked_inside_its_strings_and_stays_json():
         "command": ["vllm", "serve", "--api-key", MASK, "--port", "8000"], "nested": [{"password": ""}],
         "note": f"export MY_API_KEY={MASK}",
     }
+
+
+@pytest.mark.parametrize("text,want", [
+    # the audit's verdict lines, as the H200 run's build record stored them: `pass` is a verdict
+    ("sm_121: pass: SM_121: NVFP4/FP4 GEMM kernels exist only as sm_121a",
+     "sm_121: pass: SM_121: NVFP4/FP4 GEMM kernels exist only as sm_121a"),
+    ("status: pass", "status: pass"),
+    # a longer name or a flag ending in pass still names a password
+    ("DB_PASS=hunter2", f"DB_PASS={MASK}"), ("SMTP_PASS: hunter2", f"SMTP_PASS: {MASK}"),
+    ("--pass hunter2", f"--pass {MASK}"),
+])
+def test_a_bare_pass_is_a_verdict_not_a_password(text, want):
+    assert redact_text(text) == want

@@ -26,7 +26,9 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from harness.bench import health, prompts
 from harness.bench.metrics import (
@@ -37,7 +39,7 @@ from harness.bench.metrics import (
     parse_snapshot,
     server_figures,
 )
-from harness.bench.result import BenchResult, LevelResult
+from harness.bench.result import BenchResult, LevelResult, ServerFigures
 from harness.bench.stats import median, percentile, spread
 from harness.bench.stream import RequestRecord, stream_raw, stream_request
 from harness.bench.wire import Connection, HTTPError, Target, request
@@ -154,7 +156,7 @@ async def _snapshot(run: _Run) -> Snapshot | None:
 
 async def _level(
     run: _Run, c: int, *, max_tokens: int, repeats: int, warmup: bool, words: int, seed: int
-) -> tuple[list[list[RequestRecord]], dict | None, float, float]:
+) -> tuple[list[list[RequestRecord]], ServerFigures | None, float, float]:
     cpu0, wall0 = time.process_time(), time.perf_counter()
     conns = [Connection(run.target) for _ in range(c)]
     try:
@@ -218,7 +220,7 @@ def _figures(recs: list[RequestRecord]) -> dict[str, float | None]:
 def _level_result(
     c: int,
     rounds: list[list[RequestRecord]],
-    server: dict | None,
+    server: ServerFigures | None,
     cpu: float,
     wall: float,
     source: str,
@@ -234,8 +236,8 @@ def _level_result(
     gaps = [g for r in ok for g in r.chunk_gaps()]
     ttfts = [t for r in ok if (t := r.ttft) is not None]  # every ok request has its first token
     ttft_mean = _ms(sum(ttfts) / len(ttfts)) if ttfts else None
-    if server is not None and ttft_mean is not None and server.get("ttft_ms_mean") is not None:
-        server = {**server, "client_ttft_inflation_ms": ttft_mean - server["ttft_ms_mean"]}
+    if server is not None and ttft_mean is not None and server.ttft_ms_mean is not None:
+        server = server.model_copy(update={"client_ttft_inflation_ms": ttft_mean - server.ttft_ms_mean})
     errors: list[str] = []
     for r in all_recs:
         if r.error and r.error not in errors and len(errors) < MAX_ERRORS_KEPT:
@@ -264,11 +266,21 @@ def _level_result(
     )
 
 
-async def _prefill(run: _Run, words: int, seed: int) -> tuple[dict, list[RequestRecord]]:
+@dataclass(frozen=True)
+class Prefill:
+    """What the long-prompt requests measured (BenchResult's fields of the same names)."""
+
+    prefill_tok_s: float | None = None
+    prefill_prompt_tokens: int | None = None
+    cold_ttft_ms: float | None = None
+    warm_ttft_ms: float | None = None
+    prefix_cache_hit_rate: float | None = None
+
+
+async def _prefill(run: _Run, words: int, seed: int) -> tuple[Prefill, list[RequestRecord]]:
     """Cold long prompt (prefill rate), then the same prompt again (prefix cache)."""
     text = prompts.long_prompt(words, seed=seed, nonce=os.urandom(6).hex())
     body = run.payload(text, PREFILL_MAX_TOKENS)
-    out: dict = {}
     conn = Connection(run.target)
     try:
         cold = await stream_request(conn, run.path, body, read_timeout_s=run.timeout_s)
@@ -282,10 +294,10 @@ async def _prefill(run: _Run, words: int, seed: int) -> tuple[dict, list[Request
         counters.append(parse_prefix_counters(t) if t is not None else None)
     if before is not None and counters[0] is None:
         run.warn("/metrics has no vllm:prefix_cache_* counters: no prefix-cache hit rate")
-    prompt_tokens, source = cold.usage_prompt_tokens, "usage"
+    prompt_tokens = cold.usage_prompt_tokens
     if cold.ok and prompt_tokens is None:
-        counted = await _tokenize(run, text, add_special_tokens=True)
-        prompt_tokens, source = counted, "tokenize"
+        prompt_tokens = await _tokenize(run, text, add_special_tokens=True)
+    rate = None
     if not cold.ok:
         run.warn(f"cold prefill request failed: {cold.error}")
     elif prompt_tokens is None:
@@ -293,15 +305,23 @@ async def _prefill(run: _Run, words: int, seed: int) -> tuple[dict, list[Request
             "no usage.prompt_tokens and no /tokenize: prefill rate not reported (never estimated)"
         )
     elif (cold_ttft := cold.ttft) is not None:  # an ok request has its first token
-        out["prefill_prompt_tokens"] = prompt_tokens
-        out["prefill_tok_s"] = prompt_tokens / cold_ttft
-        out["prefill_prompt_tokens_source"] = source
-    out["cold_ttft_ms"] = _ms(cold.ttft) if cold.ok else None
-    out["warm_ttft_ms"] = _ms(warm.ttft) if warm.ok else None
+        rate = prompt_tokens / cold_ttft
     if not warm.ok:
         run.warn(f"warm (replayed) prefill request failed: {warm.error}")
-    out["prefix_cache_hit_rate"] = hit_rate(counters[0], counters[1])
+    out = Prefill(
+        prefill_tok_s=rate,
+        prefill_prompt_tokens=prompt_tokens if rate is not None else None,
+        cold_ttft_ms=_ms(cold.ttft) if cold.ok else None,
+        warm_ttft_ms=_ms(warm.ttft) if warm.ok else None,
+        prefix_cache_hit_rate=hit_rate(counters[0], counters[1]),
+    )
     return out, [cold, warm]
+
+
+class TokenizeAnswer(BaseModel):
+    """vLLM's `/tokenize` answer: the count is read, the rest kept."""
+    model_config = ConfigDict(frozen=True, extra="allow")
+    count: int = Field(strict=True, description="Tokens in the prompt, as the server counts them.")
 
 
 async def _tokenize(run: _Run, text: str, *, add_special_tokens: bool) -> int | None:
@@ -313,10 +333,9 @@ async def _tokenize(run: _Run, text: str, *, add_special_tokens: bool) -> int | 
         status, raw = await request(run.target, "POST", "/tokenize", body, timeout_s=30)
         if status != 200:
             return None
-        count = json.loads(raw).get("count")
-    except (HTTPError, TimeoutError, OSError, ValueError, AttributeError):
+        return TokenizeAnswer.model_validate_json(raw).count
+    except (HTTPError, TimeoutError, OSError, ValueError):  # ValidationError: not a count
         return None
-    return count if isinstance(count, int) else None
 
 
 def _local_counter(path: str | None) -> Callable[[str], int] | None:
@@ -405,7 +424,7 @@ async def run_bench(
             seed=seed,
         )
         measured.append((c, rounds, server, cpu, wall))
-    pre, pre_recs = await _prefill(run, long_prompt_tokens, seed) if prefill else ({}, [])
+    pre, pre_recs = await _prefill(run, long_prompt_tokens, seed) if prefill else (Prefill(), [])
     timed = [r for _, rounds, *_ in measured for recs in rounds for r in recs]
     counts, source = await _count_tokens(run, timed, tokenizer)
     if counts:
@@ -464,11 +483,11 @@ async def run_bench(
         prompt_tokens=prompt_tokens,
         repeats=repeats,
         levels=tuple(levels),
-        prefill_tok_s=pre.get("prefill_tok_s"),
-        prefill_prompt_tokens=pre.get("prefill_prompt_tokens"),
-        cold_ttft_ms=pre.get("cold_ttft_ms"),
-        prefix_cache_hit_rate=pre.get("prefix_cache_hit_rate"),
-        warm_ttft_ms=pre.get("warm_ttft_ms"),
+        prefill_tok_s=pre.prefill_tok_s,
+        prefill_prompt_tokens=pre.prefill_prompt_tokens,
+        cold_ttft_ms=pre.cold_ttft_ms,
+        prefix_cache_hit_rate=pre.prefix_cache_hit_rate,
+        warm_ttft_ms=pre.warm_ttft_ms,
         token_count_source=source,
         warnings=tuple(run.warnings),
         client_cpu_s=time.process_time() - cpu0,

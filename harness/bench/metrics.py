@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from harness.bench.result import ServerFigures
+
 _COUNTER = re.compile(
     r"^vllm:(?:gpu_)?prefix_cache_(?P<kind>queries|hits)_total(?:\{[^}]*\})?\s+(?P<value>\S+)",
     re.MULTILINE,
@@ -157,7 +159,7 @@ def parse_snapshot(text: str) -> Snapshot:
     return Snapshot(hists, found, itl_name)
 
 
-def server_figures(before: Snapshot | None, after: Snapshot | None) -> dict | None:
+def server_figures(before: Snapshot | None, after: Snapshot | None) -> ServerFigures | None:
     """What the server says happened between two scrapes, in the client's units (ms).
 
     Means are exact (sum / count); p50 / p99 are read from bucket bounds, so they are only
@@ -185,7 +187,7 @@ def server_figures(before: Snapshot | None, after: Snapshot | None) -> dict | No
         out["spec_acceptance_rate"] = accepted / draft_tokens
     if accepted is not None and drafts:
         out["spec_mean_acceptance_length"] = 1 + accepted / drafts
-    return out or None
+    return ServerFigures.model_validate(out) if out else None
 
 
 def _ms(v: float | None) -> float | None:

@@ -6,7 +6,14 @@ import json
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 
 class _Figures(BaseModel):
@@ -28,6 +35,42 @@ class _Figures(BaseModel):
                     if isinstance(y, int | float) and not isinstance(y, bool) and not (math.isfinite(y) and y >= 0):
                         raise ValueError(f"{name} is {y!r}: times, rates and counts are finite and >= 0")
         return self
+
+
+class ServerFigures(BaseModel):
+    """What the server's /metrics say happened over a level's timed rounds (its deltas, in the
+    client's units), from harness.bench.metrics.server_figures. A figure the server did not
+    give is absent, not null: written out, it holds the keys it was given, in this order, and
+    keeps any it does not know."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    ttft_ms_mean: float | None = None
+    ttft_ms_p50: float | None = None  # p50 / p99 from bucket bounds: as fine as vLLM's buckets
+    ttft_ms_p99: float | None = None
+    ttft_observations: int | None = None
+    itl_ms_mean: float | None = None
+    itl_ms_p50: float | None = None
+    itl_ms_p99: float | None = None
+    itl_observations: int | None = None
+    e2e_ms_mean: float | None = None
+    e2e_ms_p50: float | None = None
+    e2e_ms_p99: float | None = None
+    e2e_observations: int | None = None
+    itl_metric: str | None = None  # the histogram read for ITL (its name changed in vLLM)
+    generation_tokens: float | None = None  # counter deltas (metrics.COUNTERS)
+    prompt_tokens: float | None = None
+    spec_drafts: float | None = None
+    spec_draft_tokens: float | None = None
+    spec_accepted_tokens: float | None = None
+    spec_acceptance_rate: float | None = None
+    spec_mean_acceptance_length: float | None = None
+    client_ttft_inflation_ms: float | None = None  # the client's mean TTFT - the server's
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        given = self.model_fields_set  # extras included
+        return {k: v for k, v in handler(self).items() if k in given}
 
 
 class LevelResult(_Figures):
@@ -62,7 +105,7 @@ class LevelResult(_Figures):
     token_count_source: str = "usage"  # usage | tokenize | tokenizer | chunks
     # /metrics deltas over the timed rounds: ttft/itl/e2e _ms_mean/_ms_p50/_ms_p99,
     # _observations, generation_tokens, prompt_tokens, spec_* and client_ttft_inflation_ms
-    server: dict[str, Any] | None = None
+    server: ServerFigures | None = None
 
     def values(self, key: str) -> list[float]:
         """Every repeat of a figure (the median alone when no samples were kept)."""

@@ -12,19 +12,60 @@ request as (last token - first token) / (tokens - 1). Differences, and why:
   messages read at once share one time, so chunk-arrival gaps are reported apart from ITL
   and never stand in for it;
 - a chat role-only message carries no text and is not a token message.
+
+Each message is validated once into a `StreamEvent` (the fields read here, every other key
+kept); a message that is not a JSON object of that shape makes the request's record unreadable.
 """
 
 from __future__ import annotations
 
 import codecs
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from time import perf_counter
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from harness.bench.wire import Connection, HTTPError
 
-_loads = json.loads
+
+class _Message(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+class Delta(_Message):
+    """A chat choice's `delta` (streamed) or `message`."""
+    content: str | None = Field(None, description="Answer text.")
+    reasoning_content: str | None = Field(None, description="Reasoning text (older vLLM).")
+    reasoning: str | None = Field(None, description="Reasoning text.")
+
+
+class Choice(_Message):
+    text: str | None = Field(None, description="A completion's text.")
+    delta: Delta | None = Field(None, description="A chat stream's new text.")
+    message: Delta | None = Field(None, description="A chat message, whole.")
+
+
+class Usage(_Message):
+    completion_tokens: int | None = Field(None, description="Tokens generated.")
+    prompt_tokens: int | None = Field(None, description="Tokens in the prompt.")
+
+
+class StreamError(_Message):
+    message: str | None = Field(None, description="What went wrong.")
+
+
+class StreamEvent(_Message):
+    """One SSE `data:` message of an OpenAI-style completion or chat stream."""
+    id: str | None = Field(None, description="The response's id.")
+    object: str | None = Field(None, description="`error` on an error message.")
+    choices: list[Choice] | None = Field(None, description="New text, one per choice.")
+    usage: Usage | None = Field(None, description="Token counts (the last message, when asked for).")
+    error: StreamError | str | None = Field(None, description="An error, inside the stream.")
+    message: str | None = Field(None, description="What went wrong, on an `object: error` message.")
+
+
+_parse = StreamEvent.model_validate_json
 
 
 @dataclass(frozen=True)
@@ -88,23 +129,21 @@ class RequestRecord:
         return [t[i] - t[i - 1] for i in range(1, len(t))]
 
 
-def _texts(event: dict) -> str:
-    choices = event.get("choices")
+def _texts(event: StreamEvent) -> str:
+    choices = event.choices
     if not choices:
         return ""
-    if len(choices) == 1:  # the common case, without building a list
-        ch = choices[0]
-        text = ch.get("text")
-        if text is not None:
-            return text
+    if len(choices) == 1 and choices[0].text is not None:  # the common case, without a list
+        return choices[0].text
     out = []
     for ch in choices:
-        if "text" in ch:
-            out.append(ch.get("text") or "")
-        delta = ch.get("delta") or ch.get("message") or {}
-        for key in ("content", "reasoning_content", "reasoning"):
-            if delta.get(key):
-                out.append(delta[key])
+        if ch.text:
+            out.append(ch.text)
+        # an empty delta ({}) gives way to a whole message, as a falsy dict did
+        delta = ch.delta if ch.delta is not None and (ch.delta.model_fields_set or ch.delta.model_extra) \
+            else ch.message
+        if delta is not None:
+            out += [t for t in (delta.content, delta.reasoning_content, delta.reasoning) if t]
     return "".join(out)
 
 
@@ -123,7 +162,7 @@ class SSEReader:
         self._buf = ""
         self.times: list[float] = []
         self.parts: list[str] = []
-        self.usage: dict | None = None
+        self.usage: Usage | None = None
         self.done = False
         self.rid: str | None = None
         self.error: str | None = None
@@ -165,16 +204,16 @@ class SSEReader:
         if data == "[DONE]":
             self.done = True
             return
-        event = _loads(data)
+        event = _parse(data)
         if self.rid is None:
-            self.rid = event.get("id")
-        if "error" in event or event.get("object") == "error":
-            err = event.get("error", event)
-            msg = err.get("message") if isinstance(err, dict) else err
+            self.rid = event.id
+        if "error" in event.model_fields_set or event.object == "error":
+            err = event.error if "error" in event.model_fields_set else event
+            msg = err.message if isinstance(err, StreamError | StreamEvent) else err
             self.error = f"error event in stream: {msg}"[:300]
             return
-        usage = event.get("usage")
-        if usage:
+        usage = event.usage
+        if usage is not None and (usage.model_fields_set or usage.model_extra):  # `{}` says nothing
             self.usage = usage
         text = _texts(event)
         if text:
@@ -202,16 +241,16 @@ async def stream_raw(
     def record(ok: bool, error: str | None) -> RequestRecord:
         try:
             sse.replay()
-        except (ValueError, AttributeError, TypeError, RecursionError) as exc:  # not JSON, not an object, too deep
+        except (ValueError, RecursionError) as exc:  # not JSON, not a stream message (ValidationError), too deep
             ok, error = False, error or f"unreadable SSE message: {type(exc).__name__}: {exc}"[:300]
-        u = sse.usage or {}
+        u = sse.usage or Usage()
         return RequestRecord(
             ok=ok,
             error=error,
             start=start,
             chunk_times=tuple(sse.times),
-            usage_completion_tokens=u.get("completion_tokens"),
-            usage_prompt_tokens=u.get("prompt_tokens"),
+            usage_completion_tokens=u.completion_tokens,
+            usage_prompt_tokens=u.prompt_tokens,
             text="".join(sse.parts),
             response_id=sse.rid,
             connect_s=connect_s,

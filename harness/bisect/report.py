@@ -19,7 +19,7 @@ def _cell(side: dict) -> str:
     return (_decision(side.get("decision")) or side.get("reason") or "").replace("|", "\\|")
 
 
-def markdown(result: dict, command: str = "") -> str:
+def markdown(result: dict, command: str = "", max_diff_lines: int = 150) -> str:
     h, probe = result["history"], result["probe"]
     noun = "release" if h.get("kind") == "releases" else "commit"
     lines = [f"## Bisect: the first bad {noun}", ""]
@@ -46,7 +46,7 @@ def markdown(result: dict, command: str = "") -> str:
     for s in result["steps"]:
         reason = s["reason"].replace("|", "\\|")[:160]
         lines.append(f"| {s['step']} | {s['id'][:12]} | {s['verdict']} | {reason} | {s['seconds']:.0f} |")
-    lines += _cmake(result, noun)
+    lines += _cmake(result, noun, max_diff_lines)
     if command:
         lines += ["", "Reproduce:", "", "```", command, "```"]
     return "\n".join(lines) + "\n"

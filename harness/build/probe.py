@@ -142,7 +142,8 @@ class PackagingResult:
     log_path: str
 
 
-INSTALLED = re.compile(r"^Successfully installed .*$", re.MULTILINE)
+# pip's last line of the vLLM install step (FlashInfer's install before it has one too)
+INSTALLED = re.compile(r"^Successfully installed .*\bvllm-\S+.*$", re.MULTILINE)
 
 
 def judge_packaging(data: dict, want_vllm: str | None, log_text: str) -> tuple[str, str]:

@@ -18,7 +18,7 @@ from rich.progress import (
 )
 
 from harness.bench.client import base_url, run_bench, run_sync
-from harness.bench.result import BenchResult
+from harness.bench.result import BenchResult, ServerFigures
 from harness.bench.wire import HTTPError, Target, request
 from harness.console import err, out
 from harness.errors import ConfigError, EnvironmentProblem
@@ -244,13 +244,13 @@ def render(r: BenchResult) -> None:
         "4-gram min",
     )
     for lv in r.levels:
-        srv = lv.server or {}
+        srv = lv.server or ServerFigures()
         rows.append([
             str(lv.concurrency),
             f"{_f(lv.per_stream_tok_s)} {_pct(lv.spread.get('per_stream_tok_s'))}",
             f"{_f(lv.aggregate_tok_s)} {_pct(lv.spread.get('aggregate_tok_s'))}",
             f"{_f(lv.ttft_ms_p50)} / {_f(lv.ttft_ms_p99)}",
-            f"{_f(srv.get('ttft_ms_mean'))} / {_f(srv.get('ttft_ms_p50'))}",
+            f"{_f(srv.ttft_ms_mean)} / {_f(srv.ttft_ms_p50)}",
             f"{_f(lv.itl_ms_p50, '{:.2f}')} / {_f(lv.itl_ms_p99, '{:.2f}')}",
             f"{_f(lv.chunk_gap_ms_p50, '{:.2f}')} / {_f(lv.chunk_gap_ms_p99, '{:.2f}')}",
             _f(lv.e2e_ms_p50, "{:.0f}"),
@@ -268,19 +268,19 @@ def render(r: BenchResult) -> None:
             markup=False,
         )
     for lv in r.levels:
-        if not (figures := lv.server):
+        if (figures := lv.server) is None or not figures.model_fields_set:
             continue
         parts = [f"c={lv.concurrency} server /metrics:"]
-        if figures.get("generation_tokens") is not None:
-            parts.append(f"{figures['generation_tokens']:.0f} tokens generated")
-        if figures.get("itl_ms_mean") is not None:
-            parts.append(f"ITL mean {figures['itl_ms_mean']:.2f} ms")
-        if figures.get("client_ttft_inflation_ms") is not None:
-            parts.append(f"client TTFT inflation {figures['client_ttft_inflation_ms']:+.1f} ms (mean)")
-        if figures.get("spec_acceptance_rate") is not None:
+        if figures.generation_tokens is not None:
+            parts.append(f"{figures.generation_tokens:.0f} tokens generated")
+        if figures.itl_ms_mean is not None:
+            parts.append(f"ITL mean {figures.itl_ms_mean:.2f} ms")
+        if figures.client_ttft_inflation_ms is not None:
+            parts.append(f"client TTFT inflation {figures.client_ttft_inflation_ms:+.1f} ms (mean)")
+        if figures.spec_acceptance_rate is not None:
             parts.append(
-                f"spec acceptance {figures['spec_acceptance_rate'] * 100:.1f} %, "
-                f"mean length {figures.get('spec_mean_acceptance_length') or 0:.2f}"
+                f"spec acceptance {figures.spec_acceptance_rate * 100:.1f} %, "
+                f"mean length {figures.spec_mean_acceptance_length or 0:.2f}"
             )
         out.print(" ".join(parts), markup=False)
     counted: str = r.token_count_source

@@ -22,7 +22,14 @@ from typing import Any
 
 from harness.errors import ConfigError, StorageError
 from harness.redact import redact_json, redact_text
-from harness.results.model import BuildKey, BuildOutcome, CellResult, RunRecord, RunStatus
+from harness.results.model import (
+    BuildKey,
+    BuildOutcome,
+    CellResult,
+    PartialCell,
+    RunRecord,
+    RunStatus,
+)
 from harness.safety.paths import under
 from harness.safety.roots import Root
 from harness.safety.writes import write_text
@@ -199,15 +206,16 @@ class RunStore:
             return
         _write(self.partial_path(cell_id), mask({"id": cell_id, **data}), root=self._dir)
 
-    def read_partial(self, cell_id: str) -> dict[str, Any] | None:
+    def read_partial(self, cell_id: str) -> PartialCell | None:
+        """The cell's partial record; None when there is none or it cannot be read (a controller
+        killed mid-write): it only ever adds to what a failed cell shows."""
         path = self.partial_path(cell_id)
         if not path.is_file():
             return None
         try:
-            data = _read_json(self._dir, path.relative_to(self._dir))
-        except (OSError, ValueError, ConfigError):
+            return PartialCell.model_validate(_read_json(self._dir, path.relative_to(self._dir)))
+        except (OSError, ValueError, ConfigError):  # ValidationError is a ValueError
             return None
-        return data if isinstance(data, dict) else None
 
     def read_log(self, rel: str | Path, *, max_bytes: int = 16 << 20) -> str | None:
         """The last `max_bytes` of a log named by the run folder (relative to it); None when it

@@ -16,6 +16,7 @@ from harness.results.model import (
     CellResult,
     ImageInfo,
     ModelInfo,
+    PartialCell,
     Requested,
     ServeInfo,
     Status,
@@ -82,17 +83,13 @@ def build_failed_cell(cell: Cell, build: BuildOutcome, host: str | None = None) 
 
 
 def error_cell(cell: Cell, exc: BaseException, *, started: str, log_tail: tuple[str, ...] = (),
-               partial: dict | None = None, log_rel: str | None = None,
+               partial: PartialCell | None = None, log_rel: str | None = None,
                host: str | None = None) -> CellResult:
     """A cell the tool itself failed on: the exception is the result, the run goes on."""
     message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
     hint = getattr(exc, "hint", None)
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    extra: dict[str, Any] = {}
-    if partial:  # whatever was measured before it broke
-        for key in ("bench", "image_fingerprint", "cross_check"):
-            if partial.get(key) is not None:
-                extra[key] = partial[key]
+    extra = partial.measured() if partial else {}  # whatever was measured before it broke
     return CellResult(
         **cell_base(cell, host), status=Status.ERROR,
         verdicts=(Verdict(check="error", status=VerdictStatus.FAIL,

@@ -19,11 +19,12 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.redact import redact_text
+from harness.results.model import PartialCell
 from harness.safety.writes import open_new
 
 # how long to wait, once a server has ended, for the end of its output to be read
@@ -157,11 +158,12 @@ class ServerRecord(BaseModel):
     hosts: tuple[str, ...] = Field((), description="ray: the hosts they run on")
 
     @classmethod
-    def of_partial(cls, partial: dict[str, Any] | None) -> ServerRecord | None:
+    def of_partial(cls, partial: PartialCell | None) -> ServerRecord | None:
         """The record a partial cell holds; None when it holds none, or one this version cannot read."""
-        data = (partial or {}).get("server")
+        if partial is None or partial.server is None:
+            return None
         try:
-            return cls.model_validate(data) if isinstance(data, dict) else None
+            return cls.model_validate(partial.server)
         except ValueError:
             return None
 

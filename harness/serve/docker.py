@@ -59,9 +59,9 @@ class DockerServer:
 
     def state(self) -> ProcessState:
         st = self.container.state()
-        running = st.get("Status") in ("created", "running", "restarting")
-        detail = "OOMKilled" if st.get("OOMKilled") else (st.get("Error") or "")
-        return ProcessState(running, None if running else st.get("ExitCode"), detail)
+        running = st.status in ("created", "running", "restarting")
+        detail = "OOMKilled" if st.oom_killed else (st.error or "")
+        return ProcessState(running, None if running else st.exit_code, detail)
 
 
 def container_spec(spec: ServeSpec, *, publish_ip: str = "127.0.0.1") -> ContainerSpec:

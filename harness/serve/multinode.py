@@ -15,12 +15,14 @@ of ports from `base_port` instead of Ray's fixed defaults (52365 for the dashboa
 from __future__ import annotations
 
 import functools
-import json
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.engine import ContainerSpec, Engine, RunningContainer
 from harness.errors import EngineError
@@ -32,6 +34,15 @@ _RESOURCES = ("import json, ray; ray.init(address='auto', logging_level='ERROR',
               "r = dict(ray.cluster_resources()); r['alive_nodes'] = sum(n['Alive'] for n in ray.nodes()); "
               "r['alive'] = [[n['NodeManagerAddress'], n['NodeManagerPort']] for n in ray.nodes() if n['Alive']]; "
               "print('HARNESS-RAY ' + json.dumps(r)); ray.shutdown()")
+
+
+class RayResources(BaseModel):
+    """What `_RESOURCES` prints on the head: `ray.cluster_resources()` (every resource kept) and
+    the alive nodes, each as [address, node-manager port]."""
+    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
+    gpu: float = Field(0.0, alias="GPU", description="GPUs the cluster holds.")
+    alive_nodes: int | None = Field(None, description="How many nodes Ray reports alive.")
+    alive: list[Any] = Field(default_factory=list, description="[address, node-manager port] per alive node.")
 
 
 @dataclass(frozen=True)
@@ -74,7 +85,7 @@ class RayCluster:
     nodes: tuple[Node, ...]
     containers: list[RunningContainer] = field(default_factory=list)
     base_port: int = 0
-    resources: dict = field(default_factory=dict)
+    resources: RayResources = field(default_factory=RayResources)
 
     @property
     def head(self) -> RunningContainer:
@@ -88,12 +99,17 @@ class RayCluster:
     def expected_gpus(self) -> int:
         return sum(n.gpus for n in self.nodes)
 
-    def cluster_resources(self, timeout_s: float = 120) -> dict:
+    def cluster_resources(self, timeout_s: float = 120) -> RayResources:
         """What Ray says the cluster holds, asked on the head node."""
         code, out = self.head.exec(["python3", "-c", _RESOURCES], timeout_s=timeout_s)
         for line in out.splitlines():
             if line.startswith("HARNESS-RAY "):
-                return json.loads(line.removeprefix("HARNESS-RAY "))
+                said = line.removeprefix("HARNESS-RAY ")
+                try:
+                    return RayResources.model_validate_json(said)
+                except ValidationError as exc:
+                    raise EngineError(f"ray on {self.head.name}: cannot read its cluster resources "
+                                      f"({exc.errors()[0]['msg']}): {said[:500]}") from None
         raise EngineError(f"ray on {self.head.name}: no cluster resources (exit {code}): {out.strip()[-500:]}")
 
     def logs(self) -> dict[str, str]:
@@ -110,12 +126,12 @@ class RayCluster:
 READY_SETTLE_S = 6.0  # how long every node must stay up and counted before the cluster is ready
 
 
-def missing_nodes(reported: dict, nodes: Sequence[Node], base_port: int) -> list[str]:
+def missing_nodes(reported: RayResources, nodes: Sequence[Node], base_port: int) -> list[str]:
     """The declared nodes Ray does not report alive, each known by the node-manager port it was
     started with (unique in a cluster: node_ports): a count of alive nodes can be made up by a
     node that is not one of ours while one of ours never joined. Not by address: Ray may report
     another address of the machine than the one it was started with (127.0.0.1 is replaced)."""
-    alive = Counter(e[1] for e in reported.get("alive") or []
+    alive = Counter(e[1] for e in reported.alive
                     if isinstance(e, list) and len(e) == 2 and isinstance(e[1], int))
     missing = []
     for i, node in enumerate(nodes):
@@ -147,15 +163,15 @@ def ray_cluster(nodes: Sequence[Node], image: str, *, base_port: int, labels: di
                                  network_mode="host", shm_size="512m", ipc_host=False)
             cluster.containers.append(stack.enter_context(node.engine.container(spec, keep=keep)))
         deadline = time.monotonic() + ready_timeout_s
-        last: dict | str = {}
+        last: RayResources | str = RayResources()
         ready_since: float | None = None
         while True:
             try:
                 last = cluster.cluster_resources(timeout_s=max(10.0, deadline - time.monotonic()))
             except EngineError as exc:
                 last = str(exc)
-            dead = [c.name for c in cluster.containers if c.state().get("Status") != "running"]
-            if not dead and isinstance(last, dict) and int(last.get("GPU", 0)) >= cluster.expected_gpus \
+            dead = [c.name for c in cluster.containers if c.state().status != "running"]
+            if not dead and isinstance(last, RayResources) and int(last.gpu) >= cluster.expected_gpus \
                     and not missing_nodes(last, nodes, base_port):
                 # Ready only when it stays so: a node that registers with the head and then
                 # fails (an address it cannot bind) shows alive, with its GPUs, for a few seconds.
@@ -167,10 +183,11 @@ def ray_cluster(nodes: Sequence[Node], image: str, *, base_port: int, labels: di
             if dead or time.monotonic() > deadline:
                 tails = {k: "\n".join(v.splitlines()[-15:]) for k, v in cluster.logs().items()}
                 why = f"containers ended: {', '.join(dead)}" if dead else f"not ready in {ready_timeout_s:.0f} s"
-                if isinstance(last, dict) and (absent := missing_nodes(last, nodes, base_port)):
+                if isinstance(last, RayResources) and (absent := missing_nodes(last, nodes, base_port)):
                     why += f"; not alive in Ray: {', '.join(absent)}"
                 raise EngineError(
-                    f"Ray cluster of {len(nodes)} nodes: {why}; Ray reports {last!r}, expected "
+                    f"Ray cluster of {len(nodes)} nodes: {why}; Ray reports "
+                    f"{last.model_dump(by_alias=True) if isinstance(last, RayResources) else last!r}, expected "
                     f"{cluster.expected_gpus} GPU\n" + "\n".join(f"--- {k}\n{v}" for k, v in tails.items()),
                     hint="the nodes must reach each other's addresses and ports (host network); "
                     "see each node's log above")
@@ -207,7 +224,7 @@ class RayServer:
 
         running, code = self.process.state()
         if running:
-            dead = [c.name for c in self.cluster.containers if c.state().get("Status") != "running"]
+            dead = [c.name for c in self.cluster.containers if c.state().status != "running"]
             if dead:
                 return ProcessState(False, None, f"Ray node container ended: {', '.join(dead)}")
         return ProcessState(running, None if running else code)
@@ -255,7 +272,7 @@ class RayRunner:
                              ready_timeout_s=self.ready_timeout_s, env=spec.env, gpus=spec.gpus,
                              mounts=spec.mounts) as cluster:
                 log.add(f"# harness: Ray cluster ready at {cluster.address}: "
-                        f"{cluster.resources.get('GPU', 0):g} GPU on {cluster.resources.get('alive_nodes')} nodes")
+                        f"{cluster.resources.gpu:g} GPU on {cluster.resources.alive_nodes} nodes")
                 for node, c in zip(cluster.nodes, cluster.containers, strict=True):
                     role = "ray-head" if c is cluster.head else "ray-worker"
                     pumps.append(c.follow_logs(functools.partial(_add_prefixed, log, f"({role} {node.host}) "), stop))

@@ -15,10 +15,11 @@ is seen gone, and a hung one may say something as it is stopped.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness import http
 from harness.serve.base import DRAIN_S, Server
@@ -46,16 +47,24 @@ def _get(url: str) -> bytes | None:
     return http.server_get(url, timeout=3, max_bytes=MAX_MODELS_BYTES)
 
 
+class ModelCard(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="allow")
+    id: str = Field(description="The name the server answers to.")
+
+
+class ModelList(BaseModel):
+    """An OpenAI `/v1/models` answer."""
+    model_config = ConfigDict(frozen=True, extra="allow")
+    data: list[ModelCard] = Field(description="The models served.")
+
+
 def model_names(body: bytes | None) -> set[str]:
-    """The ids listed by an OpenAI `/v1/models` answer; empty for anything else."""
+    """The ids listed by an OpenAI `/v1/models` answer; empty for anything else (not ready, or
+    not an OpenAI server: readiness goes on waiting)."""
     try:
-        data = json.loads(body or b"")
-    except ValueError:
+        return {card.id for card in ModelList.model_validate_json(body or b"").data}
+    except ValidationError:
         return set()
-    cards = data.get("data") if isinstance(data, dict) else None
-    if not isinstance(cards, list):
-        return set()
-    return {c["id"] for c in cards if isinstance(c, dict) and isinstance(c.get("id"), str)}
 
 
 def settle(server: Server) -> bool:

@@ -9,6 +9,7 @@ loses none of it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -20,15 +21,16 @@ from typing import Any
 from harness import proc
 from harness.bench import bench as run_bench_sync
 from harness.matrix.model import Bench
-from harness.results.model import BenchRecord, CrossCheck
+from harness.results.model import BenchRecord, CrossCheck, ImageProbe
 from harness.serve.base import Server
 
 Partial = Callable[[str, Any], None]
+log = logging.getLogger("harness.stages.measure")
 
 
 @dataclass
 class Measurement:
-    image_fingerprint: dict[str, Any] | None = None
+    image_fingerprint: ImageProbe | None = None
     bench: BenchRecord | None = None
     cross_check: CrossCheck | None = None
     durations: dict[str, float] = field(default_factory=dict)
@@ -38,16 +40,17 @@ def probe_source() -> bytes:
     return resources.files("harness").joinpath("probe_image.py").read_bytes()
 
 
-def image_fingerprint(server: Server) -> dict[str, Any] | None:
-    """Versions and env from inside the image (or the local env), via probe_image.py."""
+def image_fingerprint(server: Server) -> ImageProbe | None:
+    """Versions and env from inside the image (or the local env), via probe_image.py: its last
+    line, read once into an ImageProbe; None when the probe failed or printed something else."""
     code, text = server.run_python(probe_source(), timeout_s=120)
     if code != 0 or not text.strip():
         return None
     try:
-        data = json.loads(text.strip().splitlines()[-1])
-    except ValueError:
+        return ImageProbe.model_validate_json(text.strip().splitlines()[-1])
+    except ValueError as exc:  # not JSON, or not the probe's record (ValidationError)
+        log.warning("the image probe printed no record this tool can read: %s", str(exc).splitlines()[0][:200])
         return None
-    return data if isinstance(data, dict) else None
 
 
 def cross_check(command: str, url: str, model: str, out_json: Path) -> CrossCheck:
@@ -85,7 +88,7 @@ def measure(server: Server, model: str, cfg: Bench, *, bench: bool = True,
     m = Measurement()
     on_phase("probe")
     m.image_fingerprint = image_fingerprint(server)
-    on_partial("image_fingerprint", m.image_fingerprint)
+    on_partial("image_fingerprint", m.image_fingerprint.model_dump(mode="json") if m.image_fingerprint else None)
     if bench:
 
         on_phase("bench")

@@ -25,7 +25,8 @@ GROUPS = {
                      "test_probe_bare_image_docker", "test_wheel_stack_docker"), "engine"),
     **dict.fromkeys(("test_build_requirements", "test_offline_sources", "test_patches_addpr",
                      "test_packaging_probe_docker", "test_patches_preflight",
-                     "test_source_probe_docker", "test_h200_cache_example"), "pypi-cache"),
+                     "test_source_probe_docker", "test_h200_cache_example", "test_upstream_reports",
+                     "test_configure_targets_docker"), "pypi-cache"),
     # alone: each starts its own dockerd (the engines of one module, not of the others)
     "test_multinode_docker": "test_multinode_docker",
     "test_hosts_docker": "test_hosts_docker",

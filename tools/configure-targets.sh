@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# vLLM's CMake configure of one sdist in the toolchain image, and what its build graph compiles:
+# writes OUT/configure.log, OUT/fa3-targets.txt and OUT/record.json (tools/configure_targets.py
+# says what is in them; `harness bug --configure OUT/record.json` reads the record). No GPU, no
+# network (FETCHCONTENT_FULLY_DISCONNECTED): the sources vLLM would fetch come from folders.
+# usage: tools/configure-targets.sh SDIST ARCH_LIST OUT [PATCH...]
+# env:   IMAGE (default harness-test/toolchain:cu130, made by tools/toolchain-base.sh)
+#        CUTLASS_SRC FA_SRC QUTLASS_SRC FLASHMLA_SRC DEEPGEMM_SRC: source trees (an empty folder
+#        stands in for one not given: enough for a configure whose arch list does not build it)
+#        and their pins as CUTLASS_PIN, FA_PIN, ... (recorded as given)
+#        BUILD_TARGET: compile this ninja target after the configure and time it (record.json
+#        "build"), with JOBS parallel steps (default: the CPUs); it needs the real trees
+set -euo pipefail
+[ $# -ge 3 ] || { sed -n 2,12p "$0" >&2; exit 2; }
+sdist=$(readlink -f "$1"); arch=$2; out=$3; shift 3
+image=${IMAGE:-harness-test/toolchain:cu130}
+docker image inspect "$image" >/dev/null 2>&1 || { echo "configure-targets: no image $image (run tools/toolchain-base.sh)" >&2; exit 2; }
+mkdir -p "$out"; out=$(readlink -f "$out")
+here=$(cd "$(dirname "$0")" && pwd)
+mounts=(-v "$sdist:/in/$(basename "$sdist"):ro" -v "$here/configure_targets.py:/in/configure_targets.py:ro" -v "$out:/out")
+sources="{"; sep=""; n=0
+for spec in cutlass:VLLM_CUTLASS_SRC_DIR:CUTLASS flash-attention:VLLM_FLASH_ATTN_SRC_DIR:FA \
+            qutlass:QUTLASS_SRC_DIR:QUTLASS flashmla:FLASH_MLA_SRC_DIR:FLASHMLA deepgemm:DEEPGEMM_SRC_DIR:DEEPGEMM \
+            triton_kernels:TRITON_KERNELS_SRC_DIR:TRITON_KERNELS fmha_sm100:FMHA_SM100_SRC_DIR:FMHA_SM100; do
+  IFS=: read -r name var pre <<<"$spec"
+  dir_var=${pre}_SRC; pin_var=${pre}_PIN
+  if [ -n "${!dir_var:-}" ]; then
+    mounts+=(-v "$(readlink -f "${!dir_var}"):/src/$name:ro"); dir=/src/$name; pin=${!pin_var:-unpinned}
+  else
+    dir=/tmp/empty-$name; pin="(empty folder)"
+  fi
+  sources+="$sep\"$name\": {\"env\": \"$var\", \"dir\": \"$dir\", \"pin\": \"$pin\"}"; sep=", "
+done
+sources+="}"
+patch_args=()
+[ -n "${BUILD_TARGET:-}" ] && patch_args+=(--build-target "$BUILD_TARGET" --jobs "${JOBS:-$(nproc)}")
+for p in "$@"; do
+  mounts+=(-v "$(readlink -f "$p"):/in/patches/$(basename "$p"):ro"); patch_args+=(--patch "/in/patches/$(basename "$p")")
+done
+image_id=$(docker image inspect -f '{{.Id}}' "$image")
+docker run --rm --label harness.role=configure-targets --network none -e HARNESS_TOOLCHAIN_IMAGE="$image ($image_id)" \
+  "${mounts[@]}" "$image" bash -c 'mkdir -p /tmp/empty-cutlass /tmp/empty-flash-attention /tmp/empty-qutlass \
+    /tmp/empty-flashmla /tmp/empty-deepgemm /tmp/empty-triton_kernels /tmp/empty-fmha_sm100 && exec python /in/configure_targets.py "$@"' \
+  _ --sdist "/in/$(basename "$sdist")" --arch-list "$arch" --out /out --sources "$sources" "${patch_args[@]}"

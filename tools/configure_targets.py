@@ -1,0 +1,199 @@
+"""vLLM's CMake configure of one sdist, and what its build graph would compile (stdlib only).
+
+Runs inside the toolchain image (tools/toolchain-base.sh), started by tools/configure-targets.sh:
+
+    configure_targets.py --sdist F --arch-list L --out DIR [--patch P ...] [--sources JSON]
+
+Unpacks the sdist, applies the patches with `git apply`, configures it as setup.py would
+(Ninja, Release, FETCHCONTENT_FULLY_DISCONNECTED, the override variables of the mounted
+sources), and writes to DIR: configure.log (the whole CMake output), fa3-targets.txt (the FA3
+objects of `ninja -t targets all`) and record.json (kind "configure"): the arch decisions the
+log printed, per CMake target the CUDA and C++ objects in build.ninja, the nvcc flags of one
+FA3 object, whether the (patched) setup.py asks `cmake --build` for _vllm_fa3_C, and where the
+configure stopped when it did. Nothing is compiled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+DECISION = re.compile(r"^-- (?:Building (?P<what>.+?) for archs: *(?P<archs>.*?)|(?P<var>FA[23]_ARCHS): *(?P<val>.*?))\s*$",
+                      re.M)
+SUPPORTED = re.compile(r"^-- CUDA supported target architectures: *(.*?)\s*$", re.M)
+CMAKE_ERROR = re.compile(r"^CMake Error at (\S+?)(?: \((\w+)\))?:\s*$", re.M)
+OBJECT = re.compile(r"^build (?P<out>\S*?CMakeFiles/(?P<target>[^/]+)\.dir/\S+?\.(?P<lang>cu|cpp|c)\.o):", re.M)
+ARCH_FLAG = re.compile(r"(?:--generate-code=\S+|-gencode[= ]\S+|(?<!\S)-arch[= ]\S+|--gpu-architecture[= ]\S+)")
+
+
+def run(argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+
+
+def first_line(argv: list[str], pick: int = 0) -> str:
+    res = run(argv)
+    lines = [x for x in (res.stdout + res.stderr).splitlines() if x.strip()]
+    return lines[pick].strip() if lines else ""
+
+
+def nvcc_default_arch() -> str:
+    """What nvcc compiles for when a command names no arch (`nvcc --dryrun` of an empty kernel)."""
+    kernel = Path("/tmp/configure-targets-k.cu")
+    kernel.write_text("__global__ void k() {}\n")
+    res = run(["nvcc", "-c", "--dryrun", str(kernel), "-o", "/tmp/configure-targets-k.o"])
+    return ", ".join(sorted(set(re.findall(r"-arch[= ](\w+)", res.stdout + res.stderr))))
+
+
+def fa3_asked(setup_py: str, arch_list: str) -> tuple[bool, str]:
+    """Whether setup.py puts _vllm_fa3_C in `cmake --build --target ...` on CUDA >= 12.3:
+    stock setup.py always does; the patched one asks its own `_fa3_arch_requested`."""
+    tree = ast.parse(setup_py)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "_fa3_arch_requested":
+            scope: dict = {"re": re}
+            exec(compile(ast.Module(body=[node], type_ignores=[]), "setup.py", "exec"), scope)  # noqa: S102
+            asked = bool(scope["_fa3_arch_requested"](arch_list))
+            return asked, f"setup.py's _fa3_arch_requested({arch_list!r}) is {asked}"
+    if "_vllm_fa3_C" not in setup_py:
+        return False, "setup.py names no _vllm_fa3_C"
+    return True, "stock setup.py asks for it whenever nvcc >= 12.3"
+
+
+def compile_targets(build: Path, targets: list[str], jobs: int) -> dict:
+    """Compile `targets` alone and time them: the wall time with `jobs` parallel steps, and the
+    sum of every step's own time from .ninja_log (step-seconds, what the steps cost whatever -j)."""
+    t0 = time.monotonic()
+    res = subprocess.run(["ninja", "-C", str(build), f"-j{jobs}", *targets], capture_output=True, text=True, check=False)
+    wall = round(time.monotonic() - t0, 1)
+    steps, step_ms = 0, 0
+    log = build / ".ninja_log"
+    for line in (log.read_text().splitlines()[1:] if log.is_file() else []):
+        start, end, *_ = line.split("\t")
+        steps += 1
+        step_ms += int(end) - int(start)
+    return {"targets": targets, "jobs": jobs, "cpus": os.cpu_count(), "returncode": res.returncode,
+            "wall_s": wall, "steps": steps, "step_minutes": round(step_ms / 60000, 1),
+            "tail": (res.stdout + res.stderr).splitlines()[-5:]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sdist", type=Path, required=True)
+    ap.add_argument("--arch-list", required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--patch", type=Path, action="append", default=[])
+    ap.add_argument("--sources", default="{}", help="JSON: name -> {env, dir, pin}")
+    ap.add_argument("--build-target", action="append", default=[],
+                    help="after the configure, compile these ninja targets and time them (repeatable)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="ninja -j for --build-target")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    work = Path("/tmp/configure-targets")
+    with tarfile.open(a.sdist) as tf:
+        top = tf.getnames()[0].split("/")[0]
+    work.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["tar", "xzf", str(a.sdist), "-C", str(work)], check=True)
+    src = work / top
+    patches = []
+    for p in a.patch:
+        res = run(["git", "apply", "--verbose", str(p)], cwd=src)
+        patches.append({"file": p.name, "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
+                        "applied": res.returncode == 0})
+        if res.returncode != 0:
+            print(res.stderr, file=sys.stderr)
+            return 2
+    sources = json.loads(a.sources)
+    env = {**os.environ, "TORCH_CUDA_ARCH_LIST": a.arch_list}
+    for s in sources.values():
+        env[s["env"]] = s["dir"]
+    build = work / "build"
+    argv = ["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+            "-DVLLM_TARGET_DEVICE=cuda", f"-DVLLM_PYTHON_EXECUTABLE={sys.executable}",
+            "-DFETCHCONTENT_FULLY_DISCONNECTED=ON", "-Wno-dev"]
+    if "cutlass" in sources:  # QuTLASS looks for CUTLASS headers of its own unless told
+        argv.append(f"-DCUTLASS_INCLUDE_DIR={sources['cutlass']['dir']}/include")
+    t0 = time.monotonic()
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    seconds = round(time.monotonic() - t0, 1)
+    log = res.stdout + res.stderr
+    (a.out / "configure.log").write_text(log)
+
+    decisions: dict[str, str] = {}
+    for m in DECISION.finditer(log):
+        key, value = (m["what"], m["archs"]) if m["what"] else (m["var"], m["val"])
+        decisions[key] = f"{decisions[key]} | {value}" if key in decisions else value
+    sup = SUPPORTED.findall(log)
+    stopped = None
+    if res.returncode != 0:
+        err = CMAKE_ERROR.search(log)
+        gcc = re.search(r"GCC >= ([\d.]+) is required", log)
+        stopped = (f"{err[1]} ({err[2]})" if err and err[2] else err[1] if err else f"exit {res.returncode}")
+        stopped += f": GCC >= {gcc[1]} required" if gcc else ""
+
+    targets: dict[str, dict[str, int]] = {}
+    fa3_objects: list[str] = []
+    fa3_flags: list[str] = []
+    ninja_file = build / "build.ninja"
+    if res.returncode == 0 and ninja_file.is_file():
+        for m in OBJECT.finditer(ninja_file.read_text()):
+            t = targets.setdefault(m["target"], {"cuda_objects": 0, "cxx_objects": 0})
+            t["cuda_objects" if m["lang"] == "cu" else "cxx_objects"] += 1
+            if m["target"] == "_vllm_fa3_C":
+                fa3_objects.append(m["out"])
+        listed = run(["ninja", "-t", "targets", "all"], cwd=build).stdout.splitlines()
+        (a.out / "fa3-targets.txt").write_text(
+            "".join(line + "\n" for line in listed if "/_vllm_fa3_C.dir/" in line or line.startswith("_vllm_fa3_C")))
+        cu = next((o for o in fa3_objects if o.endswith(".cu.o")), None)
+        if cu:
+            cmd = run(["ninja", "-t", "commands", cu], cwd=build).stdout.splitlines()
+            fa3_flags = ARCH_FLAG.findall(cmd[-1]) if cmd else []
+    setup_py = (src / "setup.py").read_text()
+    asked, why = fa3_asked(setup_py, a.arch_list)
+    cuda_total = sum(t["cuda_objects"] for t in targets.values())
+    fa3_cuda = targets.get("_vllm_fa3_C", {}).get("cuda_objects", 0)
+    record = {
+        "kind": "configure",
+        "vllm": top.removeprefix("vllm-"),
+        "sdist": {"file": a.sdist.name, "sha256": hashlib.sha256(a.sdist.read_bytes()).hexdigest()},
+        "arch_list": a.arch_list,
+        "patches": patches,
+        "sources": {k: {"env": v["env"], "pin": v.get("pin", "")} for k, v in sorted(sources.items())},
+        "toolchain": {
+            "image": os.environ.get("HARNESS_TOOLCHAIN_IMAGE", ""),
+            "nvcc": first_line(["nvcc", "--version"], -2),
+            "cmake": first_line(["cmake", "--version"]),
+            "gcc": first_line(["gcc", "--version"]),
+            "nvcc_default_arch": nvcc_default_arch(),
+            "torch": run([sys.executable, "-c", "import torch; print(torch.__version__)"]).stdout.strip(),
+            "python": sys.version.split()[0],
+        },
+        "command": " ".join(argv[:1] + ["-S", "vllm-" + top.removeprefix("vllm-"), "-B", "build"] + argv[5:]),
+        "returncode": res.returncode,
+        "seconds": seconds,
+        "stopped_at": stopped,
+        "supported_archs": sup[-1] if sup else None,
+        "decisions": decisions,
+        "targets": dict(sorted(targets.items())),
+        "cuda_objects_total": cuda_total,
+        "fa3": {"cuda_objects": fa3_cuda, "cxx_objects": targets.get("_vllm_fa3_C", {}).get("cxx_objects", 0),
+                "arch_flags_of_one_object": fa3_flags, "asked_by_setup_py": asked, "why": why},
+        "cuda_objects_setup_py_builds": cuda_total - (0 if asked else fa3_cuda) if targets else None,
+    }
+    if a.build_target and res.returncode == 0:
+        record["build"] = compile_targets(build, a.build_target, a.jobs)
+    (a.out / "record.json").write_text(json.dumps(record, indent=1, sort_keys=False) + "\n")
+    print(json.dumps({k: record[k] for k in ("vllm", "returncode", "stopped_at", "cuda_objects_total", "fa3")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

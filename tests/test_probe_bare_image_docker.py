@@ -88,5 +88,5 @@ quiet_period_s = 6
     assert cell.status == "pass", (cell.reasons, cell.serve.log_tail if cell.serve else None)
     fp = cell.image_fingerprint
     assert fp is not None, "the probe gave nothing"
-    assert fp["vllm"]["version"] == "0.0.0+fake"
-    assert fp["python"].startswith("3.") and fp["executable"].startswith("/usr/bin/python3")
+    assert fp.vllm.version == "0.0.0+fake"
+    assert fp.python and fp.python.startswith("3.") and fp.executable and fp.executable.startswith("/usr/bin/python3")

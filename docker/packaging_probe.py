@@ -115,6 +115,15 @@ def report(out: Path, src: Path) -> int:
         "site_packages": site_file.read_text().strip() if site_file.is_file() else None,
         "stand_in": json.loads(standin.read_text()) if standin.is_file() else None,
     }
+    # the base stage's build requirements, checked again in the finished image (no install):
+    # the record holds them even when the engine took that stage from its cache
+    reqs = Path("/opt/build/build-requirements.txt")
+    if reqs.is_file():
+        r = subprocess.run([sys.executable, "/opt/build/build_requirements.py", str(reqs), "--no-index"],
+                           capture_output=True, text=True)
+        data["build_requirements_rc"] = r.returncode
+        data["build_requirements"] = [line for line in (r.stdout + r.stderr).splitlines()
+                                      if line.startswith(("build requirement ", "harness: build requirement "))][:200]
     (out / "packaging.json").write_text(json.dumps(data, indent=1))
     print(f"packaging probe: vllm {data['vllm']}, flashinfer {data['flashinfer']}, torch {data['torch']} "
           f"on {data['machine']} Python {data['python']}; pip check exit {check.returncode}; "

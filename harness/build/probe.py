@@ -140,6 +140,8 @@ class PackagingResult:
     installed_line: str | None  # pip's `Successfully installed ...` line of the install step
     duration_s: float
     log_path: str
+    build_requirements: tuple[str, ...] = ()  # each build requirement as the finished image meets it
+    stand_ins: tuple[str, ...] = ()  # the extensions the probe stood in for (nothing compiled)
 
 
 # pip's last line of the vLLM install step (FlashInfer's install before it has one too)
@@ -153,6 +155,9 @@ def judge_packaging(data: dict, want_vllm: str | None, log_text: str) -> tuple[s
         return "fail", f"installed vLLM {data['vllm']}, the stack pins {want_vllm}"
     if data.get("pip_check_rc") not in (0, None):
         return "fail", "pip check: " + "; ".join(data.get("pip_check") or [])[:400]
+    if data.get("build_requirements_rc") not in (0, None):
+        unmet = [x for x in data.get("build_requirements") or [] if str(x).startswith("harness:")]
+        return "fail", "build requirements not met in the image: " + "; ".join(map(str, unmet))[:400]
     return "pass", ""
 
 
@@ -185,7 +190,9 @@ def packaging_probe(matrix, stack_name: str, *, engine, log_dir: Path, on_event=
     s = lambda k: str(data[k])[:200] if data.get(k) is not None else None  # noqa: E731 - values from the image
     return PackagingResult(status, reason, ref, s("vllm"), s("flashinfer"), s("torch"), s("machine"), s("python"),
                            s("rust_frontend"), tuple(str(x)[:300] for x in (data.get("pip_check") or [])[:40]),
-                           m[-1][:32000] if m else None, outcome.duration_s or 0.0, outcome.log_path or "")
+                           m[-1][:32000] if m else None, outcome.duration_s or 0.0, outcome.log_path or "",
+                           tuple(str(x)[:300] for x in (data.get("build_requirements") or [])[:200]),
+                           tuple(str(x)[:200] for x in ((data.get("stand_in") or {}).get("extensions") or [])[:200]))
 
 
 @dataclass(frozen=True)

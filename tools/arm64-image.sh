@@ -34,31 +34,13 @@ get() {  # get DEST PLATFORM REQUIREMENT...: cp311 wheels for that CPU
     $(tags "$plat") -d "$dest" "$@"
 }
 # `docker import --platform linux/arm64` is ignored by Debian's engine 20.10 (the image says
-# amd64): load it as an image archive whose config names arm64 instead
+# amd64): tools/relabel-image.sh loads it again with a config that names arm64
 load_arm64() {
-  "$PY" - "$1" "$IMAGE" <<'EOF' | docker load >/dev/null
-import hashlib, io, json, sys, tarfile
-layer, image = sys.argv[1], sys.argv[2]
-h = hashlib.sha256()
-with open(layer, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-        h.update(block)
-config = json.dumps({"architecture": "arm64", "os": "linux", "config": {
-    "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},
-    "rootfs": {"type": "layers", "diff_ids": ["sha256:" + h.hexdigest()]}}).encode()
-name = hashlib.sha256(config).hexdigest() + ".json"
-manifest = json.dumps([{"Config": name, "RepoTags": [image], "Layers": ["layer.tar"]}]).encode()
-with tarfile.open(fileobj=sys.stdout.buffer, mode="w|") as t:
-    for member, data in ((name, config), ("manifest.json", manifest)):
-        info = tarfile.TarInfo(member)
-        info.size = len(data)
-        t.addfile(info, io.BytesIO(data))
-    t.add(layer, arcname="layer.tar")
-EOF
+  docker import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' "$1" "$IMAGE" >/dev/null
+  PYTHON=$PY bash tools/relabel-image.sh "$IMAGE" arm64
 }
-if [ "${1:-}" = --relabel ]; then  # an image imported before as amd64: the same files, loaded as arm64
-  cid=$(docker create "$IMAGE" true); docker export "$cid" > "$tmp/layer.tar"; docker rm "$cid" >/dev/null
-  load_arm64 "$tmp/layer.tar"
+if [ "${1:-}" = --relabel ]; then  # an image imported before as amd64: the same files, labelled arm64
+  PYTHON=$PY bash tools/relabel-image.sh "$IMAGE" arm64
   docker image inspect -f "arm64-image: $IMAGE ({{.Os}}/{{.Architecture}})" "$IMAGE"; exit 0
 fi
 start=$(date +%s)

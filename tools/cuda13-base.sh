@@ -26,26 +26,8 @@ case "$plat" in
 esac
 tag=${2:-harness-test/cuda13:bookworm-$short}
 PY=${PYTHON:-python3}
-# An engine older than API 1.43 (Debian's docker.io 20.10) ignores `import --platform` and calls
-# the image amd64: say the real CPU in its config (docker save, edit, docker load), or a build for
-# linux/arm64 would look for that variant in a registry.
-relabel() {
-  [ "$(docker image inspect -f '{{.Architecture}}' "$tag")" = "$short" ] && return 0
-  docker save "$tag" | "$PY" -c '
-import io, json, sys, tarfile
-arch = sys.argv[1]
-src = tarfile.open(fileobj=sys.stdin.buffer, mode="r|")
-out = tarfile.open(fileobj=sys.stdout.buffer, mode="w|")
-for m in src:
-    data = src.extractfile(m).read() if m.isfile() else None
-    if data is not None and m.name.endswith(".json") and m.name != "manifest.json" and b"architecture" in data:
-        cfg = json.loads(data)
-        cfg["architecture"] = arch
-        data = json.dumps(cfg).encode()
-        m.size = len(data)
-    out.addfile(m, io.BytesIO(data) if data is not None else None)
-out.close()' "$short" | docker load >/dev/null
-}
+# Debian's engine 20.10 ignores `import --platform`: tools/relabel-image.sh says the real CPU
+relabel() { PYTHON=$PY bash "$(dirname "$0")/relabel-image.sh" "$tag" "$short"; }
 if docker image inspect "$tag" >/dev/null 2>&1; then relabel; echo "cuda13-base: $tag already there"; exit 0; fi
 need() { command -v "$1" >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null; }; }
 need debootstrap debootstrap

@@ -71,20 +71,27 @@ def local_base_id(matrix: Matrix, stack_name: str, engine) -> str | None:
 _SITE = re.compile(r"^(/[A-Za-z0-9._+-]+){1,16}$")
 
 
+def image_note(engine, ref: str, path: str, labels: dict[str, str]) -> str | None:
+    """A short note the build wrote into the image (`/opt/build/<name>.txt`, at most 4 KiB),
+    copied out without starting it; None when the image has none. It comes from the image: a link
+    or a FIFO there is refused, never followed, and callers check what it says."""
+    with tempfile.TemporaryDirectory(prefix="harness-note-") as tmp:
+        try:
+            dest = engine.export_path(ref, path, Path(tmp), labels=labels)
+        except EngineError:
+            return None
+        try:
+            return Root(dest, what="exported file").load_text(Path(path).name, limit=4096).strip()
+        except (ConfigError, FileNotFoundError):
+            return None
+
+
 def image_site_packages(engine, ref: str, labels: dict[str, str]) -> str | None:
     """Where an image installed vLLM, as its build wrote it (docker/wheels.py for a wheel stack,
     the source template's install step); None when the image has no such file or the file does
     not hold a plain absolute path (it comes from the image, so it is checked, never trusted)."""
-    with tempfile.TemporaryDirectory(prefix="harness-site-") as tmp:
-        try:
-            dest = engine.export_path(ref, "/opt/build/site-packages.txt", Path(tmp), labels=labels)
-        except EngineError:
-            return None
-        try:  # from the image: a link or a FIFO there is refused, never followed
-            text = Root(dest, what="exported file").load_text("site-packages.txt", limit=4096).strip()
-        except (ConfigError, FileNotFoundError):
-            return None
-    return text if _SITE.match(text) and ".." not in text.split("/") else None
+    text = image_note(engine, ref, "/opt/build/site-packages.txt", labels)
+    return text if text is not None and _SITE.match(text) and ".." not in text.split("/") else None
 
 
 RUST_FRONTEND = "/opt/build/rust-frontend.txt"
@@ -92,16 +99,8 @@ RUST_FRONTEND = "/opt/build/rust-frontend.txt"
 
 def image_rust_frontend(engine, ref: str, labels: dict[str, str]) -> str | None:
     """What the install step wrote of vLLM's Rust front end (the template's rust-frontend.txt);
-    None when the image has no such file. One short line from the image: bounded, printable."""
-    with tempfile.TemporaryDirectory(prefix="harness-rust-") as tmp:
-        try:
-            dest = engine.export_path(ref, RUST_FRONTEND, Path(tmp), labels=labels)
-        except EngineError:
-            return None
-        try:  # from the image: a link or a FIFO there is refused, never followed
-            text = Root(dest, what="exported file").load_text(Path(RUST_FRONTEND).name, limit=4096)[:200].strip()
-        except (ConfigError, FileNotFoundError):
-            return None
+    None when the image has no such file. One short line: bounded, printable."""
+    text = (image_note(engine, ref, RUST_FRONTEND, labels) or "")[:200].strip()
     return "".join(c for c in text if c.isprintable()) or None
 
 
@@ -178,10 +177,10 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
     name, ref = rendered.stack_name, rendered.image_ref
     start = time.monotonic()
     existing = engine.image_labels(ref)
-    if existing is not None and (got := engine.image_platform(ref)) is not None and got.docker != rendered.platform:
+    if existing is not None and (got := engine.image_platform(ref)) is not None and got != rendered.platform:
         # the tag holds the platform, so only an image made outside this tool can be here: never
         # serve another CPU's binaries; build this one's over it
-        emit(BuildEvent(name, "line", f"{ref} is {got.docker}, not {rendered.platform}: rebuilding", 0.0))
+        emit(BuildEvent(name, "line", f"{ref} is {got.docker}, not {rendered.platform.docker}: rebuilding", 0.0))
         force = True
     if existing is not None and not force:
         # A reused image is audited again (seconds: its packages are copied out, never run): the
@@ -224,7 +223,7 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
                 image_id = engine.build(context_tar(rendered), ref, labels=rendered.labels,
                                         buildargs={**rendered.buildargs, **extra}, on_line=on_build_line,
                                         network_mode="host" if served and served.url else None,
-                                        platform=rendered.platform)
+                                        platform=rendered.platform.docker)
             except BuildFailed as exc:
                 took = time.monotonic() - start
                 emit(BuildEvent(name, "done", "failed", took))

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness import platforms
 from harness.audit import Target, audit_path
 from harness.build.builder import audit_ccs, build_one, local_base_id
 from harness.build.dockerfile import render
@@ -31,7 +30,7 @@ from harness.build.render import DOCKER_DIR, Rendered, content_hash
 from harness.errors import ConfigError, EngineError
 from harness.matrix.archs import ccs_of
 from harness.platforms import Platform
-from harness.safety.paths import under
+from harness.safety.paths import tail_text, under
 from harness.safety.readers import load_json
 
 UNITS = Path(str(resources.files("harness").joinpath("data", "probe", "units.toml")))
@@ -90,10 +89,15 @@ def render_probe(rendered: Rendered, matrix, units: tuple[Unit, ...]) -> Rendere
     fi_start, vllm_start = head.find("# --- FlashInfer"), head.find("# --- vLLM")
     if fi_start != -1 and vllm_start > fi_start:
         head = head[:fi_start] + head[vllm_start:].replace("FROM flashinfer AS vllm", "FROM base AS vllm", 1)
-    dockerfile = head + probe
-    files = rendered.files + (("probe_build.py", (DOCKER_DIR / "probe_build.py").read_bytes()),)
-    digest = content_hash(dockerfile, rendered.buildargs, files, stack, platforms.parse(rendered.platform))
-    labels = {**rendered.labels, "harness.role": "probe", "harness.content-hash": digest}
+    return _as_probe(rendered, stack, head + probe, "probe_build.py", {})
+
+
+def _as_probe(rendered: Rendered, stack, dockerfile: str, helper: str, labels: dict[str, str]) -> Rendered:
+    """`rendered` turned into a probe image: its Dockerfile, the helper script in its context (shipped
+    with the tool), its own content hash, and the probe's labels."""
+    files = rendered.files + ((helper, (DOCKER_DIR / helper).read_bytes()),)
+    digest = content_hash(dockerfile, rendered.buildargs, files, stack, rendered.platform)
+    labels = {**rendered.labels, "harness.role": "probe", **labels, "harness.content-hash": digest}
     return replace(rendered, dockerfile=dockerfile, files=files, content_hash=digest, labels=labels)
 
 
@@ -118,11 +122,7 @@ def render_packaging(rendered: Rendered, matrix) -> Rendered:
         f"RUN python /opt/build/packaging_probe.py report {OUT} /opt/build/src/vllm",
         "",
     ])
-    files = rendered.files + (("packaging_probe.py", (DOCKER_DIR / "packaging_probe.py").read_bytes()),)
-    digest = content_hash(dockerfile, rendered.buildargs, files, stack, platforms.parse(rendered.platform))
-    labels = {**rendered.labels, "harness.role": "probe", "harness.probe": "packaging",
-              "harness.content-hash": digest}
-    return replace(rendered, dockerfile=dockerfile, files=files, content_hash=digest, labels=labels)
+    return _as_probe(rendered, stack, dockerfile, "packaging_probe.py", {"harness.probe": "packaging"})
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ class PackagingResult:
 INSTALLED = re.compile(r"^Successfully installed .*\bvllm-\S+.*$", re.MULTILINE)
 
 
-def judge_packaging(data: dict, want_vllm: str | None, log_text: str) -> tuple[str, str]:
+def judge_packaging(data: dict, want_vllm: str | None) -> tuple[str, str]:
     if not data.get("vllm"):
         return "fail", "vLLM is not installed after the install step (build log)"
     if want_vllm and data["vllm"].split("+")[0] != want_vllm:
@@ -171,8 +171,9 @@ def packaging_probe(matrix, stack_name: str, *, engine, log_dir: Path, on_event=
     rendered = replace(render_packaging(base, matrix), stack_name=f"{stack_name}-pkgprobe")
     ref = rendered.image_ref
     outcome = build_one(rendered, engine=engine, log_dir=log_dir, force=force, on_event=on_event, audit=False)
-    log_text = Path(outcome.log_path).read_text(errors="replace") if outcome.log_path and Path(outcome.log_path).is_file() else ""
-    m = INSTALLED.findall(log_text)
+    # the install step's pip line is near the end of the log (only the report step comes after it)
+    log_tail = tail_text(outcome.log_path, what="build log") if outcome.log_path else ""
+    m = INSTALLED.findall(log_tail)
     if outcome.status not in ("built", "reused"):
         return PackagingResult("fail", outcome.reason or "the packaging probe's build failed", ref, None, None, None,
                                None, None, None, (), m[-1] if m else None, outcome.duration_s or 0.0,
@@ -186,7 +187,7 @@ def packaging_probe(matrix, stack_name: str, *, engine, log_dir: Path, on_event=
                                    None, None, None, (), None, outcome.duration_s or 0.0, outcome.log_path or "")
     if not isinstance(data, dict):
         data = {}
-    status, reason = judge_packaging(data, stack.vllm.pypi if stack.vllm else None, log_text)
+    status, reason = judge_packaging(data, stack.vllm.pypi if stack.vllm else None)
     s = lambda k: str(data[k])[:200] if data.get(k) is not None else None  # noqa: E731 - values from the image
     return PackagingResult(status, reason, ref, s("vllm"), s("flashinfer"), s("torch"), s("machine"), s("python"),
                            s("rust_frontend"), tuple(str(x)[:300] for x in (data.get("pip_check") or [])[:40]),

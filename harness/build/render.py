@@ -83,7 +83,7 @@ class Rendered:
     files: tuple[tuple[str, bytes], ...]  # (context path, bytes), Dockerfile excluded
     patches: tuple[PatchFile, ...]
     content_hash: str
-    platform: str = platforms.AMD64.docker  # "linux/arm64": the CPU the image is built for
+    platform: Platform = platforms.AMD64  # the CPU the image is built for
     # read from the pinned sources (None: not read, as for `harness plan`, which needs only the tag)
     requirements: StackRequirements | None = None
 
@@ -91,8 +91,7 @@ class Rendered:
     def image_ref(self) -> str:
         """`vllm-bw:<stack>-<amd64|arm64>-<12 hex>`: the platform is in the tag (and in the hash),
         so an image built for one CPU is never taken for another's."""
-        short = platforms.parse(self.platform).short
-        return f"{IMAGE_REPO}:{self.stack_name}-{short}-{self.content_hash[:12]}"
+        return f"{IMAGE_REPO}:{self.stack_name}-{self.platform.short}-{self.content_hash[:12]}"
 
 
 def patch_files(matrix: Matrix, stack: Stack) -> list[PatchFile]:
@@ -261,8 +260,7 @@ def render_source(matrix: Matrix, stack_name: str, *, template: Path | None = No
         reqs = for_stack(stack_name, stack, platform)
         # derived from the pins (in the hash): added after hashing, so `plan` can name the tag offline
         files = (*files, (REQUIREMENTS_FILE, reqs.file_text().encode()))
-    return Rendered(stack_name, dockerfile, buildargs, labels, files, tuple(patches), digest,
-                    platform.docker, reqs)
+    return Rendered(stack_name, dockerfile, buildargs, labels, files, tuple(patches), digest, platform, reqs)
 
 
 def content_hash(dockerfile: str, buildargs: dict[str, str], files: tuple[tuple[str, bytes], ...],

@@ -67,7 +67,6 @@ class StackRequirements:
     python: str
     items: tuple[BuildRequirement, ...]  # torch left out: it is installed on its own
     torch: tuple[BuildRequirement, ...]  # the torch requirements, each checked against the stack's pin
-    notes: tuple[str, ...]  # what could not be read here, and why
 
     def file_text(self) -> str:
         """build-requirements.txt for the image: merged per package, each line with its origins."""
@@ -172,7 +171,6 @@ def for_stack(stack_name: str, stack: Stack, platform: Platform) -> StackRequire
     where = f"stacks.{stack_name}"
     items: list[BuildRequirement] = []
     torch: list[BuildRequirement] = []
-    notes: list[str] = []
     env = _environment(stack.python, platform)
     projects = [("vllm", sources.vllm_source(stack) if stack.vllm else None),
                 ("flashinfer-python", sources.flashinfer_source(stack) if stack.flashinfer else None)]
@@ -198,7 +196,7 @@ def for_stack(stack_name: str, stack: Stack, platform: Platform) -> StackRequire
             item = BuildRequirement(project, str(req), name, origin)
             (torch if name == "torch" else items).append(item)
     _check_torch(where, stack, torch)
-    return StackRequirements(stack_name, platform.docker, stack.python, tuple(items), tuple(torch), tuple(notes))
+    return StackRequirements(stack_name, platform.docker, stack.python, tuple(items), tuple(torch))
 
 
 def _check_python(where: str, stack: Stack, tree: str, requires_python: str) -> None:

@@ -162,4 +162,4 @@ def render_wheels(matrix, stack_name: str, *, template: Path | None = None, temp
     for p in patches:
         labels[f"{LABEL}.vllm.patch.{Path(p.rel).name}.sha256"] = p.sha256
     labels[f"{LABEL}.platform"] = platform.docker
-    return Rendered(stack_name, dockerfile, buildargs, labels, all_files, tuple(patches), digest, platform.docker)
+    return Rendered(stack_name, dockerfile, buildargs, labels, all_files, tuple(patches), digest, platform)

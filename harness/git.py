@@ -80,16 +80,23 @@ def mirror(path: Path, cache: Path) -> str:
         if res.ok:
             return str(dest)
         shutil.rmtree(dest, ignore_errors=True)  # a damaged mirror: clone it again
-    cache.mkdir(parents=True, exist_ok=True)
+    _clone_bare(src, dest, lambda err: ConfigError(f"{path}: not a git repository ({err[-200:]})",
+                                                   hint="give a git repository's folder or a git URL"),
+                allow_file=True)
+    return str(dest)
+
+
+def _clone_bare(src: str, dest: Path, failed, **how) -> None:
+    """`git clone --bare src` into `dest`, through a `.partial` folder renamed once complete (an
+    interrupted clone is never taken for a mirror); `failed(stderr)` is the error to raise."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    res = run(["clone", "-q", "--bare", "--", src, str(tmp)], timeout=3600, allow_file=True)
+    res = run(["clone", "-q", "--bare", "--", src, str(tmp)], timeout=3600, **how)
     if not res.ok:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise ConfigError(f"{path}: not a git repository ({res.stderr.strip()[-200:]})",
-                          hint="give a git repository's folder or a git URL")
+        raise failed(res.stderr.strip())
     tmp.rename(dest)
-    return str(dest)
 
 
 def clone_url(url: str, cache: Path) -> str:
@@ -98,13 +105,7 @@ def clone_url(url: str, cache: Path) -> str:
         raise ConfigError(f"{grammar.one_line(url)[:200]}: {why}", hint="give a local clone or mirror, or the repository's URL")
     dest = cache / hashlib.sha256(url.encode()).hexdigest()[:16]
     if not (dest / "HEAD").is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(dest.name + ".partial")
-        shutil.rmtree(tmp, ignore_errors=True)
-        res = run(["clone", "-q", "--bare", "--", url, str(tmp)], timeout=3600, fetch=True)
-        if not res.ok:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise EnvironmentProblem(f"{url}: git clone failed: {res.stderr.strip()[-300:]}",
-                                     hint="check the URL and the network, or give a local mirror")
-        tmp.rename(dest)
+        _clone_bare(url, dest, lambda err: EnvironmentProblem(f"{url}: git clone failed: {err[-300:]}",
+                                                              hint="check the URL and the network, or give a local mirror"),
+                    fetch=True)
     return str(dest)

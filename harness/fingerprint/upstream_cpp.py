@@ -137,15 +137,22 @@ def _end_of_literal(src: str, i: int) -> int:
     return j
 
 
+def _code(src: str, i: int):
+    """(offset, character) of `src` from `i` on, string and character literals stepped over
+    whole: what the scanners below count brackets and separators in."""
+    while i < len(src):
+        if src[i] in "\"'":
+            i = _end_of_literal(src, i)
+            continue
+        yield i, src[i]
+        i += 1
+
+
 def _args(src: str, open_paren: int) -> tuple[list[str], int] | None:
     """The top-level comma-separated arguments of the call whose `(` is at open_paren, and the
     offset after its `)`; None when the parentheses never close (a macro definition's tail)."""
-    depth, start, i, out = 0, open_paren + 1, open_paren, []
-    while i < len(src):
-        c = src[i]
-        if c in "\"'":
-            i = _end_of_literal(src, i)
-            continue
+    depth, start, out = 0, open_paren + 1, []
+    for i, c in _code(src, open_paren):
         if c in "([{":
             depth += 1
         elif c in ")]}":
@@ -156,7 +163,6 @@ def _args(src: str, open_paren: int) -> tuple[list[str], int] | None:
         elif c == "," and depth == 1:
             out.append(src[start:i].strip())
             start = i + 1
-        i += 1
     return None
 
 
@@ -256,12 +262,8 @@ class _Builder:
 
 def _stream(src: str, after: int) -> tuple[list[str], int]:
     """The operands of `<< a << "b" << c` that follow offset `after`, up to the statement's `;`."""
-    end, i, depth = len(src), after, 0
-    while i < len(src):
-        c = src[i]
-        if c in "\"'":
-            i = _end_of_literal(src, i)
-            continue
+    end, depth = len(src), 0
+    for i, c in _code(src, after):
         if c in "([{":
             depth += 1
         elif c in ")]}":
@@ -272,16 +274,13 @@ def _stream(src: str, after: int) -> tuple[list[str], int]:
         elif c == ";" and depth == 0:
             end = i
             break
-        i += 1
     body = src[after:end]
     if not body.lstrip().startswith("<<"):
         return [], end
-    ops, depth, start, i = [], 0, 0, 0
-    while i < len(body):
-        c = body[i]
-        if c in "\"'":
-            i = _end_of_literal(body, i)
-            continue
+    ops, depth, start = [], 0, 0
+    for i, c in _code(body, 0):
+        if i < start:
+            continue  # the second `<` of an operator just taken
         if c in "([{":
             depth += 1
         elif c in ")]}":
@@ -289,9 +288,6 @@ def _stream(src: str, after: int) -> tuple[list[str], int]:
         elif body.startswith("<<", i) and depth == 0:
             ops.append(body[start:i])
             start = i + 2
-            i += 2
-            continue
-        i += 1
     ops.append(body[start:])
     return [o.strip() for o in ops[1:] if o.strip()], end
 

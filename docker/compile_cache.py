@@ -14,8 +14,9 @@ or toolchain never shares a folder. Without ccache in the image, without a URL, 
 store does not answer, it prints why on stderr and no exports: the build compiles uncached.
 
 `stats STEP` prints one line `harness-compile-cache: {json}` (the step's name, hits, misses,
-uncacheable compiles, seconds since `env`), which the harness reads from the build output. Python's standard library
-only: this runs in the image being built.
+uncacheable compiles, seconds since `env`, and which translation units were compiled rather than
+taken from the cache: `missed`, read from ccache's stats log), which the harness reads from the
+build output. Python's standard library only: this runs in the image being built.
 """
 
 from __future__ import annotations
@@ -37,6 +38,15 @@ MARK = "harness-compile-cache:"
 LOCAL = "/tmp/harness-ccache"  # ccache's counters only: objects live in the harness's store
 STARTED = Path(LOCAL) / "harness-started"
 LAUNCHER = f"{LOCAL}/launcher"
+STATS_LOG = f"{LOCAL}/stats.log"  # ccache's stats_log: `# <source>` then that compile's counters
+# ccache's HTTP client gives up on a connection after 100 ms and on a request after 10 s by
+# default, and each give-up is a compile run again (counted remote_storage_timeout, then a miss).
+# With every core compiling and the harness reading the build's output, the store (on this host's
+# loopback) can take longer than 100 ms to accept: 64 parallel compiles against a harness kept
+# busy gave 25 hits of 96 on the second pass with the defaults, 96 of 96 with these.
+CONNECT_MS = 10_000
+OPERATION_MS = 60_000  # ccache refuses a timeout over 60000 ms (and then uses no remote storage at all)
+MAX_UNITS = 2000  # names kept of missed units (the count is always whole)
 # CMake's configure checks (try_compile) compile a source written into a new scratch folder with a
 # random name each time, so their lookups would always miss; they take milliseconds, are not the
 # build's translation units, and go straight to the compiler, neither cached nor counted. A
@@ -131,9 +141,9 @@ def cmd_env(url: str) -> int:
         return _off(f"the store at {url} does not answer ({exc}); is the build on the host's network?")
     tools = toolchain()
     ns = namespace(tools)
-    remote = f"{url.rstrip('/')}/{ns}"
+    folder = f"{url.rstrip('/')}/{ns}"
     try:  # what the folder holds, for `harness cache show`
-        req = urllib.request.Request(remote + "/toolchain.json", data=json.dumps(tools, indent=1).encode(),
+        req = urllib.request.Request(folder + "/toolchain.json", data=json.dumps(tools, indent=1).encode(),
                                      method="PUT")
         urllib.request.urlopen(req, timeout=10).read()
     except (urllib.error.URLError, OSError) as exc:
@@ -141,9 +151,11 @@ def cmd_env(url: str) -> int:
     os.makedirs(LOCAL, exist_ok=True)
     Path(LAUNCHER).write_text(LAUNCHER_TEXT)
     os.chmod(LAUNCHER, 0o755)
+    Path(STATS_LOG).write_text("")  # this step's compiles only
     env = {
         "CCACHE_DIR": LOCAL,
-        "CCACHE_REMOTE_STORAGE": remote,
+        "CCACHE_REMOTE_STORAGE": f"{folder}|connect-timeout={CONNECT_MS}|operation-timeout={OPERATION_MS}",
+        "CCACHE_STATSLOG": STATS_LOG,
         "CCACHE_REMOTE_ONLY": "true",
         # sources are unpacked by an earlier step of the same build; nothing edits them during it
         "CCACHE_SLOPPINESS": "include_file_mtime,include_file_ctime",
@@ -153,7 +165,7 @@ def cmd_env(url: str) -> int:
     }
     subprocess.run(["ccache", "--zero-stats"], env={**os.environ, **env}, capture_output=True, check=False)
     STARTED.write_text(f"{time.time():.3f}\n{ns}\n")
-    print(f"{MARK} on: {remote} ({tools.get('ccache')})", file=sys.stderr)
+    print(f"{MARK} on: {folder} ({tools.get('ccache')})", file=sys.stderr)
     print("export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()))
     return 0
 
@@ -176,6 +188,33 @@ def summary(c: dict[str, int]) -> dict[str, int]:
             "remote_errors": c.get("remote_storage_error", 0) + c.get("remote_storage_timeout", 0)}
 
 
+def units(text: str, cwd: str) -> dict[str, list[str]]:
+    """ccache's stats log (a `# <source>` line, then that compile's counters, one a line) as the
+    sources compiled (`missed`: not in the cache, or not cacheable) and those whose lookup or
+    store failed against the store (`store_errors`); paths under `cwd` relative to it, sorted."""
+    missed: set[str] = set()
+    errors: set[str] = set()
+    source, ids = None, set()
+
+    def close() -> None:
+        if source is None:
+            return
+        name = os.path.relpath(source, cwd) if source.startswith(cwd.rstrip("/") + "/") else source
+        if "cache_miss" in ids or ids.intersection(UNCACHEABLE):
+            missed.add(name)
+        if ids.intersection(("remote_storage_error", "remote_storage_timeout")):
+            errors.add(name)
+
+    for line in text.splitlines():
+        if line.startswith("# "):
+            close()
+            source, ids = line[2:].strip(), set()
+        elif line.strip():
+            ids.add(line.strip())
+    close()
+    return {"missed": sorted(missed)[:MAX_UNITS], "store_errors": sorted(errors)[:MAX_UNITS]}
+
+
 def cmd_stats(step: str) -> int:
     if not STARTED.is_file() or not os.environ.get("CCACHE_REMOTE_STORAGE"):
         print(MARK + " " + json.dumps({"step": step, "off": True}))
@@ -183,6 +222,10 @@ def cmd_stats(step: str) -> int:
     started, ns = STARTED.read_text().split("\n")[:2]
     text = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True, check=False).stdout
     record = {"step": step, **summary(counters(text)), "seconds": round(time.time() - float(started), 1), "namespace": ns}
+    try:
+        record.update(units(Path(STATS_LOG).read_text(errors="replace"), os.getcwd()))
+    except OSError:
+        pass
     print(MARK + " " + json.dumps(record, sort_keys=True))
     return 0
 

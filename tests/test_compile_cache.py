@@ -127,6 +127,42 @@ def test_figures_from_real_build_output():
     assert c.hit_rate is None and c.seconds_compiling == 0.0  # nothing looked up: no rate to claim
 
 
+def test_units_from_a_real_stats_log():
+    # ccache 4.7.5 (Debian bookworm), CCACHE_STATSLOG, in the step's working folder /w: a.c and b.c
+    # compiled against the harness's store (misses), a.c again (a hit), b.c to stdout
+    # (uncacheable: bad_output_file), then b.c with other flags against a store that never answers
+    units = step.units((FIX / "ccache-4.7.5-stats.log").read_text(), "/w")
+    assert units == {"missed": ["src/a.c", "src/b.c"], "store_errors": ["src/b.c"]}
+    # a unit outside the working folder keeps its absolute path; lines torn by another writer
+    # (counters before any source line) are ignored
+    assert step.units("cache_miss\n# /opt/x.cu\ncache_miss\n# /w/k.cu\ndirect_cache_hit\n", "/w") == {
+        "missed": ["/opt/x.cu"], "store_errors": []}
+
+
+def test_remote_storage_gets_bounds_ccache_accepts():
+    # ccache 4.7.5 refuses an http timeout over 60000 ms and then uses no remote storage at all
+    assert 0 < step.CONNECT_MS <= 60_000 and 0 < step.OPERATION_MS <= 60_000
+    assert step.CONNECT_MS >= 1000  # a busy host takes longer than ccache's default 100 ms to accept
+
+
+def test_step_figures_from_the_build_output_are_checked():
+    good = {"step": "compile", "hits": 2, "misses": 1, "uncacheable": 0, "seconds": 3.0, "namespace": "x86_64-ab",
+            "missed": ["csrc/a.cu", "/abs/b.cu", "bad\u001b[31m.cu", "x" * 301], "store_errors": ["csrc/a.cu"]}
+    import json
+
+    lines = [f"harness-compile-cache: {json.dumps(good)}",
+             'harness-compile-cache: {"step": "install", "hits": -5, "misses": 1}',  # off-shape: dropped
+             'harness-compile-cache: {"step": "install", "hits": 0, "misses": 0, "namespace": "../../x"}']
+    c = compile_cache.from_build_output(lines)
+    assert (c.hits, c.misses) == (2, 1)
+    assert c.missed == ("/abs/b.cu", "csrc/a.cu")  # a path with a control character, or too long, is dropped
+    assert c.store_errors == ("csrc/a.cu",)
+    assert compile_cache.compiled_line(c) == "compiled (2): /abs/b.cu, csrc/a.cu; the store failed 1 of its lookups"
+    many = c.model_copy(update={"missed": tuple(f"u{i}.cu" for i in range(20)), "store_errors": ()})
+    assert compile_cache.compiled_line(many, limit=3) == "compiled (20): u0.cu, u1.cu, u2.cu (+17 more)"
+    assert compile_cache.compiled_line(compile_cache.from_build_output([])) is None
+
+
 def _fill(folder: Path, names: list[str], size: int, start: int = 0) -> None:
     for i, n in enumerate(names, start):
         p = folder / n[:2] / n

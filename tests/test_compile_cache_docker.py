@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -73,7 +74,11 @@ def _rendered(name: str, cflags: str, sources: dict[str, bytes]) -> Rendered:
 
 
 def _build(engine, tmp_path, name, cflags="-O2", sources=SOURCES) -> BuildOutcome:
-    o = build_one(_rendered(name, cflags, sources), engine=engine, log_dir=tmp_path / "logs", audit=False)
+    return _build_rendered(engine, tmp_path, _rendered(name, cflags, sources))
+
+
+def _build_rendered(engine, tmp_path, rendered: Rendered) -> BuildOutcome:
+    o = build_one(rendered, engine=engine, log_dir=tmp_path / "logs", audit=False)
     try:
         assert o.status == "built", (o.reason, o.log_tail)
     finally:
@@ -102,6 +107,8 @@ def test_second_build_compiles_nothing_and_other_flags_or_sources_miss(engine, s
     changed = {**SOURCES, "b.c": SOURCES["b.c"].replace(b"(int)strlen(s)", b"(int)strlen(s) + 1")}
     one = _build(engine, tmp_path, "cc-one-line", sources=changed).compile_cache
     assert (one.hits, one.misses) == (2, 1)
+    assert one.missed == ("b.c",) and one.store_errors == ()  # the record names what was compiled
+    assert first.missed == ("a.c", "b.c", "c.c") and again.missed == ()
 
     # the store: one folder for this toolchain, named by it; `harness cache` reads it
     (folder,) = compile_cache.usage(store)
@@ -112,6 +119,49 @@ def test_second_build_compiles_nothing_and_other_flags_or_sources_miss(engine, s
     assert compile_cache.usage(store)[0].objects == 0
     after = _build(engine, tmp_path, "cc-after-prune").compile_cache
     assert (after.hits, after.misses) == (0, 3)
+
+
+PARALLEL = """FROM {base}
+COPY compile_cache.py /opt/build/compile_cache.py
+COPY src /opt/build/src
+ARG NOTE
+ARG COMPILE_CACHE_URL
+RUN cd /opt/build/src && echo "build $NOTE" \\
+ && eval "$(python3 /opt/build/compile_cache.py env "${{COMPILE_CACHE_URL}}")" \\
+ && ls *.c | xargs -P 48 -I@ "$CMAKE_C_COMPILER_LAUNCHER" gcc -O2 -c @ -o @.o \\
+ && python3 /opt/build/compile_cache.py stats compile
+"""
+
+
+def test_a_busy_harness_and_every_core_compiling_still_hit(engine, store, tmp_path):
+    # A build's compiles all ask the store at once while the harness process is busy reading the
+    # build's output (here: three threads holding the interpreter). With ccache's default HTTP
+    # bounds (100 ms to connect) and a backlog of 5, most of the second build's lookups gave up
+    # and compiled again (25 hits of 96 in one try); every lookup must be answered.
+    sources = {f"u{i:03d}.c": f"#include <stdio.h>\nint u{i}(int x) {{ return x * {i}; }}\n".encode()
+               for i in range(96)}
+    stop = threading.Event()
+
+    def spin() -> None:
+        x = 0
+        while not stop.is_set():
+            for i in range(20000):
+                x += i * i
+
+    spinners = [threading.Thread(target=spin, daemon=True) for _ in range(3)]
+    for t in spinners:
+        t.start()
+    try:
+        figures = []
+        for name in ("cc-busy-1", "cc-busy-2"):
+            r = replace(_rendered(name, "-O2", sources), dockerfile=PARALLEL.format(base=BASE))
+            figures.append(_build_rendered(engine, tmp_path, r).compile_cache)
+    finally:
+        stop.set()
+    cold, warm = figures
+    assert (cold.misses, len(cold.missed)) == (96, 96)
+    assert (warm.hits, warm.misses, warm.remote_errors) == (96, 0, 0), warm
+    assert warm.missed == () and warm.store_errors == ()
 
 
 def test_a_build_record_carries_the_figures_and_a_held_port_turns_the_cache_off(engine, store, tmp_path,

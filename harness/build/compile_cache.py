@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
 from harness.build.sources import CACHE_ROOT
 from harness.errors import ConfigError
 from harness.results.model import CompileCache
@@ -41,6 +43,8 @@ ARG = "COMPILE_CACHE_URL"  # the build ARG the template's compile steps read
 IDENTITY = "/.harness-compile-cache"
 MAX_OBJECT = 2 << 30
 _PATH = re.compile(r"^(/[A-Za-z0-9_][A-Za-z0-9._-]{0,127}){1,4}$")
+# a translation unit's path as the build named it (relative to the source tree, or absolute)
+_SOURCE = re.compile(r"[A-Za-z0-9_./+=@-]{1,300}")
 
 
 def cache_root() -> Path:
@@ -148,6 +152,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # every core's compile asks at once; socketserver's default backlog of 5 drops the rest of a
+    # burst of connections, which ccache then waits a second for (or gives up on)
+    request_queue_size = 128
 
     def __init__(self, addr, root: Path):
         self.root = root
@@ -217,11 +224,35 @@ def serving(root: Path | None = None, port_: int | None = None) -> Iterator[Serv
 NOT_RUN = "no compile step ran (the engine's layer cache held them)"
 
 
+class StepFigures(BaseModel):
+    """One `harness-compile-cache: {json}` line of a build step (docker/compile_cache.py `stats`).
+    It comes from the build's output: anything off-shape drops the line, never the build."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    step: str = Field("compile", max_length=40)
+    off: bool = False
+    hits: int = Field(0, ge=0)
+    misses: int = Field(0, ge=0)
+    uncacheable: int = Field(0, ge=0)
+    failed: int = Field(0, ge=0)
+    remote_errors: int = Field(0, ge=0)
+    seconds: float = Field(0.0, ge=0)
+    namespace: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,80}$")
+    missed: tuple[str, ...] = ()
+    store_errors: tuple[str, ...] = ()
+
+    @field_validator("missed", "store_errors")
+    @classmethod
+    def _source_paths(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(p for p in v if _SOURCE.fullmatch(p))
+
+
 def from_build_output(lines: list[str], why_off: str = "") -> CompileCache:
     """The compile cache's figures of one build, from the `harness-compile-cache:` lines its
     compile steps printed (docker/compile_cache.py); `off` says why when none was used, also
     when no step printed one (the engine's layer cache held every compile step: nothing ran)."""
-    steps: list[dict] = []
+    steps: list[StepFigures] = []
     off = why_off
     for line in lines:
         _, mark, rest = line.partition(MARK)
@@ -231,27 +262,34 @@ def from_build_output(lines: list[str], why_off: str = "") -> CompileCache:
         if rest.startswith("off:"):
             off = off or rest[4:].strip()
         elif rest.startswith("{"):
-            with contextlib.suppress(ValueError):
-                record = json.loads(rest)
-                if isinstance(record, dict):
-                    steps.append(record)
+            with contextlib.suppress(ValueError):  # pydantic's ValidationError is one
+                steps.append(StepFigures.model_validate_json(rest))
     if not steps:
         return CompileCache(off=off or NOT_RUN)
-    if all(s.get("off") for s in steps):
+    used = [s for s in steps if not s.off]
+    if not used:
         return CompileCache(off=off or "the compile steps ran without the cache")
-
-    def total(key: str) -> int:
-        return sum(int(s.get(key) or 0) for s in steps if not s.get("off"))
-
-    hits, misses, uncacheable = total("hits"), total("misses"), total("uncacheable")
+    hits, misses, uncacheable = (sum(s.hits for s in used), sum(s.misses for s in used),
+                                 sum(s.uncacheable for s in used))
     looked = hits + misses + uncacheable
     return CompileCache(
         hits=hits, misses=misses, uncacheable=uncacheable,
         hit_rate=round(hits / looked, 4) if looked else None,
-        seconds_compiling=round(sum(float(s.get("seconds") or 0) for s in steps
-                                    if s.get("step") == "compile" and not s.get("off")), 1),
-        remote_errors=total("remote_errors"),
-        namespace=next((str(s["namespace"]) for s in steps if s.get("namespace")), None))
+        seconds_compiling=round(sum(s.seconds for s in used if s.step == "compile"), 1),
+        remote_errors=sum(s.remote_errors for s in used),
+        namespace=next((s.namespace for s in used if s.namespace), None),
+        missed=tuple(sorted({p for s in used for p in s.missed})),
+        store_errors=tuple(sorted({p for s in used for p in s.store_errors})))
+
+
+def compiled_line(cache: CompileCache, limit: int = 8) -> str | None:
+    """The units a build compiled rather than took from the cache, named when they are few."""
+    if cache.off or not cache.missed:
+        return None
+    n = len(cache.missed)
+    named = ", ".join(cache.missed[:limit]) + (f" (+{n - limit} more)" if n > limit else "")
+    errors = f"; the store failed {len(cache.store_errors)} of its lookups" if cache.store_errors else ""
+    return f"compiled ({n}): {named}{errors}"
 
 
 # --- show and prune ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from harness.build import compile_cache
 from harness.build.builder import BuildEvent, build_stacks, unpinned
 from harness.build.dockerfile import render
 from harness.build.preflight import preflight_stack
@@ -196,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
                   + (f" log {o.log_path}" if o.log_path else ""), markup=False)
         if o.compile_cache is not None:  # a build with compile steps (not a wheel stack's)
             out.print(f"  {cache_line(o.compile_cache.model_dump(mode='json'))}", markup=False)
+            if line := compile_cache.compiled_line(o.compile_cache):
+                out.print(f"  {line}", markup=False)
         if o.status in ("built", "failed"):
             # the record `harness run` keeps as builds/<stack>.json, beside the log
             write_text(Path(args.log_dir) / f"build-{o.stack}.json", o.model_dump_json(indent=1),

@@ -511,6 +511,10 @@ class CompileCache(Open):
     remote_errors: int = Field(0, description="reads or writes the store did not answer")
     namespace: str | None = Field(None, description="the store folder: machine + toolchain digest")
     off: str | None = Field(None, description="why the build compiled without the cache")
+    missed: tuple[str, ...] = Field((), description="the translation units compiled, not taken from the "
+                                    "cache (source paths, relative to the source tree)")
+    store_errors: tuple[str, ...] = Field((), description="units whose lookup or store failed against "
+                                          "the store (each such lookup is also a miss)")
 
 
 BuildKey = tuple[str, str | None]  # (stack, host): host None in a run on one host

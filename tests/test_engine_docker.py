@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from harness.engine import ContainerSpec, connect
-from harness.errors import BuildFailed
+from harness.errors import BuildFailed, EngineError
 
 pytestmark = pytest.mark.docker
 
@@ -63,6 +63,26 @@ def test_build_run_logs_and_cleanup(engine, run_id):
     finally:
         engine.remove_image(tag)
     assert engine.image_labels(tag) is None
+
+
+def test_labels_are_one_step_and_arrive_exactly(engine, run_id):
+    # every label in one LABEL instruction (the API's own labels cost the legacy builder a step
+    # each); quotes, backslashes, `$`, spaces and non-ASCII survive as given
+    tag = f"harness-test/tiny:{run_id}"
+    labels = {"harness.role": "test-image", "harness.test": run_id,
+              "harness.odd": 'a "quoted" \\ back$lash $HOME ${X:-y} ünï',
+              **{f"harness.n{i:02d}": f"value {i}" for i in range(25)}}
+    lines: list[str] = []
+    try:
+        engine.build(context(f"FROM {BUSYBOX}\nARG X=1\nRUN echo built\n", {"data.txt": b"x"}), tag,
+                     labels=labels, on_line=lines.append)
+        assert engine.image_labels(tag) == labels
+        steps = [ln for ln in lines if ln.startswith("Step ")]
+        assert len(steps) == 4 and steps[-1].split(" : ", 1)[1].startswith("LABEL "), steps
+    finally:
+        engine.remove_image(tag)
+    with pytest.raises(EngineError, match="line break"):
+        engine.build(context(f"FROM {BUSYBOX}\n"), tag, labels={"harness.bad": "two\nlines"})
 
 
 def test_failed_step_reports_tail_and_leaves_no_container(engine, run_id):

@@ -8,8 +8,9 @@
 #        CUTLASS_SRC FA_SRC QUTLASS_SRC FLASHMLA_SRC DEEPGEMM_SRC: source trees (an empty folder
 #        stands in for one not given: enough for a configure whose arch list does not build it)
 #        and their pins as CUTLASS_PIN, FA_PIN, ... (recorded as given)
-#        BUILD_TARGET: compile this ninja target after the configure and time it (record.json
-#        "build"), with JOBS parallel steps (default: the CPUs); it needs the real trees
+#        BUILD_TARGET: compile these ninja targets (separated by spaces) after the configure and
+#        time them (record.json "build": wall, step and CPU minutes, each step's seconds), with
+#        JOBS parallel steps (default: the CPUs); it needs the real trees
 set -euo pipefail
 [ $# -ge 3 ] || { sed -n 2,12p "$0" >&2; exit 2; }
 sdist=$(readlink -f "$1"); arch=$2; out=$3; shift 3
@@ -33,7 +34,10 @@ for spec in cutlass:VLLM_CUTLASS_SRC_DIR:CUTLASS flash-attention:VLLM_FLASH_ATTN
 done
 sources+="}"
 patch_args=()
-[ -n "${BUILD_TARGET:-}" ] && patch_args+=(--build-target "$BUILD_TARGET" --jobs "${JOBS:-$(nproc)}")
+if [ -n "${BUILD_TARGET:-}" ]; then  # one or more ninja targets, separated by spaces
+  for t in $BUILD_TARGET; do patch_args+=(--build-target "$t"); done
+  patch_args+=(--jobs "${JOBS:-$(nproc)}")
+fi
 for p in "$@"; do
   mounts+=(-v "$(readlink -f "$p"):/in/patches/$(basename "$p"):ro"); patch_args+=(--patch "/in/patches/$(basename "$p")")
 done

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tarfile
@@ -69,19 +70,27 @@ def fa3_asked(setup_py: str, arch_list: str) -> tuple[bool, str]:
 
 
 def compile_targets(build: Path, targets: list[str], jobs: int) -> dict:
-    """Compile `targets` alone and time them: the wall time with `jobs` parallel steps, and the
-    sum of every step's own time from .ninja_log (step-seconds, what the steps cost whatever -j)."""
+    """Compile `targets` alone and time them: the wall time with `jobs` parallel steps, the sum of
+    every step's own time from .ninja_log (step-seconds, what the steps cost whatever -j), and the
+    CPU time the compilers used (user + system of every process ninja waited for: what the steps
+    cost whatever else the machine runs), with each step's own time."""
     t0 = time.monotonic()
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     res = subprocess.run(["ninja", "-C", str(build), f"-j{jobs}", *targets], capture_output=True, text=True, check=False)
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = round(time.monotonic() - t0, 1)
     steps, step_ms = 0, 0
+    each: dict[str, float] = {}
     log = build / ".ninja_log"
     for line in (log.read_text().splitlines()[1:] if log.is_file() else []):
-        start, end, *_ = line.split("\t")
+        start, end, _mtime, out, *_ = line.split("\t")
         steps += 1
         step_ms += int(end) - int(start)
+        each[out] = round((int(end) - int(start)) / 1000, 1)
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     return {"targets": targets, "jobs": jobs, "cpus": os.cpu_count(), "returncode": res.returncode,
             "wall_s": wall, "steps": steps, "step_minutes": round(step_ms / 60000, 1),
+            "cpu_minutes": round(cpu / 60, 1), "step_seconds": each,
             "tail": (res.stdout + res.stderr).splitlines()[-5:]}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,24 @@ def test_the_script_parses_and_refuses_a_bad_verb(tmp_path):
     bad = subprocess.run(["bash", str(SCRIPT), "nope"], capture_output=True, text=True, cwd=ROOT,
                          env={**os.environ, "OUT": str(tmp_path / "out")}, timeout=30)
     assert bad.returncode == 2 and "usage: device.sh prep" in bad.stdout
+
+
+def test_stock_twin_differs_in_arch_flags_alone_and_the_analysis_scripts_read_their_inputs(tmp_path):
+    # the two configures of the cut 0.25.1 stack (tools/configure-targets.sh COMMANDS=1, committed
+    # compressed): the stock twin compiles 48 of the 113 objects differently, in their arch flags
+    # alone (12.0f where the patched stack has 12.1a): no cache keyed by the command can share them
+    d = ROOT / "examples" / "h200-cache" / "stock-vs-patched"
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "h200-cache" / "differ.py"),
+                          str(d / "patched" / "commands.json.gz"), str(d / "stock" / "commands.json.gz")],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.startswith("113 objects in both, 0 in one only; 48 compiled differently, 0 of them in more")
+    assert out == (d / "differ.md").read_text()
+    # units.py: a rebuild's compiled units (the record's compile_cache.missed) against a cold ninja log
+    (tmp_path / "ninja").write_text("# ninja log v5\n0\t20000\t0\tCMakeFiles/_C.dir/csrc/a.cu.o\t1\n"
+                                    "0\t30000\t0\tCMakeFiles/_C.dir/csrc/q/b.cu.o\t2\n0\t9000\t0\t_C.so\t3\n")
+    (tmp_path / "rec.json").write_text('{"compile_cache": {"missed": ["csrc/q/b.cu", "/elsewhere/z.cu"]}}')
+    text = subprocess.run([sys.executable, str(ROOT / "examples" / "h200-cache" / "units.py"),
+                           str(tmp_path / "ninja"), str(tmp_path / "rec.json")],
+                          capture_output=True, text=True, check=True).stdout
+    assert "| `csrc/q/b.cu` | 30.0 |" in text and "`/elsewhere/z.cu` | (no such object" in text
+    assert text.rstrip().endswith("the 1 compiled again: 30 step-seconds = 60 % of the cold compile")

@@ -11,6 +11,7 @@
 #        BUILD_TARGET: compile these ninja targets (separated by spaces) after the configure and
 #        time them (record.json "build": wall, step and CPU minutes, each step's seconds), with
 #        JOBS parallel steps (default: the CPUs); it needs the real trees
+#        COMMANDS=1: also OUT/commands.json, each object's compile command (ninja -t compdb)
 set -euo pipefail
 [ $# -ge 3 ] || { sed -n 2,12p "$0" >&2; exit 2; }
 sdist=$(readlink -f "$1"); arch=$2; out=$3; shift 3
@@ -38,6 +39,7 @@ if [ -n "${BUILD_TARGET:-}" ]; then  # one or more ninja targets, separated by s
   for t in $BUILD_TARGET; do patch_args+=(--build-target "$t"); done
   patch_args+=(--jobs "${JOBS:-$(nproc)}")
 fi
+[ -n "${COMMANDS:-}" ] && patch_args+=(--commands)
 for p in "$@"; do
   mounts+=(-v "$(readlink -f "$p"):/in/patches/$(basename "$p"):ro"); patch_args+=(--patch "/in/patches/$(basename "$p")")
 done

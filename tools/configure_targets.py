@@ -104,6 +104,9 @@ def main() -> int:
     ap.add_argument("--build-target", action="append", default=[],
                     help="after the configure, compile these ninja targets and time them (repeatable)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="ninja -j for --build-target")
+    ap.add_argument("--commands", action="store_true",
+                    help="also write commands.json: each object's compile command (ninja -t compdb), "
+                         "to compare what two configures compile differently")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     work = Path("/tmp/configure-targets")
@@ -161,6 +164,11 @@ def main() -> int:
         listed = run(["ninja", "-t", "targets", "all"], cwd=build).stdout.splitlines()
         (a.out / "fa3-targets.txt").write_text(
             "".join(line + "\n" for line in listed if "/_vllm_fa3_C.dir/" in line or line.startswith("_vllm_fa3_C")))
+        if a.commands:
+            compdb = json.loads(run(["ninja", "-t", "compdb"], cwd=build).stdout or "[]")
+            (a.out / "commands.json").write_text(json.dumps(
+                {e["output"]: e["command"] for e in compdb if str(e.get("output", "")).endswith(".o")},
+                indent=0, sort_keys=True) + "\n")
         cu = next((o for o in fa3_objects if o.endswith(".cu.o")), None)
         if cu:
             cmd = run(["ninja", "-t", "commands", cu], cwd=build).stdout.splitlines()

@@ -13,8 +13,8 @@
 #                                   #     DEADLINE s have passed (run it again to wait on); then its
 #                                   #     wall time and compile-cache figures
 #   device.sh summary               # the three side by side, and the goals
-# Every build's logs and record (build-<stack>.json: compile_cache, duration_s) land under
-# $OUT/<variant>/. Variants run in this order: each uses what the ones before left in the cache.
+# Every build's logs and record (build-<stack>.json: compile_cache with the units it compiled,
+# duration_s) and ninja's log of its compile (ninja-log.txt) land under $OUT/<variant>/. Variants run in this order: each uses what the ones before left in the cache.
 set -u
 DEV=${DEV:-$PWD/inputs}
 PY=${PY:-/opt/torch/.venv/bin/python3}
@@ -57,6 +57,11 @@ pack() {  # $OUT/<variant>/: what the build printed, its log, its record, the im
   grep -a "harness-compile-cache\|Building SM12x NVFP4 for archs\|CUDA supported target" \
     /tmp/cc-"$v"/logs/build-"$(stack_of "$v")".log > "$d/cache-and-arch-lines.txt" 2>/dev/null
   harness cache show > "$d/cache-show.txt" 2>&1
+  # ninja's log of the compile, kept in the image: each unit's seconds (examples/h200-cache/units.py)
+  local img
+  img=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("image_ref") or "")' \
+        "/tmp/cc-$v/logs/build-$(stack_of "$v").json" 2>/dev/null)
+  [ -n "$img" ] && docker run --rm --entrypoint cat "$img" /opt/build/vllm-ninja-log.txt > "$d/ninja-log.txt" 2>/dev/null
 }
 
 case "${1:-}" in

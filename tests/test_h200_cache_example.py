@@ -77,6 +77,35 @@ def test_the_script_parses_and_refuses_a_bad_verb(tmp_path):
     bad = subprocess.run(["bash", str(SCRIPT), "nope"], capture_output=True, text=True, cwd=ROOT,
                          env={**os.environ, "OUT": str(tmp_path / "out")}, timeout=30)
     assert bad.returncode == 2 and "usage: device.sh prep" in bad.stdout
+    visit = ROOT / "examples" / "h200-cache" / "visit.sh"
+    subprocess.run(["bash", "-n", str(visit)], check=True)
+    bad = subprocess.run(["bash", str(visit), "nope"], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "OUT": str(tmp_path / "out")}, timeout=30)
+    assert bad.returncode == 2 and "usage: visit.sh in1" in bad.stdout
+
+
+def test_gather_joins_a_file_sent_in_pieces_only_when_its_digest_checks(tmp_path):
+    import hashlib
+
+    data = os.urandom(300_000)
+    one, two, dst = tmp_path / "one" / "kit", tmp_path / "two" / "kit", tmp_path / "inputs"
+    one.mkdir(parents=True)
+    two.mkdir(parents=True)
+    (one / "kit.tar.xz.part-aa").write_bytes(data[:200_000])
+    (one / "kit.tar.xz.sha256").write_text(f"{hashlib.sha256(data).hexdigest()}  kit.tar.xz\n")
+    (two / "kit.tar.xz.part-ab").write_bytes(data[200_000:])
+    gather = ["bash", str(ROOT / "examples" / "h200-cache" / "gather.sh")]
+    env = {**os.environ, "INPUTS": str(dst)}
+    first = subprocess.run([*gather, str(one.parent)], capture_output=True, text=True, env=env, check=True)
+    assert "1 piece(s) so far" in first.stdout and not (dst / "kit" / "kit.tar.xz").exists()
+    subprocess.run([*gather, str(two.parent)], capture_output=True, text=True, env=env, check=True)
+    assert (dst / "kit" / "kit.tar.xz").read_bytes() == data and not list((dst / "kit").glob("*.part-*"))
+    # a piece that is not the sent one: never joined
+    (dst / "kit" / "kit.tar.xz").unlink()
+    (one / "kit.tar.xz.part-aa").write_bytes(b"x" * 200_000)
+    subprocess.run([*gather, str(one.parent)], capture_output=True, text=True, env=env, check=True)
+    bad = subprocess.run([*gather, str(two.parent)], capture_output=True, text=True, env=env, check=True)
+    assert "not whole yet" in bad.stdout and not (dst / "kit" / "kit.tar.xz").exists()
 
 
 def test_stock_twin_differs_in_arch_flags_alone_and_the_analysis_scripts_read_their_inputs(tmp_path):

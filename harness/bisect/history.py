@@ -15,13 +15,15 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Annotated, Protocol
 
 from packaging.version import InvalidVersion, Version
+from pydantic import BeforeValidator, ValidationError
 
 from harness import git, http
 from harness.build.sources import CACHE_ROOT, SDIST_CACHE, SDIST_MAX_BYTES
 from harness.errors import ConfigError, EnvironmentProblem
+from harness.results.model import Open
 from harness.safety import grammar, paths, readers
 from harness.safety.roots import Root
 
@@ -146,10 +148,59 @@ class GitHistory:
         return [Point(sha, title, date) for sha, date, title in rows]
 
 
-def _field(entry: dict, key: str) -> str:
+# --- the index's answer (PyPI's JSON API), read leniently: an answer of the wrong type lists
+# nothing or reads as missing, it never raises past `ProjectPage.of`
+
+
+def _text(value: object) -> object:
     """A text field of an index answer; anything else there reads as missing."""
-    value = entry.get(key)
     return value if isinstance(value, str) else ""
+
+
+IndexText = Annotated[str, BeforeValidator(_text)]
+
+
+class Digests(Open):
+    # what the index says, of any type: checked against the sha256 grammar where it is used
+    sha256: object = None
+
+
+def _digests(value: object) -> object:
+    return value if isinstance(value, dict) else None
+
+
+def _entries(value: object) -> object:
+    """The files the index lists for a release: only entries of the right shape."""
+    return [f for f in value if isinstance(f, dict)] if isinstance(value, list) else []
+
+
+class IndexFile(Open):
+    """One file of a release, as the index lists it."""
+
+    filename: IndexText = ""
+    packagetype: IndexText = ""
+    upload_time: IndexText = ""
+    url: IndexText = ""
+    digests: Annotated[Digests | None, BeforeValidator(_digests)] = None
+
+
+class ProjectPage(Open):
+    """The index's JSON for one project: its `releases` table (version -> files)."""
+
+    releases: dict[str, Annotated[list[IndexFile], BeforeValidator(_entries)]]
+
+    @classmethod
+    def of(cls, doc: object, url: str) -> ProjectPage:
+        try:
+            return cls.model_validate(doc)
+        except ValidationError:
+            raise EnvironmentProblem(f"{url}: not a package index's project JSON (no `releases` table)",
+                                     hint="give --index a PyPI-style JSON API, e.g. https://pypi.org/pypi/{name}/json") from None
+
+    def files(self, version: str) -> list[IndexFile]:
+        """The files listed for `version`; none for a version the index does not list (a resumed
+        bisect's point list is its own, read from bisect.json)."""
+        return self.releases.get(version, [])
 
 
 def _version(text: str, flag: str) -> Version:
@@ -175,7 +226,7 @@ class ReleaseHistory:
         if not self.good < self.bad:
             raise ConfigError(f"--good {good} is not older than --bad {bad}",
                               hint="give the older, good release as --good")
-        self._doc: dict | None = None
+        self._doc: ProjectPage | None = None
 
     def spec(self) -> dict:
         return {"kind": self.kind, "project": self.project, "good": str(self.good), "bad": str(self.bad),
@@ -184,7 +235,7 @@ class ReleaseHistory:
     def _cached_name(self) -> str:
         return f"{re.sub(r'[-_.]+', '-', self.project).lower()}.releases.json"
 
-    def document(self) -> dict:
+    def document(self) -> ProjectPage:
         """The index's JSON for the project; the cached copy when the index cannot be reached."""
         if self._doc is None:
             url = self.index.format(name=re.sub(r"[-_.]+", "-", self.project).lower())
@@ -198,26 +249,18 @@ class ReleaseHistory:
                                              hint=f"run once with access to the index (it is kept in {self.cache})") from None
                 doc = cache.load_json(name, hint="delete it; the next run with the index writes it again")
                 url = str(self.cache / name)
+                self._doc = ProjectPage.of(doc, url)
             else:
-                if not isinstance(doc, dict) or not isinstance(doc.get("releases"), dict):
-                    raise EnvironmentProblem(f"{url}: not a package index's project JSON (no `releases` table)",
-                                             hint="give --index a PyPI-style JSON API, e.g. https://pypi.org/pypi/{name}/json")
+                self._doc = ProjectPage.of(doc, url)  # checked before it is kept
                 Root(self.cache, what="sdist cache", create=True).save_text(name, json.dumps(doc))
-            if not isinstance(doc, dict) or not isinstance(doc.get("releases"), dict):
-                raise EnvironmentProblem(f"{url}: not a package index's project JSON (no `releases` table)",
-                                         hint="give --index a PyPI-style JSON API, e.g. https://pypi.org/pypi/{name}/json")
-            self._doc = doc
         return self._doc
 
-    def _files(self, version: str) -> list[dict]:
-        """The files the index lists for `version`: only entries of the right shape (an index
-        answer of the wrong type lists nothing, it never raises)."""
-        files = self.document()["releases"].get(version)
-        return [f for f in files if isinstance(f, dict)] if isinstance(files, list) else []
+    def _files(self, version: str) -> list[IndexFile]:
+        return self.document().files(version)
 
     def points(self) -> list[Point]:
         found: dict[Version, Point] = {}
-        for text in self.document()["releases"]:
+        for text in self.document().releases:
             try:
                 v = Version(text)
             except InvalidVersion:
@@ -227,8 +270,8 @@ class ReleaseHistory:
             files = self._files(text)
             if not files:  # yanked or emptied: no source at all
                 continue
-            date = min(_field(f, "upload_time")[:10] for f in files)
-            sdist = any(f.get("packagetype") == "sdist" for f in files)
+            date = min(f.upload_time[:10] for f in files)
+            sdist = any(f.packagetype == "sdist" for f in files)
             point = Point(text, f"{self.project} {text}" + ("" if sdist else " (no sdist on the index)"), date)
             # `1.1` and `1.1.0` are one release (PEP 440): the spelling with an sdist stays
             if v not in found or ("no sdist" in found[v].title and sdist):
@@ -252,13 +295,12 @@ class ReleaseHistory:
         return set(newest.values())
 
     def sdist(self, point: Point) -> Path:
-        files = [f for f in self._files(point.id) if f.get("packagetype") == "sdist"]
+        files = [f for f in self._files(point.id) if f.packagetype == "sdist"]
         if not files:
             raise Unavailable(f"{self.project} {point.id} has no sdist on the index")
         f = files[0]
-        name = _field(f, "filename")
-        digests = f.get("digests")
-        sha = digests.get("sha256") if isinstance(digests, dict) else None
+        name = f.filename
+        sha = f.digests.sha256 if f.digests else None
         if grammar.problem("file_name", name) or not name.endswith((".tar.gz", ".tgz")):
             raise Unavailable(f"{self.project} {point.id}: sdist {grammar.one_line(name)[:120]!r} is not a .tar.gz file name")
         if sha is not None and grammar.problem("sha256", sha):
@@ -266,14 +308,14 @@ class ReleaseHistory:
         cache = Root(self.cache, what="sdist cache", create=True)
         path = self.cache / name
         if not cache.exists(name):
-            url = _field(f, "url")
+            url = f.url
             if not url:
                 raise Unavailable(f"{name}: not in {self.cache} and the index gives no URL")
             try:  # written whole or not at all
                 http.download(url, path, timeout=900, max_bytes=SDIST_MAX_BYTES)
             except http.HttpError as exc:
                 raise Unavailable(f"{name}: download failed: {exc.message}") from None
-        if sha and cache.sha256(name) != sha:  # a link in the cache is refused here, never followed
+        if isinstance(sha, str) and cache.sha256(name) != sha:  # a link in the cache is refused here, never followed
             raise Unavailable(f"{path}: sha256 differs from the index's {sha[:12]}… (delete it to download again)")
         return path
 

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Protocol
+from typing import Annotated, Literal, Protocol
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BeforeValidator, ValidationError
@@ -35,12 +35,29 @@ GIT_CACHE = CACHE_ROOT / "bisect-git"
 @dataclass(frozen=True)
 class Point:
     id: str  # full commit SHA, or a version
-    title: str  # commit subject, or "vllm 0.20.2 (2026-05-10)"
+    title: str = ""  # commit subject, or "vllm 0.20.2 (2026-05-10)"
     date: str = ""
 
     @property
     def short(self) -> str:
         return self.id[:12] if re.fullmatch(r"[0-9a-f]{40}", self.id) else self.id
+
+
+class HistorySpec(Open):
+    """What a history is, as bisect.json and result.json keep it (`history`): the commits of
+    `repo` (kind git) or the releases of `project` on `index` (kind releases), good..bad.
+    Written with the keys that were given (`dump`), so a git history has no release keys."""
+
+    kind: Literal["git", "releases"]
+    repo: str | None = None  # git
+    project: str | None = None  # releases
+    good: str
+    bad: str
+    index: str | None = None  # releases: the JSON API's URL, {name} for the project
+    minor_first: bool = True  # releases: the newest patch of each minor first
+
+    def dump(self) -> dict[str, object]:
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 class Unavailable(Exception):
@@ -50,7 +67,7 @@ class Unavailable(Exception):
 class History(Protocol):
     kind: str
 
-    def spec(self) -> dict: ...
+    def spec(self) -> HistorySpec: ...
     def points(self) -> list[Point]: ...
     def preferred(self, points: list[Point]) -> set[int]: ...
     def unpack(self, point: Point, dest: Path) -> None: ...
@@ -105,8 +122,8 @@ class GitHistory:
                               hint="fetch it into the mirror, or give a SHA, tag or branch it holds")
         return res.stdout.strip()
 
-    def spec(self) -> dict:
-        return {"kind": self.kind, "repo": self.repo, "good": self.good, "bad": self.bad}
+    def spec(self) -> HistorySpec:
+        return HistorySpec(kind="git", repo=self.repo, good=self.good, bad=self.bad)
 
     def points(self) -> list[Point]:
         if not self._git("merge-base", "--is-ancestor", "--end-of-options", self.good, self.bad).ok:
@@ -228,9 +245,9 @@ class ReleaseHistory:
                               hint="give the older, good release as --good")
         self._doc: ProjectPage | None = None
 
-    def spec(self) -> dict:
-        return {"kind": self.kind, "project": self.project, "good": str(self.good), "bad": str(self.bad),
-                "index": self.index, "minor_first": self.minor_first}
+    def spec(self) -> HistorySpec:
+        return HistorySpec(kind="releases", project=self.project, good=str(self.good), bad=str(self.bad),
+                           index=self.index, minor_first=self.minor_first)
 
     def _cached_name(self) -> str:
         return f"{re.sub(r'[-_.]+', '-', self.project).lower()}.releases.json"

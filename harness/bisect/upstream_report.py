@@ -16,11 +16,14 @@ import re
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness.bisect.history import PYPI_JSON, HistorySpec
+from harness.bisect.probes import Decision
 from harness.bisect.report import markdown as bisect_markdown
+from harness.bisect.store import BisectFile, BisectResult, BisectSpec
 from harness.errors import ConfigError
 from harness.redact import redact_text
 from harness.results.bug import TRACKERS
@@ -113,89 +116,107 @@ def _evidence_files(paths: list[Path]) -> list[str]:
 
 # --- from a bisect -------------------------------------------------------------------------------
 
-def bisect_command(spec: dict) -> str:
+def bisect_command(spec: BisectSpec) -> str:
     """The `harness bisect` command that runs this bisect again from nothing."""
-    h, probe, setup = spec["history"], spec["probe"], spec.get("setup") or {}
-    if h.get("kind") == "releases":
-        argv = ["harness", "bisect", f"pypi:{h['project']}", "--good", h["good"], "--bad", h["bad"]]
-        if h.get("index") and h["index"] != "https://pypi.org/pypi/{name}/json":
-            argv += ["--index", h["index"]]
-        if h.get("minor_first") is False:
+    h, probe = spec.history, spec.probe
+    if h.kind == "releases":
+        argv = ["harness", "bisect", f"pypi:{h.project}", "--good", h.good, "--bad", h.bad]
+        if h.index and h.index != PYPI_JSON:
+            argv += ["--index", h.index]
+        if not h.minor_first:
             argv.append("--all-releases")
     else:
-        argv = ["harness", "bisect", h.get("repo", "REPO"), "--good", h["good"], "--bad", h["bad"]]
+        argv = ["harness", "bisect", h.repo or "REPO", "--good", h.good, "--bad", h.bad]
     tail: list[str] = []
-    kind = probe.get("probe")
+    kind = probe.probe
     if kind == "configure":
-        argv += ["--probe", "configure", "--arch-list", probe["torch_cuda_arch_list"], "--python", "$VENV/bin/python"]
-        if probe.get("cutlass_dir"):
+        argv += ["--probe", "configure", "--arch-list", str(probe.torch_cuda_arch_list), "--python", "$VENV/bin/python"]
+        if probe.cutlass_dir:
             argv += ["--cutlass", "$CUTLASS"]
     elif kind == "build":
-        argv += ["--probe", "build", "-m", probe["matrix"], "--stack", probe["stack"]]
+        argv += ["--probe", "build", "-m", str(probe.matrix), "--stack", str(probe.stack)]
     elif kind == "cell":
-        argv += ["--probe", "cell", probe["cell"], "-m", probe["matrix"], "--stack", probe["stack"]]
+        argv += ["--probe", "cell", str(probe.cell), "-m", str(probe.matrix), "--stack", str(probe.stack)]
     elif kind == "command":
-        tail = ["--", *probe["command"]]
-    for p in setup.get("patches") or []:
-        argv += ["--patch", Path(str(p.get("file") if isinstance(p, dict) else p)).name]
+        tail = ["--", *(probe.command or [])]
+    for _name, path in spec.setup.patches:
+        argv += ["--patch", Path(path).name]
     text = " ".join(a if a.startswith("$") else shlex.quote(a) for a in argv)
     return text + ((" " + shlex.join(tail)) if tail else "")
 
 
+R = TypeVar("R", bound=BaseModel)
+
+
+def _read(model: type[R], path: Path, what: str) -> R:
+    """A file of a bisect's folder, read into its record (store.py); another shape is bad input."""
+    doc = load_json(path, what=what)
+    try:
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        raise ConfigError(f"{path}: not a {what} this version reads ({key}: {e['msg']})",
+                          hint="give the folder of a finished `harness bisect`") from None
+
+
 def bisect_report(folder: Path, notes: Notes) -> str:
-    spec = load_json(folder / "bisect.json", what="bisect file")
-    result = load_json(folder / "result.json", what="bisect result")
-    if not result.get("done") or not result.get("first_bad"):
+    spec = _read(BisectFile, folder / "bisect.json", "bisect file")
+    result = _read(BisectResult, folder / "result.json", "bisect result")
+    bad = result.first_bad
+    if not result.done or not bad:
         raise ConfigError(f"{folder}: the bisect has no single first bad point",
                           hint=f"finish it first (`harness bisect --resume {folder}`) or narrow the range")
-    probe = spec["probe"]
-    good, bad = result["last_good"], result["first_bad"]
+    probe = spec.probe
+    good = result.last_good
+    patches = ", ".join(name for name, _path in spec.setup.patches)
     lines = _head(notes)
     lines += ["## Environment", "", "The decision below is vLLM's own CMake configure (no GPU, nothing compiled), "
               "for each release of the range:", "",
               "| | |", "|---|---|",
-              f"| probe | `{probe.get('probe')}` |",
-              f"| TORCH_CUDA_ARCH_LIST | `{probe.get('torch_cuda_arch_list') or '-'}` |",
-              f"| kernel families compared | {', '.join(probe.get('families') or []) or '-'} |",
-              f"| history | {_history(spec['history'])} |",
-              f"| patches applied to every point | {', '.join(map(str, (spec.get('setup') or {}).get('patches') or [])) or 'none'} |",
+              f"| probe | `{probe.probe}` |",
+              f"| TORCH_CUDA_ARCH_LIST | `{probe.torch_cuda_arch_list or '-'}` |",
+              f"| kernel families compared | {', '.join(probe.families or []) or '-'} |",
+              f"| history | {_history(spec.history)} |",
+              f"| patches applied to every point | {patches or 'none'} |",
               ""]
     logs = [folder / "logs" / n for n in Root(folder, what="bisect folder").files("logs", suffix=".log")]  # no links
-    first_log = next((p for p in logs if p.name.endswith(f"-{bad['id']}.log")), None)
+    first_log = next((p for p in logs if p.name.endswith(f"-{bad.id}.log")), None)
     toolchain = _toolchain_lines(first_log) if first_log else []
     if toolchain:
         lines += ["From the first bad point's configure log:", "", "```", *toolchain, "```", ""]
     lines += ["## What was asked", "", notes.asked.strip(), ""]
     lines += ["## What was built", "",
-              f"Last good: **{good['id']}** ({good['date']}): {_decision(good.get('decision'))}.",
-              f"First bad: **{bad['id']}** ({bad['date']}): {_decision(bad.get('decision'))}.", ""]
+              f"Last good: **{good.id}** ({good.date}): {_decision(good.decision)}.",
+              f"First bad: **{bad.id}** ({bad.date}): {_decision(bad.decision)}.", ""]
     if notes.cost:
         lines += [notes.cost.strip(), ""]
     lines += ["## Evidence", ""]
     if first_log:
         quoted = [ln for ln in read_bytes(first_log, what="bisect log").decode("utf-8", "replace").splitlines()
                   if re.match(r"^-- (CUDA (supported )?target architectures|Building .* for archs|Not building)", ln)]
-        lines += [f"From `{first_log}` (vLLM {bad['id']}, the first bad release):", "", "```", *quoted[:25], "```", ""]
+        lines += [f"From `{first_log}` (vLLM {bad.id}, the first bad release):", "", "```", *quoted[:25], "```", ""]
     files = [folder / "result.md", folder / "result.json", folder / "bisect.json"]
     files += [folder / "cmake.diff"] if (folder / "cmake.diff").is_file() else []
     files += [Path(p) for p in notes.evidence]
     lines += ["Files:", "", *_evidence_files(files), ""]
-    lines += bisect_markdown({**result, "points": len(spec["points"])}, max_diff_lines=32).replace("## Bisect", "### Bisect", 1).splitlines()
+    answer = result.model_copy(update={"points": len(spec.points)})
+    lines += bisect_markdown(answer, max_diff_lines=32).replace("## Bisect", "### Bisect", 1).splitlines()
     lines += ["", "## Reproduce", ""]
     if notes.reproduce_setup:
         lines += [notes.reproduce_setup.strip(), ""]
-    lines += ["```sh", bisect_command(spec), "```", ""]
+    lines += ["```sh", bisect_command(spec.spec), "```", ""]
     lines += _known(notes) + _fix(notes)
     return redact_text("\n".join(lines).rstrip() + "\n")
 
 
-def _history(h: dict) -> str:
-    if h.get("kind") == "releases":
-        return f"the releases of `{h['project']}` from {h['good']} to {h['bad']} (PyPI sdists, sha256-checked)"
-    return f"the commits of `{h.get('repo')}` from {h['good'][:12]} to {h['bad'][:12]}"
+def _history(h: HistorySpec) -> str:
+    if h.kind == "releases":
+        return f"the releases of `{h.project}` from {h.good} to {h.bad} (PyPI sdists, sha256-checked)"
+    return f"the commits of `{h.repo}` from {h.good[:12]} to {h.bad[:12]}"
 
 
-def _decision(d: dict | None) -> str:
+def _decision(d: Decision | None) -> str:
     if not d:
         return "-"
     return "; ".join(f"`{k}` {', '.join(v) if v else 'not built'}" for k, v in d.items())

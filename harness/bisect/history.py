@@ -46,7 +46,7 @@ class Point:
 class HistorySpec(Open):
     """What a history is, as bisect.json and result.json keep it (`history`): the commits of
     `repo` (kind git) or the releases of `project` on `index` (kind releases), good..bad.
-    Written with the keys that were given (`dump`), so a git history has no release keys."""
+    Written with the keys that were given (store.dump), so a git history has no release keys."""
 
     kind: Literal["git", "releases"]
     repo: str | None = None  # git
@@ -55,9 +55,6 @@ class HistorySpec(Open):
     bad: str
     index: str | None = None  # releases: the JSON API's URL, {name} for the project
     minor_first: bool = True  # releases: the newest patch of each minor first
-
-    def dump(self) -> dict[str, object]:
-        return self.model_dump(mode="json", exclude_unset=True)
 
 
 class Unavailable(Exception):

@@ -50,7 +50,7 @@ class Observation:
 
 class ProbeSpec(Open):
     """What judges each point, as bisect.json and result.json keep it (`probe`): the kind, and
-    the keys of that kind. Written with the keys that were given (`dump`)."""
+    the keys of that kind. Written with the keys that were given (store.dump)."""
 
     probe: str  # command | configure | build | cell
     command: list[str] | None = None  # command: the argv run in the point's tree
@@ -63,9 +63,6 @@ class ProbeSpec(Open):
     stack: str | None = None  # build, cell
     cell: str | None = None  # cell
     builder: list[str] | None = None  # build: the probe build's command
-
-    def dump(self) -> dict[str, object]:
-        return self.model_dump(mode="json", exclude_unset=True)
 
 
 class Probe(Protocol):

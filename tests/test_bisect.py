@@ -15,11 +15,11 @@ import pytest
 
 from harness import cli
 from harness.bisect import probes
-from harness.bisect.history import GitHistory, Point
-from harness.bisect.probes import CommandProbe, Observation
+from harness.bisect.history import GitHistory, HistorySpec, Point
+from harness.bisect.probes import CommandProbe, Observation, ProbeSpec
 from harness.bisect.search import BAD, GOOD, SKIP, narrow, next_point
 from harness.bisect.session import Bisect, Setup
-from harness.bisect.store import BisectStore
+from harness.bisect.store import BisectResult, BisectSpec, BisectStore
 
 # the generic probe: 125 where the commit says "skip me", 1 where the planted change is
 CHECK = ("sh", "-c", "test -f skipme && exit 125; grep -q bad state && exit 1; exit 0")
@@ -61,13 +61,13 @@ class Quiet:
         pass
 
     def done(self, step, about, point, record) -> None:
-        self.lines.append((step, about, point.id, record["verdict"]))
+        self.lines.append((step, about, point.id, record.verdict))
 
 
-def bisect_in(tmp: Path, shas: list[str], probe, *, patches=(), display=None) -> tuple[dict, Bisect]:
+def bisect_in(tmp: Path, shas: list[str], probe, *, patches=(), display=None) -> tuple[BisectResult, Bisect]:
     hist = GitHistory(str(tmp / "repo"), shas[0], shas[-1])
     points = hist.points()
-    store = BisectStore.create(tmp / "out", {"history": hist.spec(), "probe": probe.spec(), "setup": {}},
+    store = BisectStore.create(tmp / "out", BisectSpec(history=hist.spec(), probe=probe.spec()),
                                points, hist.preferred(points))
     b = Bisect(store, hist, probe, Setup(tuple(patches)), display or Quiet())
     return b.run(), b
@@ -112,9 +112,9 @@ def test_search_tries_preferred_points_while_any_is_in_range():
 def test_command_probe_finds_the_planted_commit(tmp_path, n, bad_from):
     shas = make_repo(tmp_path, n, bad_from)
     result, b = bisect_in(tmp_path, shas, CommandProbe(CHECK))
-    assert result["first_bad"]["id"] == shas[bad_from - 1]
-    assert result["first_bad"]["title"] == f"commit {bad_from}"
-    assert result["last_good"]["id"] == shas[bad_from - 2] and result["last_good"]["verdict"] == GOOD
+    assert result.first_bad.id == shas[bad_from - 1]
+    assert result.first_bad.title == f"commit {bad_from}"
+    assert result.last_good.id == shas[bad_from - 2] and result.last_good.verdict == GOOD
     assert len(b.steps) <= 2 + math.ceil(math.log2(n))
     on_disk = sorted(p.name for p in (tmp_path / "out" / "steps").glob("*.json"))
     assert len(on_disk) == len(b.steps)  # one JSON per judged commit
@@ -126,10 +126,10 @@ def test_exit_125_is_a_skip_and_git_semantics_for_other_codes(tmp_path):
     shas = make_repo(tmp_path, 12, 7, skip=frozenset({6}))
     result, b = bisect_in(tmp_path, shas, CommandProbe(CHECK))
     # commit 6 is skipped, so git's answer holds: the first bad one is 6 or 7
-    assert result["first_bad"] is None
-    assert [s["id"] for s in result["suspects"]] == [shas[5], shas[6]]
-    skipped = [s for s in b.steps.values() if s["verdict"] == SKIP]
-    assert skipped and "exit 125" in skipped[0]["reason"]
+    assert result.first_bad is None
+    assert [s.id for s in result.suspects] == [shas[5], shas[6]]
+    skipped = [s for s in b.steps.values() if s.verdict == SKIP]
+    assert skipped and "exit 125" in skipped[0].reason
     assert [probes.exit_verdict(c) for c in (0, 1, 2, 125, 126, 127, 128, -9)] == \
         [GOOD, BAD, BAD, SKIP, BAD, BAD, None, None]
 
@@ -137,16 +137,16 @@ def test_exit_125_is_a_skip_and_git_semantics_for_other_codes(tmp_path):
 def test_a_skip_away_from_the_change_does_not_blur_the_answer(tmp_path):
     shas = make_repo(tmp_path, 16, 12, skip=frozenset({8}))
     result, _ = bisect_in(tmp_path, shas, CommandProbe(CHECK))
-    assert result["first_bad"]["id"] == shas[11]
+    assert result.first_bad.id == shas[11]
 
 
 def test_a_command_killed_by_a_signal_is_a_skip_with_its_reason(tmp_path):
     shas = make_repo(tmp_path, 8, 7)
     probe = CommandProbe(("sh", "-c", 'grep -qx 4 counter && kill -9 $$; grep -q bad state && exit 1; exit 0'))
     result, b = bisect_in(tmp_path, shas, probe)
-    killed = [s for s in b.steps.values() if s["id"] == shas[3]]  # commit 4: the first middle point
-    assert killed and killed[0]["verdict"] == SKIP and "died (exit -9)" in killed[0]["reason"]
-    assert result["first_bad"]["id"] == shas[6]
+    killed = [s for s in b.steps.values() if s.id == shas[3]]  # commit 4: the first middle point
+    assert killed and killed[0].verdict == SKIP and "died (exit -9)" in killed[0].reason
+    assert result.first_bad.id == shas[6]
 
 
 class CrashingProbe:
@@ -157,8 +157,8 @@ class CrashingProbe:
     def __init__(self, crash_on: str) -> None:
         self.crash_on = crash_on
 
-    def spec(self) -> dict:
-        return {"probe": self.name}
+    def spec(self) -> ProbeSpec:
+        return ProbeSpec(probe=self.name)
 
     def observe(self, tree: Path, point: Point, logs: Path) -> Observation:
         if point.id == self.crash_on:
@@ -169,11 +169,11 @@ class CrashingProbe:
 def test_a_probe_that_raises_is_a_skip_with_the_reason_and_the_traceback_in_its_log(tmp_path):
     shas = make_repo(tmp_path, 10, 6)
     result, b = bisect_in(tmp_path, shas, CrashingProbe(shas[4]))
-    crashed = next(s for s in b.steps.values() if s["id"] == shas[4])
-    assert crashed["verdict"] == SKIP and crashed["reason"] == "the probe crashed: RuntimeError: probe exploded"
-    log = tmp_path / "out" / "logs" / f"{crashed['index']:04d}-{shas[4][:12]}.log"
+    crashed = next(s for s in b.steps.values() if s.id == shas[4])
+    assert crashed.verdict == SKIP and crashed.reason == "the probe crashed: RuntimeError: probe exploded"
+    log = tmp_path / "out" / "logs" / f"{crashed.index:04d}-{shas[4][:12]}.log"
     assert "Traceback" in log.read_text()
-    assert [s["id"] for s in result["suspects"]] == [shas[4], shas[5]]
+    assert [s.id for s in result.suspects] == [shas[4], shas[5]]
 
 
 def test_a_patch_that_stops_applying_skips_those_commits_with_the_reason(tmp_path):
@@ -183,16 +183,16 @@ def test_a_patch_that_stops_applying_skips_those_commits_with_the_reason(tmp_pat
     # the probe checks that it runs on the patched tree (exit 3 would say it did not)
     probe = CommandProbe(("sh", "-c", "grep -q 12.1a CMakeLists.txt || exit 3; " + CHECK[2]))
     result, b = bisect_in(tmp_path, shas, probe, patches=[("archs.patch", patch)])
-    by_id = {s["id"]: s for s in b.steps.values()}
-    assert by_id[shas[-1]]["verdict"] == BAD and "as given by --bad" in by_id[shas[-1]]["reason"]
+    by_id = {s.id: s for s in b.steps.values()}
+    assert by_id[shas[-1]].verdict == BAD and "as given by --bad" in by_id[shas[-1]].reason
     late = [by_id[s] for s in shas[6:-1] if s in by_id]
-    assert late and all(s["verdict"] == SKIP for s in late)
-    assert all("a patch does not apply: source: archs.patch: does NOT apply: CMakeLists.txt" in s["reason"]
+    assert late and all(s.verdict == SKIP for s in late)
+    assert all("a patch does not apply: source: archs.patch: does NOT apply: CMakeLists.txt" in s.reason
                for s in late)
-    assert not any("exit 3" in s["reason"] for s in by_id.values())
+    assert not any("exit 3" in s.reason for s in by_id.values())
     # commits 7..9 cannot be judged: the answer is the range git would give
-    assert result["first_bad"] is None and result["last_good"]["id"] == shas[5]
-    assert [s["id"] for s in result["suspects"]][-1] == shas[-1]
+    assert result.first_bad is None and result.last_good.id == shas[5]
+    assert [s.id for s in result.suspects][-1] == shas[-1]
 
 
 class Interrupt(Quiet):
@@ -307,15 +307,15 @@ def test_build_probe_compares_with_the_good_endpoint_and_skips_failed_builds(tmp
     git(repo, "commit", "-q", "-m", "commit 17")
     shas = git(repo, "rev-list", "--reverse", "HEAD").splitlines()
     matrix = _stand_in_builder(tmp_path, monkeypatch, repo)
-    source = {"kind": "git", "repo": str(repo)}
+    source = HistorySpec(kind="git", repo=str(repo), good=shas[0], bad=shas[-1])
     result, b = bisect_in(tmp_path, shas, probes.BuildProbe(matrix, "s", source))
-    assert result["first_bad"]["id"] == shas[8] and result["first_bad"]["title"] == "commit 9"
-    assert result["reference"] == {"nvfp4_sm12x": "stock 12.0a; patched 12.0a; cubins sm_120a=1; audit sm_121a: pass",
+    assert result.first_bad.id == shas[8] and result.first_bad.title == "commit 9"
+    assert result.reference == {"nvfp4_sm12x": "stock 12.0a; patched 12.0a; cubins sm_120a=1; audit sm_121a: pass",
                                    "probe": "pass"}
-    assert result["bad_side"]["decision"]["nvfp4_sm12x"].endswith("audit sm_121a: fail")
-    skipped = [s for s in b.steps.values() if s["verdict"] == SKIP]
-    assert all("the probe build did not finish (exit 1): ninja: build stopped" in s["reason"] for s in skipped)
-    assert all(s["id"] in shas[14:16] for s in skipped)
+    assert result.bad_side.decision["nvfp4_sm12x"].endswith("audit sm_121a: fail")
+    skipped = [s for s in b.steps.values() if s.verdict == SKIP]
+    assert all("the probe build did not finish (exit 1): ninja: build stopped" in s.reason for s in skipped)
+    assert all(s.id in shas[14:16] for s in skipped)
     assert not list(tmp_path.glob(".bisect-*"))  # the pinned matrix copies are removed
 
 
@@ -325,12 +325,12 @@ def test_the_answer_of_a_cmake_probe_names_the_commits_and_hunks_that_changed_th
 
     shas = make_repo(tmp_path, 10, 99, cmake_from=6)
     matrix = _stand_in_builder(tmp_path, monkeypatch, tmp_path / "repo")
-    probe = probes.BuildProbe(matrix, "s", {"kind": "git", "repo": str(tmp_path / "repo")})
+    probe = probes.BuildProbe(matrix, "s", HistorySpec(kind="git", repo=str(tmp_path / "repo"), good=shas[0], bad=shas[-1]))
     result, b = bisect_in(tmp_path, shas, probe)
     result = explain(b.store, b.history, result)
-    assert [c["title"] for c in result["cmake_commits"]] == ["commit 6"]
-    assert result["cmake_diff"]["text"].splitlines()[3:] == ['-set(FP4_ARCHS "12.0a")', '+set(FP4_ARCHS "12.0f")']
-    assert (tmp_path / "out" / "cmake.diff").read_text() == result["cmake_diff"]["text"]
+    assert [c.title for c in result.cmake_commits] == ["commit 6"]
+    assert result.cmake_diff.text.splitlines()[3:] == ['-set(FP4_ARCHS "12.0a")', '+set(FP4_ARCHS "12.0f")']
+    assert (tmp_path / "out" / "cmake.diff").read_text() == result.cmake_diff.text
     md = markdown(result)
     assert "### What changed in the CMake" in md and f"- {shas[5][:12]}" in md
 
@@ -348,8 +348,10 @@ def test_the_cell_probe_pins_the_stack_to_the_point_in_a_copy_of_the_matrix(tmp_
     original = load_matrix(spark).spec.stacks["spark-121a"].vllm
     sha = "0123456789abcdef0123456789abcdef01234567"
     for source, point, want, pinned in (
-            ({"kind": "releases"}, Point("0.32.0", "vllm 0.32.0"), ("pypi", "0.32.0"), hashlib.sha256(b"an sdist").hexdigest()),
-            ({"kind": "git", "repo": "https://github.com/vllm-project/vllm.git"}, Point(sha, "a commit"), ("commit", sha), None)):
+            (HistorySpec(kind="releases", project="vllm", good="0.31.0", bad="0.32.0"), Point("0.32.0", "vllm 0.32.0"),
+             ("pypi", "0.32.0"), hashlib.sha256(b"an sdist").hexdigest()),
+            (HistorySpec(kind="git", repo="https://github.com/vllm-project/vllm.git", good="0" * 40, bad=sha),
+             Point(sha, "a commit"), ("commit", sha), None)):
         probe = probes.CellProbe(spark, "spark-121a/qwen36-nvfp4/auto", "spark-121a", source)
         copy = probe.matrix_for(point)
         try:

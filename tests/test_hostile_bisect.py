@@ -196,7 +196,7 @@ def test_equal_versions_are_one_release():
     from packaging.version import Version
 
     h.project, h.good, h.bad, h.minor_first = "d", Version("1.0"), Version("2.0"), True
-    h._doc = ODD[2]
+    h._doc = history_mod.ProjectPage.of(ODD[2], "index")
     ids = [p.id for p in h.points()]
     assert len(ids) == 3 and ids[0] == "1.0" and ids[-1] == "2.0"
 

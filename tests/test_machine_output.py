@@ -133,16 +133,22 @@ def test_the_bench_out_file_is_the_same_masked_json(tmp_path):
 
 def test_a_bisect_folder_s_files_are_masked_and_stay_json(tmp_path):
     from harness.bisect.history import Point
-    from harness.bisect.store import BisectStore
+    from harness.bisect.store import BisectResult, BisectSpec, BisectStore, Side, Step
 
-    spec = {"history": {"kind": "releases", "index": f"https://pypi.example/pypi/{{name}}/json?token={SECRET}"},
-            "probe": {"kind": "command", "command": ["probe.sh", "--api-key", SECRET]},
-            "setup": {"env": {"HF_TOKEN": SECRET}}}
+    spec = BisectSpec.model_validate({
+        "history": {"kind": "releases", "project": "vllm", "good": "0.20.1", "bad": "0.20.2",
+                    "index": f"https://pypi.example/pypi/{{name}}/json?token={SECRET}"},
+        "probe": {"probe": "command", "command": ["probe.sh", "--api-key", SECRET]},
+        "setup": {"env": {"HF_TOKEN": SECRET}}})
     store = BisectStore.create(tmp_path, spec, [Point("0.20.1", "a"), Point("0.20.2", f"b https://{SECRET}@h")],
                                set())
-    store.write_step({"index": 1, "id": "0.20.2", "verdict": "bad", "reason": f"--x-token {SECRET}",
-                      "token_counts_reliable": True})
-    store.write_result({"first_bad": "0.20.2", "note": f"{'X' * 200}_TOKEN={SECRET}"}, f"see ?api_key={SECRET}\n")
+    store.write_step(Step(index=1, id="0.20.2", step=1, verdict="bad", reason=f"--x-token {SECRET}", seconds=1.0,
+                          token_counts_reliable=True))
+    good = Side(id="0.20.1", title="a", date="", verdict="good", reason="")
+    bad = Side(id="0.20.2", title="b", date="", verdict="bad", reason="")
+    store.write_result(BisectResult(history=spec.history, probe=spec.probe, setup=spec.setup, points=2, done=True,
+                                    first_bad=bad, last_good=good, bad_side=bad, steps=[], seconds=1.0,
+                                    note=f"{'X' * 200}_TOKEN={SECRET}"), f"see ?api_key={SECRET}\n")
     for path in (tmp_path / "bisect.json", store.step_path(1), tmp_path / "result.json", tmp_path / "result.md"):
         text = path.read_text()
         assert SECRET not in text and "***" in text, (path, text)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.bisect.store import BisectSpec
 from harness.bisect.upstream_report import bisect_command
 from harness.build import sources
 from harness.build.sources import Source
@@ -133,11 +134,11 @@ def test_the_command_that_runs_a_bisect_again_keeps_every_choice():
                             "index": "https://pypi.org/pypi/{name}/json", "minor_first": False},
                 "probe": {"probe": "command", "command": ["sh", "-c", "git apply --check p.patch && exit 1; exit 0"]},
                 "setup": {"patches": []}}
-    assert bisect_command(releases) == ("harness bisect pypi:vllm --good 0.10.0 --bad 0.33.0 --all-releases "
+    assert bisect_command(BisectSpec.model_validate(releases)) == ("harness bisect pypi:vllm --good 0.10.0 --bad 0.33.0 --all-releases "
                                         "-- sh -c 'git apply --check p.patch && exit 1; exit 0'")
     git = {"history": {"kind": "git", "repo": "/src/vllm", "good": "a" * 40, "bad": "b" * 40},
            "probe": {"probe": "build", "matrix": "matrix/spark.toml", "stack": "spark-121a"}}
-    assert bisect_command(git) == (f"harness bisect /src/vllm --good {'a' * 40} --bad {'b' * 40} "
+    assert bisect_command(BisectSpec.model_validate(git)) == (f"harness bisect /src/vllm --good {'a' * 40} --bad {'b' * 40} "
                                    "--probe build -m matrix/spark.toml --stack spark-121a")
 
 

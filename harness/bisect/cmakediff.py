@@ -14,13 +14,41 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from harness.bisect.history import Unavailable
+from pydantic import ConfigDict, Field
+
+from harness.bisect.history import GitHistory, History, Unavailable
+from harness.results.model import Open
 from harness.safety.roots import Root
+
+if TYPE_CHECKING:
+    from harness.bisect.store import BisectResult, BisectStore
 
 # The words of the arch decisions compared by the configure and build probes.
 # (an arch inside a quoted list, "10.0a;12.0f": a CUDA version compared unquoted, 12.8, is not one)
 KEYWORDS = re.compile(r'FP4|SCALED_MM|scaled_mm|MOE_DATA|moe_data|CUDA_SUPPORTED_ARCHS|"[^"]*\b1[0-2]\.[0-9][af]?\b[^"]*"')
+
+
+class CMakeDiff(Open):
+    """result.json's `cmake_diff`: the arch hunks across the answer (all of them in `file`), or
+    the `error` that kept the two trees from being compared."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    file: str | None = None
+    from_: str | None = Field(None, alias="from")  # the last good point's id
+    to: str | None = None  # the first bad point's id
+    hunks: int | None = None
+    text: str = ""
+    error: str | None = None
+
+
+class CMakeCommit(Open):
+    """result.json's `cmake_commits`: a commit that touched the CMake files (git histories)."""
+
+    id: str
+    date: str
+    title: str
 
 
 def cmake_files(tree: Path) -> dict[str, str]:
@@ -55,27 +83,27 @@ def arch_hunks(old: Path, new: Path, label_old: str, label_new: str, context: in
     return "\n".join(out) + ("\n" if out else "")
 
 
-def explain(store, history, result: dict) -> dict:
+def explain(store: BisectStore, history: History, result: BisectResult) -> BisectResult:
     """Add to `result` what changed in the CMake across the answer (last good -> first bad):
     the arch hunks (written to cmake.diff in the bisect's folder) and, for git, the commits
     that touched the CMake files. Only for the probes that read CMake decisions."""
-    if result["probe"]["probe"] not in ("configure", "build") or not result.get("done"):
+    if result.probe.probe not in ("configure", "build") or not result.done:
         return result
     by_id = {p.id: p for p in store.points}
-    good, bad = by_id[result["last_good"]["id"]], by_id[result["bad_side"]["id"]]
+    good, bad = by_id[result.last_good.id], by_id[result.bad_side.id]
     work = Path(tempfile.mkdtemp(prefix="harness-bisect-diff-"))
     try:
         history.unpack(good, work / "good")
         history.unpack(bad, work / "bad")
         text = arch_hunks(work / "good", work / "bad", good.short, bad.short)
     except Unavailable as exc:
-        return {**result, "cmake_diff": {"error": str(exc)}}
+        return result.model_copy(update={"cmake_diff": CMakeDiff(error=str(exc))})
     finally:
         shutil.rmtree(work, ignore_errors=True)
     store.save_text("cmake.diff", text)
-    out = {**result, "cmake_diff": {"file": "cmake.diff", "from": good.id, "to": bad.id,
-                                    "hunks": text.count("\n@@"), "text": text}}
-    if hasattr(history, "changed"):
-        out["cmake_commits"] = [{"id": c.id, "date": c.date, "title": c.title}
-                                for c in history.changed(good.id, bad.id, ["CMakeLists.txt", "cmake"])]
-    return out
+    diff = CMakeDiff(file="cmake.diff", from_=good.id, to=bad.id, hunks=text.count("\n@@"), text=text)
+    if not isinstance(history, GitHistory):
+        return result.model_copy(update={"cmake_diff": diff})
+    commits = [CMakeCommit(id=c.id, date=c.date, title=c.title)
+               for c in history.changed(good.id, bad.id, ["CMakeLists.txt", "cmake"])]
+    return result.model_copy(update={"cmake_diff": diff, "cmake_commits": commits})

@@ -15,13 +15,15 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Annotated, Literal, Protocol
 
 from packaging.version import InvalidVersion, Version
+from pydantic import BeforeValidator, ValidationError
 
 from harness import git, http
 from harness.build.sources import CACHE_ROOT, SDIST_CACHE, SDIST_MAX_BYTES
 from harness.errors import ConfigError, EnvironmentProblem
+from harness.results.model import Open
 from harness.safety import grammar, paths, readers
 from harness.safety.roots import Root
 
@@ -33,12 +35,26 @@ GIT_CACHE = CACHE_ROOT / "bisect-git"
 @dataclass(frozen=True)
 class Point:
     id: str  # full commit SHA, or a version
-    title: str  # commit subject, or "vllm 0.20.2 (2026-05-10)"
+    title: str = ""  # commit subject, or "vllm 0.20.2 (2026-05-10)"
     date: str = ""
 
     @property
     def short(self) -> str:
         return self.id[:12] if re.fullmatch(r"[0-9a-f]{40}", self.id) else self.id
+
+
+class HistorySpec(Open):
+    """What a history is, as bisect.json and result.json keep it (`history`): the commits of
+    `repo` (kind git) or the releases of `project` on `index` (kind releases), good..bad.
+    Written with the keys that were given (store.dump), so a git history has no release keys."""
+
+    kind: Literal["git", "releases"]
+    repo: str | None = None  # git
+    project: str | None = None  # releases
+    good: str
+    bad: str
+    index: str | None = None  # releases: the JSON API's URL, {name} for the project
+    minor_first: bool = True  # releases: the newest patch of each minor first
 
 
 class Unavailable(Exception):
@@ -48,7 +64,7 @@ class Unavailable(Exception):
 class History(Protocol):
     kind: str
 
-    def spec(self) -> dict: ...
+    def spec(self) -> HistorySpec: ...
     def points(self) -> list[Point]: ...
     def preferred(self, points: list[Point]) -> set[int]: ...
     def unpack(self, point: Point, dest: Path) -> None: ...
@@ -103,8 +119,8 @@ class GitHistory:
                               hint="fetch it into the mirror, or give a SHA, tag or branch it holds")
         return res.stdout.strip()
 
-    def spec(self) -> dict:
-        return {"kind": self.kind, "repo": self.repo, "good": self.good, "bad": self.bad}
+    def spec(self) -> HistorySpec:
+        return HistorySpec(kind="git", repo=self.repo, good=self.good, bad=self.bad)
 
     def points(self) -> list[Point]:
         if not self._git("merge-base", "--is-ancestor", "--end-of-options", self.good, self.bad).ok:
@@ -146,10 +162,59 @@ class GitHistory:
         return [Point(sha, title, date) for sha, date, title in rows]
 
 
-def _field(entry: dict, key: str) -> str:
+# --- the index's answer (PyPI's JSON API), read leniently: an answer of the wrong type lists
+# nothing or reads as missing, it never raises past `ProjectPage.of`
+
+
+def _text(value: object) -> object:
     """A text field of an index answer; anything else there reads as missing."""
-    value = entry.get(key)
     return value if isinstance(value, str) else ""
+
+
+IndexText = Annotated[str, BeforeValidator(_text)]
+
+
+class Digests(Open):
+    # what the index says, of any type: checked against the sha256 grammar where it is used
+    sha256: object = None
+
+
+def _digests(value: object) -> object:
+    return value if isinstance(value, dict) else None
+
+
+def _entries(value: object) -> object:
+    """The files the index lists for a release: only entries of the right shape."""
+    return [f for f in value if isinstance(f, dict)] if isinstance(value, list) else []
+
+
+class IndexFile(Open):
+    """One file of a release, as the index lists it."""
+
+    filename: IndexText = ""
+    packagetype: IndexText = ""
+    upload_time: IndexText = ""
+    url: IndexText = ""
+    digests: Annotated[Digests | None, BeforeValidator(_digests)] = None
+
+
+class ProjectPage(Open):
+    """The index's JSON for one project: its `releases` table (version -> files)."""
+
+    releases: dict[str, Annotated[list[IndexFile], BeforeValidator(_entries)]]
+
+    @classmethod
+    def of(cls, doc: object, url: str) -> ProjectPage:
+        try:
+            return cls.model_validate(doc)
+        except ValidationError:
+            raise EnvironmentProblem(f"{url}: not a package index's project JSON (no `releases` table)",
+                                     hint="give --index a PyPI-style JSON API, e.g. https://pypi.org/pypi/{name}/json") from None
+
+    def files(self, version: str) -> list[IndexFile]:
+        """The files listed for `version`; none for a version the index does not list (a resumed
+        bisect's point list is its own, read from bisect.json)."""
+        return self.releases.get(version, [])
 
 
 def _version(text: str, flag: str) -> Version:
@@ -175,16 +240,16 @@ class ReleaseHistory:
         if not self.good < self.bad:
             raise ConfigError(f"--good {good} is not older than --bad {bad}",
                               hint="give the older, good release as --good")
-        self._doc: dict | None = None
+        self._doc: ProjectPage | None = None
 
-    def spec(self) -> dict:
-        return {"kind": self.kind, "project": self.project, "good": str(self.good), "bad": str(self.bad),
-                "index": self.index, "minor_first": self.minor_first}
+    def spec(self) -> HistorySpec:
+        return HistorySpec(kind="releases", project=self.project, good=str(self.good), bad=str(self.bad),
+                           index=self.index, minor_first=self.minor_first)
 
     def _cached_name(self) -> str:
         return f"{re.sub(r'[-_.]+', '-', self.project).lower()}.releases.json"
 
-    def document(self) -> dict:
+    def document(self) -> ProjectPage:
         """The index's JSON for the project; the cached copy when the index cannot be reached."""
         if self._doc is None:
             url = self.index.format(name=re.sub(r"[-_.]+", "-", self.project).lower())
@@ -198,26 +263,18 @@ class ReleaseHistory:
                                              hint=f"run once with access to the index (it is kept in {self.cache})") from None
                 doc = cache.load_json(name, hint="delete it; the next run with the index writes it again")
                 url = str(self.cache / name)
+                self._doc = ProjectPage.of(doc, url)
             else:
-                if not isinstance(doc, dict) or not isinstance(doc.get("releases"), dict):
-                    raise EnvironmentProblem(f"{url}: not a package index's project JSON (no `releases` table)",
-                                             hint="give --index a PyPI-style JSON API, e.g. https://pypi.org/pypi/{name}/json")
+                self._doc = ProjectPage.of(doc, url)  # checked before it is kept
                 Root(self.cache, what="sdist cache", create=True).save_text(name, json.dumps(doc))
-            if not isinstance(doc, dict) or not isinstance(doc.get("releases"), dict):
-                raise EnvironmentProblem(f"{url}: not a package index's project JSON (no `releases` table)",
-                                         hint="give --index a PyPI-style JSON API, e.g. https://pypi.org/pypi/{name}/json")
-            self._doc = doc
         return self._doc
 
-    def _files(self, version: str) -> list[dict]:
-        """The files the index lists for `version`: only entries of the right shape (an index
-        answer of the wrong type lists nothing, it never raises)."""
-        files = self.document()["releases"].get(version)
-        return [f for f in files if isinstance(f, dict)] if isinstance(files, list) else []
+    def _files(self, version: str) -> list[IndexFile]:
+        return self.document().files(version)
 
     def points(self) -> list[Point]:
         found: dict[Version, Point] = {}
-        for text in self.document()["releases"]:
+        for text in self.document().releases:
             try:
                 v = Version(text)
             except InvalidVersion:
@@ -227,8 +284,8 @@ class ReleaseHistory:
             files = self._files(text)
             if not files:  # yanked or emptied: no source at all
                 continue
-            date = min(_field(f, "upload_time")[:10] for f in files)
-            sdist = any(f.get("packagetype") == "sdist" for f in files)
+            date = min(f.upload_time[:10] for f in files)
+            sdist = any(f.packagetype == "sdist" for f in files)
             point = Point(text, f"{self.project} {text}" + ("" if sdist else " (no sdist on the index)"), date)
             # `1.1` and `1.1.0` are one release (PEP 440): the spelling with an sdist stays
             if v not in found or ("no sdist" in found[v].title and sdist):
@@ -252,13 +309,12 @@ class ReleaseHistory:
         return set(newest.values())
 
     def sdist(self, point: Point) -> Path:
-        files = [f for f in self._files(point.id) if f.get("packagetype") == "sdist"]
+        files = [f for f in self._files(point.id) if f.packagetype == "sdist"]
         if not files:
             raise Unavailable(f"{self.project} {point.id} has no sdist on the index")
         f = files[0]
-        name = _field(f, "filename")
-        digests = f.get("digests")
-        sha = digests.get("sha256") if isinstance(digests, dict) else None
+        name = f.filename
+        sha = f.digests.sha256 if f.digests else None
         if grammar.problem("file_name", name) or not name.endswith((".tar.gz", ".tgz")):
             raise Unavailable(f"{self.project} {point.id}: sdist {grammar.one_line(name)[:120]!r} is not a .tar.gz file name")
         if sha is not None and grammar.problem("sha256", sha):
@@ -266,14 +322,14 @@ class ReleaseHistory:
         cache = Root(self.cache, what="sdist cache", create=True)
         path = self.cache / name
         if not cache.exists(name):
-            url = _field(f, "url")
+            url = f.url
             if not url:
                 raise Unavailable(f"{name}: not in {self.cache} and the index gives no URL")
             try:  # written whole or not at all
                 http.download(url, path, timeout=900, max_bytes=SDIST_MAX_BYTES)
             except http.HttpError as exc:
                 raise Unavailable(f"{name}: download failed: {exc.message}") from None
-        if sha and cache.sha256(name) != sha:  # a link in the cache is refused here, never followed
+        if isinstance(sha, str) and cache.sha256(name) != sha:  # a link in the cache is refused here, never followed
             raise Unavailable(f"{path}: sha256 differs from the index's {sha[:12]}… (delete it to download again)")
         return path
 

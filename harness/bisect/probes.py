@@ -19,33 +19,59 @@ from pathlib import Path
 from typing import Protocol
 
 import tomli_w
+from pydantic import TypeAdapter, ValidationError
 
 from harness import proc
-from harness.bisect.history import Point
-from harness.bisect.search import BAD, GOOD, SKIP
+from harness.bisect.history import HistorySpec, Point
+from harness.bisect.search import BAD, GOOD, SKIP, Verdict
 from harness.build import configure, sources
+from harness.build.probe import ProbeOutcome
 from harness.bundle import sha256_file
 from harness.lock import LockedFile, LockedImage, lock_path, read_lock
 from harness.redact import redact_text
+from harness.results.model import CellResult, Open, Status
 from harness.safety import writes
 from harness.safety.paths import MiB
 from harness.safety.readers import load_toml
 from harness.safety.roots import Root
 
+# What a comparing probe decided: per kernel family, its archs (a list) or "not built"
+# (configure), or one line of what the probe build made of it (build).
+Decision = dict[str, list[str] | str]
+
 
 @dataclass(frozen=True)
 class Observation:
-    verdict: str | None = None  # direct probes: good / bad / skip; None: compare `decision`
-    decision: dict | None = None  # comparing probes: family -> archs (a list) or "not built"
+    verdict: Verdict | None = None  # direct probes: good / bad / skip; None: compare `decision`
+    decision: Decision | None = None  # comparing probes
     reason: str = ""  # why skipped, or what was seen
-    detail: dict = field(default_factory=dict)
+    detail: dict[str, object] = field(default_factory=dict)  # the probe's own facts, kept with the step
+
+
+class ProbeSpec(Open):
+    """What judges each point, as bisect.json and result.json keep it (`probe`): the kind, and
+    the keys of that kind. Written with the keys that were given (store.dump)."""
+
+    probe: str  # command | configure | build | cell
+    command: list[str] | None = None  # command: the argv run in the point's tree
+    timeout_s: int | float = 3600  # command
+    torch_cuda_arch_list: str | None = None  # configure, build
+    families: list[str] | None = None  # configure: the kernel families compared
+    python: str | None = None  # configure: a Python with a CUDA build of torch and cmake
+    cutlass_dir: str | None = None  # configure
+    matrix: str | None = None  # build, cell
+    stack: str | None = None  # build, cell
+    cell: str | None = None  # cell
+    builder: list[str] | None = None  # build: the probe build's command
 
 
 class Probe(Protocol):
-    name: str
-    compares: bool
+    @property
+    def name(self) -> str: ...
+    @property
+    def compares(self) -> bool: ...  # True: judged by comparing decisions with the good endpoint's
 
-    def spec(self) -> dict: ...
+    def spec(self) -> ProbeSpec: ...
     def observe(self, tree: Path, point: Point, logs: Path) -> Observation: ...
 
 
@@ -53,7 +79,7 @@ def _skip(reason: str, **detail) -> Observation:
     return Observation(SKIP, None, reason, detail)
 
 
-def exit_verdict(code: int) -> str | None:
+def exit_verdict(code: int) -> Verdict | None:
     """`git bisect run`'s reading of an exit status: 0 good, 125 skip, 1..127 bad; None for
     anything else (killed by a signal, >127), which git treats as "stop the bisect" and this
     tool as a skip with the reason."""
@@ -75,8 +101,8 @@ class CommandProbe:
     name: str = "command"
     compares: bool = False
 
-    def spec(self) -> dict:
-        return {"probe": self.name, "command": list(self.argv), "timeout_s": self.timeout}
+    def spec(self) -> ProbeSpec:
+        return ProbeSpec(probe=self.name, command=list(self.argv), timeout_s=self.timeout)
 
     def observe(self, tree: Path, point: Point, logs: Path) -> Observation:
         env = {**os.environ, "HARNESS_BISECT_POINT": point.id, "HARNESS_BISECT_TREE": str(tree)}
@@ -92,7 +118,7 @@ class CommandProbe:
         return Observation(verdict, None, f"{why}: {tail[0][:200]}" if tail[0] else why, {"exit": res.returncode})
 
 
-def _decision(families, decisions: dict) -> dict:
+def _decision(families, decisions: dict) -> Decision:
     return {f: list(decisions[f]) if decisions[f] else configure.NOT_BUILT for f in families}
 
 
@@ -106,16 +132,16 @@ class ConfigureProbe:
     name: str = "configure"
     compares: bool = True
 
-    def spec(self) -> dict:
+    def spec(self) -> ProbeSpec:
         t = self.toolchain
-        return {"probe": self.name, "torch_cuda_arch_list": self.arch_list, "families": list(self.families),
-                "nvcc": t.nvcc, "cmake": t.cmake, "python": t.python, "cutlass_dir": t.cutlass_dir}
+        return ProbeSpec(probe=self.name, torch_cuda_arch_list=self.arch_list, families=list(self.families),
+                         nvcc=t.nvcc, cmake=t.cmake, python=t.python, cutlass_dir=t.cutlass_dir)
 
     def observe(self, tree: Path, point: Point, logs: Path) -> Observation:
         if not (tree / "CMakeLists.txt").is_file():
             return _skip("no CMakeLists.txt in this source tree")
         out = configure.configure(tree, self.arch_list, self.toolchain, log_path=logs, families=self.families)
-        detail = {"configure_exit": out.returncode, "configure_s": out.seconds, "supported": out.supported,
+        detail: dict[str, object] = {"configure_exit": out.returncode, "configure_s": out.seconds, "supported": out.supported,
                   "stopped_at": out.stopped_at, "every_decision": out.every_decision}
         if missing := out.missing(self.families):
             where = out.stopped_at or f"exit {out.returncode}"
@@ -127,7 +153,7 @@ class ConfigureProbe:
         return Observation(None, decision, seen + note, detail)
 
 
-def pinned_matrix(matrix: Path, stack: str, source: dict, point: Point) -> Path:
+def pinned_matrix(matrix: Path, stack: str, source: HistorySpec, point: Point) -> Path:
     """A copy of `matrix`, next to it (its relative paths hold), whose stack's vLLM source is
     the point: a release (`pypi`, with the sha256 of the sdist the bisect downloaded and checked)
     or a commit (`git` + `commit`); the stack's patches stay. The other pins of the stack come
@@ -137,19 +163,23 @@ def pinned_matrix(matrix: Path, stack: str, source: dict, point: Point) -> Path:
     vllm = dict(entry["vllm"])
     for key in ("pypi", "git", "commit", "sdist_sha256"):
         vllm.pop(key, None)
-    if source["kind"] == "releases":
+    if source.kind == "releases":
         vllm["pypi"] = point.id
         if (cached := sources.SDIST_CACHE / sources.sdist_filename("vllm", point.id)).is_file():
             vllm["sdist_sha256"] = sha256_file(cached)
     else:
-        vllm.update(git=source["repo"], commit=point.id)
+        vllm.update(git=source.repo, commit=point.id)
     entry["vllm"] = vllm
     lock = read_lock(lock_path(matrix))
+    # the lock's [stacks.<stack>] table: a stack locked before has one
     for key, pin in ((lock.stacks.get(stack) or {}).items() if lock else ()):
-        if key == "base_image" and isinstance(pin, LockedImage) and isinstance(entry.get(key), dict):
-            entry[key].setdefault("digest", pin.digest)
-        elif key == "flashinfer" and isinstance(pin, LockedFile) and isinstance(entry.get(key), dict):
-            entry[key].setdefault("sdist_sha256", pin.sha256)
+        table = entry.get(key)  # the matrix's own TOML table for that pin, when it has one
+        if not isinstance(table, dict):
+            continue
+        if key == "base_image" and isinstance(pin, LockedImage):
+            table.setdefault("digest", pin.digest)
+        elif key == "flashinfer" and isinstance(pin, LockedFile):
+            table.setdefault("sdist_sha256", pin.sha256)
     path = matrix.with_name(f".bisect-{point.short}-{matrix.name}")
     writes.write_text(path, tomli_w.dumps(doc), flag="pinned matrix copy")
     return path
@@ -171,16 +201,19 @@ def build_probe_argv() -> list[str]:
     return shlex.split(custom) if custom else [sys.executable, "-m", "harness", "build"]
 
 
-def probe_decision(doc: dict) -> dict:
+# probe-STACK.json is the ProbeOutcome that `harness build --probe` writes: read as that type
+PROBE_ANSWER = TypeAdapter(ProbeOutcome)
+
+
+def probe_decision(answer: ProbeOutcome) -> Decision:
     """What a probe build decided, per kernel family: the configure's arch decision (stock and
     patched), the cubins of the compiled object and the audit's verdict on each target."""
-    out = {}
-    for row in doc.get("rows") or []:
-        audits = sorted(str(v).split(": ")[0] + ": " + str(v).split(": ")[1]
-                        for v in row.get("verdicts") or [] if str(v).count(": ") >= 2)
-        out[str(row.get("family"))] = (f"stock {row.get('stock') or '-'}; patched {row.get('patched') or '-'}; "
-                                       f"cubins {row.get('archs')}; audit {', '.join(audits) or '-'}")
-    out["probe"] = str(doc.get("status"))
+    out: Decision = {}
+    for row in answer.rows:
+        audits = sorted(v.split(": ")[0] + ": " + v.split(": ")[1] for v in row.verdicts if v.count(": ") >= 2)
+        out[row.family] = (f"stock {row.stock or '-'}; patched {row.patched or '-'}; "
+                           f"cubins {row.archs}; audit {', '.join(audits) or '-'}")
+    out["probe"] = answer.status
     return out
 
 
@@ -192,13 +225,13 @@ class BuildProbe:
 
     matrix: Path
     stack: str
-    source: dict  # the history's spec
+    source: HistorySpec
     timeout: float = 7200
     name: str = "build"
     compares: bool = True
 
-    def spec(self) -> dict:
-        return {"probe": self.name, "matrix": str(self.matrix), "stack": self.stack, "builder": build_probe_argv()}
+    def spec(self) -> ProbeSpec:
+        return ProbeSpec(probe=self.name, matrix=str(self.matrix), stack=self.stack, builder=build_probe_argv())
 
     def observe(self, tree: Path, point: Point, logs: Path) -> Observation:
         # made here under the bisect folder, refusing a link planted in its place: the child
@@ -216,21 +249,23 @@ class BuildProbe:
         if not root.exists(found):
             return _skip(f"the probe build did not finish (exit {res.returncode}): {_last_line(res)}",
                          exit=res.returncode)
-        doc = root.load_json(found, limit=16 * MiB)
-        if not isinstance(doc, dict) or not isinstance(doc.get("rows") or [], list):
+        try:
+            answer = PROBE_ANSWER.validate_python(root.load_json(found, limit=16 * MiB))
+        except ValidationError:
             return _skip(f"{out_dir / found}: not a probe build's answer", exit=res.returncode)
-        if doc.get("status") == "error" or not doc.get("rows"):
-            return _skip(f"the probe build failed: {str(doc.get('reason') or _last_line(res))[:200]}",
-                         exit=res.returncode, log=doc.get("log_path"))
-        decision = probe_decision(doc)
-        return Observation(None, decision, f"probe {doc.get('status')}" + (f": {doc['reason']}" if doc.get("reason") else ""),
-                           {"exit": res.returncode, "timings": doc.get("timings"), "log": doc.get("log_path")})
+        if answer.status == "error" or not answer.rows:
+            return _skip(f"the probe build failed: {(answer.reason or _last_line(res))[:200]}",
+                         exit=res.returncode, log=answer.log_path)
+        decision = probe_decision(answer)
+        return Observation(None, decision, f"probe {answer.status}" + (f": {answer.reason}" if answer.reason else ""),
+                           {"exit": res.returncode, "timings": answer.timings, "log": answer.log_path})
 
 
 # How `harness run` ends a cell, read as a bisect verdict: the cell's verdict is what bisects;
 # a cell that never got to be judged (no image, a tool error, not run) says nothing about it.
-CELL_VERDICT = {"pass": GOOD, "fail": BAD, "crashed": BAD, "hung": BAD, "timeout": BAD,
-                "build-failed": SKIP, "error": SKIP, "skipped": SKIP}
+CELL_VERDICT: dict[Status, Verdict] = {
+    Status.PASS: GOOD, Status.FAIL: BAD, Status.CRASHED: BAD, Status.HUNG: BAD, Status.TIMEOUT: BAD,
+    Status.BUILD_FAILED: SKIP, Status.ERROR: SKIP, Status.SKIPPED: SKIP}
 
 
 @dataclass(frozen=True)
@@ -244,12 +279,12 @@ class CellProbe:
     matrix: Path
     cell: str
     stack: str
-    source: dict  # the history's spec
+    source: HistorySpec
     name: str = "cell"
     compares: bool = False
 
-    def spec(self) -> dict:
-        return {"probe": self.name, "matrix": str(self.matrix), "cell": self.cell, "stack": self.stack}
+    def spec(self) -> ProbeSpec:
+        return ProbeSpec(probe=self.name, matrix=str(self.matrix), cell=self.cell, stack=self.stack)
 
     def matrix_for(self, point: Point) -> Path:
         return pinned_matrix(self.matrix, self.stack, point=point, source=self.source)
@@ -269,11 +304,11 @@ class CellProbe:
         if not cells:
             tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or [""]
             return _skip(f"harness run judged no cell (exit {res.returncode}): {tail[0][:200]}")
-        cell = root.load_json(cells[0], limit=16 * MiB)
-        if not isinstance(cell, dict):
+        try:
+            cell = CellResult.from_json(root.load_json(cells[0], limit=16 * MiB))
+        except ValueError:
             return _skip(f"{results / cells[0]}: not a cell record")
-        status = str(cell.get("status"))
-        verdict = CELL_VERDICT.get(status, SKIP)
-        why = cell.get("reason") or "; ".join(map(str, cell.get("reasons") or []))
-        return Observation(verdict, None, f"cell {status}: {str(why)[:200]}",
+        status = cell.status.value
+        why = "; ".join(cell.reasons)
+        return Observation(CELL_VERDICT[cell.status], None, f"cell {status}: {why[:200]}",
                            {"status": status, "run_dir": str(results / cells[0].split("/")[0])})

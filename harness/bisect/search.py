@@ -13,9 +13,13 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Final, Literal
 
-GOOD, BAD, SKIP = "good", "bad", "skip"
-VERDICTS = (GOOD, BAD, SKIP)
+Verdict = Literal["good", "bad", "skip"]
+GOOD: Final = "good"
+BAD: Final = "bad"
+SKIP: Final = "skip"
+VERDICTS: tuple[Verdict, ...] = (GOOD, BAD, SKIP)
 
 
 @dataclass(frozen=True)
@@ -45,8 +49,8 @@ def narrow(n: int, verdicts: Mapping[int, str]) -> Range:
     bad = min([i for i, v in verdicts.items() if v == BAD] + [n - 1])
     good = max([i for i, v in verdicts.items() if v == GOOD and i < bad] + [0])
     inside = range(good + 1, bad)
-    return Range(good, bad, tuple(i for i in inside if i not in verdicts),
-                 tuple(i for i in inside if verdicts.get(i) == SKIP))
+    skipped = {i for i, v in verdicts.items() if v == SKIP}
+    return Range(good, bad, tuple(i for i in inside if i not in verdicts), tuple(i for i in inside if i in skipped))
 
 
 def next_point(n: int, verdicts: Mapping[int, str], preferred: Collection[int] = ()) -> int | None:

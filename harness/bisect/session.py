@@ -20,9 +20,9 @@ from typing import Protocol
 
 from harness import git
 from harness.bisect.history import History, Point, Unavailable
-from harness.bisect.probes import Observation, Probe
-from harness.bisect.search import BAD, GOOD, SKIP, narrow, next_point
-from harness.bisect.store import BisectStore
+from harness.bisect.probes import Decision, Observation, Probe
+from harness.bisect.search import BAD, GOOD, SKIP, Verdict, narrow, next_point
+from harness.bisect.store import BisectResult, BisectStore, Side, Step, StepLine, Suspect
 from harness.build.preflight import apply_series
 from harness.errors import ConfigError
 from harness.results.store import utc_now
@@ -31,7 +31,7 @@ from harness.safety import writes
 
 class Display(Protocol):
     def start(self, step: int, about: int, point: Point) -> None: ...
-    def done(self, step: int, about: int, point: Point, record: dict) -> None: ...
+    def done(self, step: int, about: int, point: Point, record: Step) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -77,14 +77,15 @@ class Bisect:
     def n(self) -> int:
         return len(self.store.points)
 
-    def verdicts(self) -> dict[int, str]:
-        return {i: s["verdict"] for i, s in self.steps.items()}
+    def verdicts(self) -> dict[int, Verdict]:
+        return {i: s.verdict for i, s in self.steps.items()}
 
-    def _reference(self) -> dict | None:
-        ref = self.steps.get(0)
-        return ref.get("decision") if ref else None
+    def _reference(self) -> Decision | None:
+        """The good endpoint's decision. The ends are judged first (run), so every other point
+        and the answer find it."""
+        return self.steps[0].decision
 
-    def judge(self, index: int) -> dict:
+    def judge(self, index: int) -> Step:
         point = self.store.points[index]
         step_no = len(self.steps) + 1
         ends = sum(1 for e in (0, self.n - 1) if e not in self.steps)
@@ -95,11 +96,10 @@ class Bisect:
         obs = observe(self.history, self.probe, self.setup, point, self.store.log_path(index))
         verdict = obs.verdict
         if verdict is None:  # a comparing probe: the good endpoint is the reference
-            ref = self._reference()
-            verdict = GOOD if index == 0 or obs.decision == ref else BAD
-        record = {"index": index, "id": point.id, "title": point.title, "date": point.date, "step": step_no,
-                  "verdict": verdict, "reason": obs.reason, "decision": obs.decision, "detail": obs.detail,
-                  "started": started, "seconds": round(time.monotonic() - t0, 1)}
+            verdict = GOOD if index == 0 or obs.decision == self._reference() else BAD
+        record = Step(index=index, id=point.id, title=point.title, date=point.date, step=step_no, verdict=verdict,
+                      reason=obs.reason, decision=obs.decision, detail=obs.detail, started=started,
+                      seconds=round(time.monotonic() - t0, 1))
         self.store.write_step(record)
         self.steps[index] = record
         self.display.done(step_no, about, point, record)
@@ -111,24 +111,25 @@ class Bisect:
             step = self.steps[end]
             # as `git bisect run`, which never tests the ends: the user's word stands where a
             # direct probe cannot judge an end (a comparing probe needs both decisions)
-            if step["verdict"] == SKIP and not self.probe.compares:
-                step = {**step, "verdict": said, "reason": f"as given by --{said} (the probe skipped it: {step['reason']})"}
+            if step.verdict == SKIP and not self.probe.compares:
+                step = step.model_copy(update={
+                    "verdict": said, "reason": f"as given by --{said} (the probe skipped it: {step.reason})"})
                 self.store.write_step(step)
                 self.steps[end] = step
         good, bad = self.steps[0], self.steps[self.n - 1]
-        if good["verdict"] != GOOD:
-            raise ConfigError(f"--good {pts[0].short} was judged {good['verdict']}: {good['reason']}",
+        if good.verdict != GOOD:
+            raise ConfigError(f"--good {pts[0].short} was judged {good.verdict}: {good.reason}",
                               hint="give a --good point the probe judges good (see its log in "
                                    f"{self.store.log_path(0)})")
-        if bad["verdict"] == SKIP:
-            raise ConfigError(f"--bad {pts[-1].short} could not be judged: {bad['reason']}",
+        if bad.verdict == SKIP:
+            raise ConfigError(f"--bad {pts[-1].short} could not be judged: {bad.reason}",
                               hint=f"give another --bad point (see {self.store.log_path(self.n - 1)})")
-        if bad["verdict"] != BAD:
+        if bad.verdict != BAD:
             same = " (same decision as --good)" if self.probe.compares else ""
             raise ConfigError(f"--bad {pts[-1].short} was judged good{same}: nothing to bisect",
                               hint="give a --bad point where the verdict differs from --good")
 
-    def run(self) -> dict:
+    def run(self) -> BisectResult:
         if self.n < 2:
             raise ConfigError("the history holds fewer than two points", hint="check --good and --bad")
         for end in (0, self.n - 1):
@@ -139,22 +140,23 @@ class Bisect:
             self.judge(index)
         return self.result()
 
-    def result(self) -> dict:
+    def result(self) -> BisectResult:
         r = narrow(self.n, self.verdicts())
         pts = self.store.points
+        spec = self.store.spec
 
-        def side(i: int) -> dict:
+        def side(i: int) -> Side:
             s = self.steps[i]
-            return {"id": pts[i].id, "title": pts[i].title, "date": pts[i].date, "verdict": s["verdict"],
-                    "reason": s["reason"], "decision": s["decision"]}
+            return Side(id=pts[i].id, title=pts[i].title, date=pts[i].date, verdict=s.verdict, reason=s.reason,
+                        decision=s.decision)
 
         judged = [self.steps[i] for i in sorted(self.steps)]
-        return {"history": self.store.spec["history"], "probe": self.store.spec["probe"],
-                "setup": self.store.spec.get("setup", {}), "points": self.n, "done": r.done,
-                "first_bad": side(r.bad) if r.done and not r.skipped else None,
-                "suspects": [{"id": pts[i].id, "title": pts[i].title} for i in r.suspects] if r.done else [],
-                "last_good": side(r.good), "bad_side": side(r.bad),
-                "reference": self._reference() if self.probe.compares else None,
-                "steps": [{k: s[k] for k in ("step", "index", "id", "title", "verdict", "reason", "seconds")}
-                          for s in sorted(judged, key=lambda s: s["step"])],
-                "seconds": round(sum(s["seconds"] for s in judged), 1)}
+        return BisectResult(
+            history=spec.history, probe=spec.probe, setup=spec.setup, points=self.n, done=r.done,
+            first_bad=side(r.bad) if r.done and not r.skipped else None,
+            suspects=[Suspect(id=pts[i].id, title=pts[i].title) for i in r.suspects] if r.done else [],
+            last_good=side(r.good), bad_side=side(r.bad),
+            reference=self._reference() if self.probe.compares else None,
+            steps=[StepLine(step=s.step, index=s.index, id=s.id, title=s.title, verdict=s.verdict, reason=s.reason,
+                            seconds=s.seconds) for s in sorted(judged, key=lambda s: s.step)],
+            seconds=round(sum(s.seconds for s in judged), 1))

@@ -16,14 +16,18 @@ import re
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness.bisect.history import PYPI_JSON, HistorySpec
+from harness.bisect.probes import Decision
 from harness.bisect.report import markdown as bisect_markdown
+from harness.bisect.store import BisectFile, BisectResult, BisectSpec
 from harness.errors import ConfigError
 from harness.redact import redact_text
 from harness.results.bug import TRACKERS
+from harness.results.model import Open
 from harness.safety.paths import MiB
 from harness.safety.paths import read_bytes as _read_bytes
 from harness.safety.readers import load_json, load_toml
@@ -112,89 +116,107 @@ def _evidence_files(paths: list[Path]) -> list[str]:
 
 # --- from a bisect -------------------------------------------------------------------------------
 
-def bisect_command(spec: dict) -> str:
+def bisect_command(spec: BisectSpec) -> str:
     """The `harness bisect` command that runs this bisect again from nothing."""
-    h, probe, setup = spec["history"], spec["probe"], spec.get("setup") or {}
-    if h.get("kind") == "releases":
-        argv = ["harness", "bisect", f"pypi:{h['project']}", "--good", h["good"], "--bad", h["bad"]]
-        if h.get("index") and h["index"] != "https://pypi.org/pypi/{name}/json":
-            argv += ["--index", h["index"]]
-        if h.get("minor_first") is False:
+    h, probe = spec.history, spec.probe
+    if h.kind == "releases":
+        argv = ["harness", "bisect", f"pypi:{h.project}", "--good", h.good, "--bad", h.bad]
+        if h.index and h.index != PYPI_JSON:
+            argv += ["--index", h.index]
+        if not h.minor_first:
             argv.append("--all-releases")
     else:
-        argv = ["harness", "bisect", h.get("repo", "REPO"), "--good", h["good"], "--bad", h["bad"]]
+        argv = ["harness", "bisect", h.repo or "REPO", "--good", h.good, "--bad", h.bad]
     tail: list[str] = []
-    kind = probe.get("probe")
+    kind = probe.probe
     if kind == "configure":
-        argv += ["--probe", "configure", "--arch-list", probe["torch_cuda_arch_list"], "--python", "$VENV/bin/python"]
-        if probe.get("cutlass_dir"):
+        argv += ["--probe", "configure", "--arch-list", str(probe.torch_cuda_arch_list), "--python", "$VENV/bin/python"]
+        if probe.cutlass_dir:
             argv += ["--cutlass", "$CUTLASS"]
     elif kind == "build":
-        argv += ["--probe", "build", "-m", probe["matrix"], "--stack", probe["stack"]]
+        argv += ["--probe", "build", "-m", str(probe.matrix), "--stack", str(probe.stack)]
     elif kind == "cell":
-        argv += ["--probe", "cell", probe["cell"], "-m", probe["matrix"], "--stack", probe["stack"]]
+        argv += ["--probe", "cell", str(probe.cell), "-m", str(probe.matrix), "--stack", str(probe.stack)]
     elif kind == "command":
-        tail = ["--", *probe["command"]]
-    for p in setup.get("patches") or []:
-        argv += ["--patch", Path(str(p.get("file") if isinstance(p, dict) else p)).name]
+        tail = ["--", *(probe.command or [])]
+    for _name, path in spec.setup.patches:
+        argv += ["--patch", Path(path).name]
     text = " ".join(a if a.startswith("$") else shlex.quote(a) for a in argv)
     return text + ((" " + shlex.join(tail)) if tail else "")
 
 
+R = TypeVar("R", bound=BaseModel)
+
+
+def _read(model: type[R], path: Path, what: str) -> R:
+    """A file of a bisect's folder, read into its record (store.py); another shape is bad input."""
+    doc = load_json(path, what=what)
+    try:
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        raise ConfigError(f"{path}: not a {what} this version reads ({key}: {e['msg']})",
+                          hint="give the folder of a finished `harness bisect`") from None
+
+
 def bisect_report(folder: Path, notes: Notes) -> str:
-    spec = load_json(folder / "bisect.json", what="bisect file")
-    result = load_json(folder / "result.json", what="bisect result")
-    if not result.get("done") or not result.get("first_bad"):
+    spec = _read(BisectFile, folder / "bisect.json", "bisect file")
+    result = _read(BisectResult, folder / "result.json", "bisect result")
+    bad = result.first_bad
+    if not result.done or not bad:
         raise ConfigError(f"{folder}: the bisect has no single first bad point",
                           hint=f"finish it first (`harness bisect --resume {folder}`) or narrow the range")
-    probe = spec["probe"]
-    good, bad = result["last_good"], result["first_bad"]
+    probe = spec.probe
+    good = result.last_good
+    patches = ", ".join(name for name, _path in spec.setup.patches)
     lines = _head(notes)
     lines += ["## Environment", "", "The decision below is vLLM's own CMake configure (no GPU, nothing compiled), "
               "for each release of the range:", "",
               "| | |", "|---|---|",
-              f"| probe | `{probe.get('probe')}` |",
-              f"| TORCH_CUDA_ARCH_LIST | `{probe.get('torch_cuda_arch_list') or '-'}` |",
-              f"| kernel families compared | {', '.join(probe.get('families') or []) or '-'} |",
-              f"| history | {_history(spec['history'])} |",
-              f"| patches applied to every point | {', '.join(map(str, (spec.get('setup') or {}).get('patches') or [])) or 'none'} |",
+              f"| probe | `{probe.probe}` |",
+              f"| TORCH_CUDA_ARCH_LIST | `{probe.torch_cuda_arch_list or '-'}` |",
+              f"| kernel families compared | {', '.join(probe.families or []) or '-'} |",
+              f"| history | {_history(spec.history)} |",
+              f"| patches applied to every point | {patches or 'none'} |",
               ""]
     logs = [folder / "logs" / n for n in Root(folder, what="bisect folder").files("logs", suffix=".log")]  # no links
-    first_log = next((p for p in logs if p.name.endswith(f"-{bad['id']}.log")), None)
+    first_log = next((p for p in logs if p.name.endswith(f"-{bad.id}.log")), None)
     toolchain = _toolchain_lines(first_log) if first_log else []
     if toolchain:
         lines += ["From the first bad point's configure log:", "", "```", *toolchain, "```", ""]
     lines += ["## What was asked", "", notes.asked.strip(), ""]
     lines += ["## What was built", "",
-              f"Last good: **{good['id']}** ({good['date']}): {_decision(good.get('decision'))}.",
-              f"First bad: **{bad['id']}** ({bad['date']}): {_decision(bad.get('decision'))}.", ""]
+              f"Last good: **{good.id}** ({good.date}): {_decision(good.decision)}.",
+              f"First bad: **{bad.id}** ({bad.date}): {_decision(bad.decision)}.", ""]
     if notes.cost:
         lines += [notes.cost.strip(), ""]
     lines += ["## Evidence", ""]
     if first_log:
         quoted = [ln for ln in read_bytes(first_log, what="bisect log").decode("utf-8", "replace").splitlines()
                   if re.match(r"^-- (CUDA (supported )?target architectures|Building .* for archs|Not building)", ln)]
-        lines += [f"From `{first_log}` (vLLM {bad['id']}, the first bad release):", "", "```", *quoted[:25], "```", ""]
+        lines += [f"From `{first_log}` (vLLM {bad.id}, the first bad release):", "", "```", *quoted[:25], "```", ""]
     files = [folder / "result.md", folder / "result.json", folder / "bisect.json"]
     files += [folder / "cmake.diff"] if (folder / "cmake.diff").is_file() else []
     files += [Path(p) for p in notes.evidence]
     lines += ["Files:", "", *_evidence_files(files), ""]
-    lines += bisect_markdown({**result, "points": len(spec["points"])}, max_diff_lines=32).replace("## Bisect", "### Bisect", 1).splitlines()
+    answer = result.model_copy(update={"points": len(spec.points)})
+    lines += bisect_markdown(answer, max_diff_lines=32).replace("## Bisect", "### Bisect", 1).splitlines()
     lines += ["", "## Reproduce", ""]
     if notes.reproduce_setup:
         lines += [notes.reproduce_setup.strip(), ""]
-    lines += ["```sh", bisect_command(spec), "```", ""]
+    lines += ["```sh", bisect_command(spec.spec), "```", ""]
     lines += _known(notes) + _fix(notes)
     return redact_text("\n".join(lines).rstrip() + "\n")
 
 
-def _history(h: dict) -> str:
-    if h.get("kind") == "releases":
-        return f"the releases of `{h['project']}` from {h['good']} to {h['bad']} (PyPI sdists, sha256-checked)"
-    return f"the commits of `{h.get('repo')}` from {h['good'][:12]} to {h['bad'][:12]}"
+def _history(h: HistorySpec) -> str:
+    if h.kind == "releases":
+        return f"the releases of `{h.project}` from {h.good} to {h.bad} (PyPI sdists, sha256-checked)"
+    return f"the commits of `{h.repo}` from {h.good[:12]} to {h.bad[:12]}"
 
 
-def _decision(d: dict | None) -> str:
+def _decision(d: Decision | None) -> str:
     if not d:
         return "-"
     return "; ".join(f"`{k}` {', '.join(v) if v else 'not built'}" for k, v in d.items())
@@ -215,49 +237,140 @@ def _toolchain_lines(log: Path) -> list[str]:
 
 # --- from configure records ----------------------------------------------------------------------
 
-def _record(path: Path) -> dict:
-    rec = load_json(path, what="configure record")
-    if not isinstance(rec, dict) or rec.get("kind") != "configure":
+class Sdist(Open):
+    file: str
+    sha256: str | None = None
+
+
+class SourcePin(Open):
+    env: str | None = None  # the variable vLLM's CMake reads the tree from
+    pin: str  # "<commit or tag> ...", or "(empty folder)" when none was given
+
+
+class SourcePins(Open):
+    """The source trees handed to the configure (the ones a reproduction names)."""
+
+    cutlass: SourcePin | None = None
+    flash_attention: SourcePin | None = Field(None, alias="flash-attention")
+    qutlass: SourcePin | None = None
+    flashmla: SourcePin | None = None
+    deepgemm: SourcePin | None = None
+
+
+class RecordPatch(Open):
+    file: str
+    sha256: str | None = None
+    applied: bool = False
+
+
+class ConfigureToolchain(Open):
+    image: str | None = None
+    nvcc: str | None = None
+    nvcc_default_arch: str | None = None
+    cmake: str | None = None
+    gcc: str | None = None
+    torch: str | None = None
+    python: str | None = None
+
+
+class Decisions(Open):
+    """Every arch decision the configure printed (name -> archs); the report reads FA3's."""
+
+    fa3_archs: str | None = Field(None, alias="FA3_ARCHS")  # None: the configure never got there
+
+
+class Fa3(Open):
+    cuda_objects: int | None = None
+    cxx_objects: int | None = None
+    arch_flags_of_one_object: list[str] = Field(default_factory=list)
+    asked_by_setup_py: bool
+    why: str | None = None
+
+
+class TimedBuild(Open):
+    """A configure that also compiled and timed targets."""
+
+    targets: list[str]
+    jobs: int
+    cpus: int
+    returncode: int
+    wall_s: int | float
+    steps: int
+    step_minutes: int | float
+
+
+class ConfigureRecord(Open):
+    """record.json of tools/configure-targets.sh (a shell tool: its record is typed here, where
+    the harness reads it)."""
+
+    kind: Literal["configure"]
+    vllm: str
+    sdist: Sdist
+    arch_list: str
+    patches: list[RecordPatch] = Field(default_factory=list)
+    sources: SourcePins = Field(default_factory=SourcePins)
+    toolchain: ConfigureToolchain
+    returncode: int
+    seconds: int | float
+    stopped_at: str | None = None
+    decisions: Decisions
+    targets: dict[str, object]  # CMake target -> its object counts; empty when the configure stopped
+    cuda_objects_total: int | None = None
+    fa3: Fa3
+    cuda_objects_setup_py_builds: int | None = None
+    build: TimedBuild | None = None
+
+
+def _record(path: Path) -> ConfigureRecord:
+    try:
+        return ConfigureRecord.model_validate(load_json(path, what="configure record"))
+    except ValidationError as exc:
+        errors = exc.errors()
+    if any(e["loc"] in ((), ("kind",)) for e in errors):
         raise ConfigError(f"{path}: not a configure record (no \"kind\": \"configure\")",
                           hint="give the record.json that tools/configure-targets.sh wrote")
-    for key in ("vllm", "arch_list", "toolchain", "returncode", "decisions", "targets", "fa3"):
-        if key not in rec:
-            raise ConfigError(f"{path}: configure record without {key!r}",
-                              hint="write it again with tools/configure-targets.sh")
-    return rec
+    hint = "write it again with tools/configure-targets.sh"
+    for e in errors:
+        if e["type"] == "missing" and len(e["loc"]) == 1:
+            raise ConfigError(f"{path}: configure record without {e['loc'][0]!r}", hint=hint)
+    key = ".".join(str(p) for p in errors[0]["loc"])
+    raise ConfigError(f"{path}: configure record: {key}: {errors[0]['msg']}", hint=hint)
 
 
-def configure_command(rec: dict, out: Path) -> str:
-    env = [f"{pre}_SRC=<{name} tree> {pre}_PIN={shlex.quote(s['pin'].split(' ')[0])}"
-           for name, pre in (("cutlass", "CUTLASS"), ("flash-attention", "FA"), ("qutlass", "QUTLASS"),
-                             ("flashmla", "FLASHMLA"), ("deepgemm", "DEEPGEMM"))
-           for s in [rec.get("sources", {}).get(name)] if s and not s["pin"].startswith("(")]
-    b = rec.get("build")
+def configure_command(rec: ConfigureRecord, out: Path) -> str:
+    src = rec.sources
+    env = [f"{pre}_SRC=<{name} tree> {pre}_PIN={shlex.quote(s.pin.split(' ')[0])}"
+           for name, pre, s in (("cutlass", "CUTLASS", src.cutlass), ("flash-attention", "FA", src.flash_attention),
+                                ("qutlass", "QUTLASS", src.qutlass), ("flashmla", "FLASHMLA", src.flashmla),
+                                ("deepgemm", "DEEPGEMM", src.deepgemm))
+           if s and not s.pin.startswith("(")]
+    b = rec.build
     if b:  # the record of a configure that also compiled and timed targets
-        env.append(f"BUILD_TARGET={shlex.quote(' '.join(b['targets']))} JOBS={b['jobs']}")
-    patches = [f"patches/vllm/{p['file']}" for p in rec.get("patches") or []]
-    argv = ["tools/configure-targets.sh", rec["sdist"]["file"], rec["arch_list"], str(out), *patches]
+        env.append(f"BUILD_TARGET={shlex.quote(' '.join(b.targets))} JOBS={b.jobs}")
+    patches = [f"patches/vllm/{p.file}" for p in rec.patches]
+    argv = ["tools/configure-targets.sh", rec.sdist.file, rec.arch_list, str(out), *patches]
     return " \\\n  ".join([*env, shlex.join(argv)])
 
 
-def _flags(rec: dict) -> str:
-    flags = rec["fa3"].get("arch_flags_of_one_object") or []
+def _flags(rec: ConfigureRecord) -> str:
+    flags = rec.fa3.arch_flags_of_one_object
     if flags:
         return ", ".join(f"`{f}`" for f in flags)
-    if rec["fa3"].get("cuda_objects"):
-        return f"none: nvcc's default ({rec['toolchain'].get('nvcc_default_arch') or '?'})"
+    if rec.fa3.cuda_objects:
+        return f"none: nvcc's default ({rec.toolchain.nvcc_default_arch or '?'})"
     return "-"
 
 
 def configure_report(paths: list[Path], notes: Notes) -> str:
     recs = [(p, _record(p)) for p in paths]
     first = recs[0][1]
-    tc = first["toolchain"]
+    tc = first.toolchain
     lines = _head(notes)
     lines += ["## Environment", "", "A CMake configure of each PyPI sdist as setup.py runs it (Ninja, Release), "
               "offline, in a container; no GPU:", "", "| | |", "|---|---|"]
-    for k in ("image", "nvcc", "nvcc_default_arch", "cmake", "gcc", "torch", "python"):
-        lines.append(f"| {k.replace('_', ' ')} | {tc.get(k) or '-'} |")
+    for label, value in (("image", tc.image), ("nvcc", tc.nvcc), ("nvcc default arch", tc.nvcc_default_arch),
+                         ("cmake", tc.cmake), ("gcc", tc.gcc), ("torch", tc.torch), ("python", tc.python)):
+        lines.append(f"| {label} | {value or '-'} |")
     lines += ["", "## What was asked", "", notes.asked.strip(), ""]
     lines += ["## What was built", "",
               "| vLLM | patches | TORCH_CUDA_ARCH_LIST | configure | FA3_ARCHS | CUDA objects in the build graph "
@@ -265,24 +378,24 @@ def configure_report(paths: list[Path], notes: Notes) -> str:
               "| CUDA objects setup.py builds |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in recs:
-        patches = ", ".join(f"`{p['file']}`" for p in r.get("patches") or []) or "none"
-        conf = "ok" if r["returncode"] == 0 else f"stopped at {r.get('stopped_at')}"
-        fa3_archs = r["decisions"].get("FA3_ARCHS")
+        patches = ", ".join(f"`{p.file}`" for p in r.patches) or "none"
+        conf = "ok" if r.returncode == 0 else f"stopped at {r.stopped_at}"
+        fa3_archs = r.decisions.fa3_archs
         fa3_archs = "(empty)" if fa3_archs == "" else (f"`{fa3_archs}`" if fa3_archs else "not reached")
-        graph = r.get("cuda_objects_total") if r["targets"] else "-"
-        fa3 = r["fa3"]["cuda_objects"] if r["targets"] else "-"
-        builds = r.get("cuda_objects_setup_py_builds")
-        lines.append(f"| {r['vllm']} | {patches} | `{r['arch_list']}` | {conf} | {fa3_archs} | {graph} | {fa3} | "
-                     f"{_flags(r) if r['targets'] else '-'} | {'yes' if r['fa3']['asked_by_setup_py'] else 'no'} | "
+        graph = r.cuda_objects_total if r.targets else "-"
+        fa3 = r.fa3.cuda_objects if r.targets else "-"
+        builds = r.cuda_objects_setup_py_builds
+        lines.append(f"| {r.vllm} | {patches} | `{r.arch_list}` | {conf} | {fa3_archs} | {graph} | {fa3} | "
+                     f"{_flags(r) if r.targets else '-'} | {'yes' if r.fa3.asked_by_setup_py else 'no'} | "
                      f"{builds if builds is not None else '-'} |")
     lines += [""]
     for _, r in recs:
-        b = r.get("build")
+        b = r.build
         if b:
-            lines += [f"Compiled and timed (vLLM {r['vllm']}): `ninja -j{b['jobs']} {' '.join(b['targets'])}` on "
-                      f"{b['cpus']} CPUs: {b['wall_s']} s wall, {b['steps']} step{'' if b['steps'] == 1 else 's'}, "
-                      f"{b['step_minutes']} step-minutes "
-                      f"(exit {b['returncode']}).", ""]
+            lines += [f"Compiled and timed (vLLM {r.vllm}): `ninja -j{b.jobs} {' '.join(b.targets)}` on "
+                      f"{b.cpus} CPUs: {b.wall_s} s wall, {b.steps} step{'' if b.steps == 1 else 's'}, "
+                      f"{b.step_minutes} step-minutes "
+                      f"(exit {b.returncode}).", ""]
     if notes.cost:
         lines += [notes.cost.strip(), ""]
     lines += ["## Evidence", ""]
@@ -294,18 +407,18 @@ def configure_report(paths: list[Path], notes: Notes) -> str:
                   if re.match(r"^-- (CUDA (supported )?target architectures|FA[23]_ARCHS|vllm-flash-attn is)", ln)
                   or ln.startswith("CMake Error at") or "is required to build vLLM" in ln
                   or "expected for CUDA build" in ln]
-        lines += [f"vLLM {r['vllm']}, `{r['arch_list']}`, patches: "
-                  f"{', '.join(p['file'] for p in r.get('patches') or []) or 'none'} ({r['seconds']} s); "
+        lines += [f"vLLM {r.vllm}, `{r.arch_list}`, patches: "
+                  f"{', '.join(p.file for p in r.patches) or 'none'} ({r.seconds} s); "
                   f"`{log}`:", "", "```", *quoted, "```", ""]
         targets = folder / "fa3-targets.txt"
         if targets.is_file():
             listed = read_bytes(targets, what="target list").decode("utf-8", "replace").splitlines()
             lines += [f"`ninja -t targets all`, the `_vllm_fa3_C` entries ({len(listed)} lines, all in "
                       f"`{targets}`), first three:", "", "```", *listed[:3], "```", ""]
-        why = r["fa3"].get("why")
+        why = r.fa3.why
         if why:
             lines += [f"`_vllm_fa3_C` asked of `cmake --build` by setup.py: "
-                      f"{'yes' if r['fa3']['asked_by_setup_py'] else 'no'} ({why}).", ""]
+                      f"{'yes' if r.fa3.asked_by_setup_py else 'no'} ({why}).", ""]
     files = [f for p, _ in recs for f in (p, p.parent / "configure.log", p.parent / "fa3-targets.txt") if f.is_file()]
     files += [Path(p) for p in notes.evidence]
     lines += ["Files:", "", *_evidence_files(files), ""]
@@ -316,7 +429,7 @@ def configure_report(paths: list[Path], notes: Notes) -> str:
     for p, r in recs:
         lines += [configure_command(r, p.parent), ""]
     lines[-1:] = ["```", ""]
-    applied = sorted({f"vLLM {r['vllm']}" for _, r in recs
-                      if any(x.get("applied") and notes.patch.endswith(x["file"]) for x in r.get("patches") or [])})
+    applied = sorted({f"vLLM {r.vllm}" for _, r in recs
+                      if any(x.applied and notes.patch.endswith(x.file) for x in r.patches)})
     lines += _known(notes) + _fix(notes, applied)
     return redact_text("\n".join(lines).rstrip() + "\n")

@@ -15,10 +15,15 @@ import math
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError
 from harness.safety import grammar
+
+if TYPE_CHECKING:
+    from harness.bisect.history import GitHistory, HistorySpec, ReleaseHistory
+    from harness.bisect.probes import BuildProbe, CellProbe, CommandProbe, ConfigureProbe, ProbeSpec
+    from harness.bisect.store import BisectStore, Step
 
 SOURCE_HELP = "a git repository (a local clone or mirror, or its URL), or pypi:PROJECT for its releases"
 
@@ -91,12 +96,12 @@ def _inside(folder: Path, value: object) -> bool:
         return False
 
 
-def untrusted(store, args) -> list[tuple[str, str, str]]:
+def untrusted(store: BisectStore, args) -> list[tuple[str, str, str]]:
     """What a resumed bisect folder says to run or read that the user has not named again on this
     command line and that does not lie inside the folder: (what, value, the flag that names it).
     A bisect folder is data (it may have been copied from elsewhere, or edited): it never picks
     a command, a Python, a matrix or a patch on its own."""
-    probe, setup = store.spec["probe"], store.spec.get("setup") or {}
+    probe = store.spec.probe
     out: list[tuple[str, str, str]] = []
 
     def need(what: str, value: object, given: object, flag: str) -> None:
@@ -105,69 +110,84 @@ def untrusted(store, args) -> list[tuple[str, str, str]]:
         if not isinstance(value, str) or not (_same_path(value, given) or _inside(store.dir, value)):
             out.append((what, str(value), flag))
 
-    kind = probe.get("probe")
+    kind = probe.probe
     if kind == "command":
-        command = probe.get("command")
-        if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command)):
+        command = probe.command  # a list of words, or none: read as such from bisect.json (store.py)
+        if not command:
             raise ConfigError(f"{store.dir}/bisect.json: probe.command is not a list of words",
                               hint="start a new bisect")
         if list(args.command) != command:
             out.append(("command", shlex.join(command), "-- " + shlex.join(command)))
     elif kind == "configure":
-        need("python", probe.get("python"), args.python, "--python")
-        need("CUTLASS folder", probe.get("cutlass_dir"), args.cutlass, "--cutlass")
+        need("python", probe.python, args.python, "--python")
+        need("CUTLASS folder", probe.cutlass_dir, args.cutlass, "--cutlass")
     elif kind in ("build", "cell"):
-        need("matrix", probe.get("matrix"), args.matrix, "-m")
-    patches = setup.get("patches") or []
-    if not isinstance(patches, list) or not all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
-                                                for p in patches):
-        raise ConfigError(f"{store.dir}/bisect.json: setup.patches is not a list of [name, path]", hint="start a new bisect")
-    for _name, path in patches:
+        need("matrix", probe.matrix, args.matrix, "-m")
+    # a list of [name, path], read as such from bisect.json (store.py)
+    for _name, path in store.spec.setup.patches:
         if not any(_same_path(path, given) for given in args.patch) and not _inside(store.dir, path):
             out.append(("patch", path, "--patch"))
     return out
 
 
-def _history(spec: dict):
+def _history(spec: HistorySpec) -> GitHistory | ReleaseHistory:
     from harness.bisect.history import PYPI_JSON, GitHistory, ReleaseHistory
 
-    if spec["kind"] == "releases":
-        return ReleaseHistory(spec["project"], spec["good"], spec["bad"], index=spec.get("index") or PYPI_JSON,
-                              minor_first=spec.get("minor_first", True))
-    return GitHistory(spec["repo"], spec["good"], spec["bad"])
+    if spec.kind == "releases":
+        if spec.project is None:
+            raise _lacks("releases history", "project")
+        return ReleaseHistory(spec.project, spec.good, spec.bad, index=spec.index or PYPI_JSON,
+                              minor_first=spec.minor_first)
+    if spec.repo is None:
+        raise _lacks("git history", "repo")
+    return GitHistory(spec.repo, spec.good, spec.bad)
 
 
-def _probe(spec: dict, history_spec: dict):
+def _lacks(what: str, key: str) -> ConfigError:
+    return ConfigError(f"bisect.json: the {what} names no {key}", hint="start a new bisect")
+
+
+def _probe(spec: ProbeSpec, history_spec: HistorySpec) -> CommandProbe | ConfigureProbe | BuildProbe | CellProbe:
     from harness.bisect import probes
     from harness.build import configure
 
-    kind = spec["probe"]
+    kind = spec.probe
     if kind == "command":
-        return probes.CommandProbe(tuple(spec["command"]), spec.get("timeout_s", 3600))
+        if not spec.command:
+            raise _lacks("command probe", "command")
+        return probes.CommandProbe(tuple(spec.command), spec.timeout_s)
     if kind == "configure":
-        tool = configure.find(spec.get("python"), cutlass_dir=spec.get("cutlass_dir"))
+        if spec.torch_cuda_arch_list is None or spec.families is None:
+            raise _lacks("configure probe", "torch_cuda_arch_list or families")
+        tool = configure.find(spec.python, cutlass_dir=spec.cutlass_dir)
         if problems := tool.problems():
             raise ConfigError(f"--probe configure: missing {', '.join(problems)}",
                               hint="give --python a Python with a CUDA build of torch and cmake>=3.26, and put nvcc on PATH")
-        return probes.ConfigureProbe(spec["torch_cuda_arch_list"], tool, tuple(spec["families"]))
+        return probes.ConfigureProbe(spec.torch_cuda_arch_list, tool, tuple(spec.families))
+    if kind in ("build", "cell") and (spec.matrix is None or spec.stack is None):
+        raise _lacks(f"{kind} probe", "matrix or stack")
     if kind == "build":
-        return probes.BuildProbe(Path(spec["matrix"]), spec["stack"], history_spec)
+        return probes.BuildProbe(Path(str(spec.matrix)), str(spec.stack), history_spec)
     if kind == "cell":
-        return probes.CellProbe(Path(spec["matrix"]), spec["cell"], spec["stack"], history_spec)
+        if spec.cell is None:
+            raise _lacks("cell probe", "cell")
+        return probes.CellProbe(Path(str(spec.matrix)), spec.cell, str(spec.stack), history_spec)
     raise ConfigError(f"unknown probe {kind!r}", hint="use configure, build, cell ID, or -- COMMAND")
 
 
-def _new_spec(args) -> tuple[dict, dict, list[tuple[str, Path]]]:
+def _new_spec(args) -> tuple[HistorySpec, ProbeSpec, list[tuple[str, Path]]]:
+    from harness.bisect.history import HistorySpec
+    from harness.bisect.probes import ProbeSpec
     from harness.build import configure
 
     if not (args.source and args.good and args.bad):
         raise ConfigError("harness bisect needs SOURCE, --good and --bad (or --resume DIR)",
                           hint="e.g. harness bisect pypi:vllm --good 0.10.0 --bad 0.33.0 --probe configure --arch-list 12.1a")
     if args.source.startswith("pypi:"):
-        history = {"kind": "releases", "project": args.source[5:], "good": args.good, "bad": args.bad,
-                   "index": args.index, "minor_first": not args.all_releases}
+        history = HistorySpec(kind="releases", project=args.source[5:], good=args.good, bad=args.bad,
+                              index=args.index, minor_first=not args.all_releases)
     else:
-        history = {"kind": "git", "repo": args.source, "good": args.good, "bad": args.bad}
+        history = HistorySpec(kind="git", repo=args.source, good=args.good, bad=args.bad)
     stack = None
     patches = [(Path(p).name, Path(p)) for p in args.patch]
     if args.matrix:
@@ -191,22 +211,22 @@ def _new_spec(args) -> tuple[dict, dict, list[tuple[str, Path]]]:
                           hint="e.g. harness bisect REPO --good A --bad B -- make test")
     if kind == "configure" and not arch:
         raise ConfigError("--probe configure needs --arch-list (or -m MATRIX --stack NAME)", hint="e.g. --arch-list 12.1a")
-    probe: dict = {"probe": kind}
     if kind == "command":
-        probe.update(command=list(args.command), timeout_s=args.timeout)
+        probe = ProbeSpec(probe=kind, command=list(args.command), timeout_s=args.timeout)
     elif kind == "configure":
-        probe.update(torch_cuda_arch_list=arch, families=list(configure.DEFAULT_FAMILIES), python=args.python,
-                     cutlass_dir=args.cutlass)
+        probe = ProbeSpec(probe=kind, torch_cuda_arch_list=arch, families=list(configure.DEFAULT_FAMILIES),
+                          python=args.python, cutlass_dir=args.cutlass)
     elif kind == "build":
         if not args.matrix or not args.stack:
             raise ConfigError("--probe build needs -m MATRIX and --stack NAME (the stack is probe-built at each point)",
                               hint="e.g. --probe build -m matrix/spark.toml --stack spark-121a")
-        probe.update(matrix=str(Path(args.matrix).resolve()), stack=args.stack, torch_cuda_arch_list=arch)
+        probe = ProbeSpec(probe=kind, matrix=str(Path(args.matrix).resolve()), stack=args.stack,
+                          torch_cuda_arch_list=arch)
     elif kind == "cell":
         if len(args.probe) != 2 or not args.matrix or not args.stack:
             raise ConfigError("--probe cell needs the cell's id, -m MATRIX and --stack NAME",
                               hint="e.g. --probe cell 'spark-sm121a/nvfp4-qwen/moe=marlin,lin=auto' -m matrix/spark.toml --stack spark-sm121a")
-        probe.update(matrix=str(Path(args.matrix).resolve()), cell=args.probe[1], stack=args.stack)
+        probe = ProbeSpec(probe=kind, matrix=str(Path(args.matrix).resolve()), cell=args.probe[1], stack=args.stack)
     else:
         raise ConfigError(f"--probe {kind}: unknown", hint="use configure, build, cell ID, or -- COMMAND")
     return history, probe, patches
@@ -225,19 +245,19 @@ class LiveDisplay:
         self.status = self.console.status(f"step {step} of at most {about}: {point.short} {point.title[:60]} ...")
         self.status.start()
 
-    def done(self, step, about, point, record) -> None:
+    def done(self, step, about, point, record: Step) -> None:
         if self.status is not None:
             self.status.stop()
-        colour = self.COLOURS.get(record["verdict"], "white")
-        self.console.print(f"step {step:>2}/{about:<2} {point.short:<12} [{colour}]{record['verdict']:<4}[/{colour}]  "
-                           f"{record['seconds']:>6.0f} s  ", end="")
-        self.console.print(f"{point.title[:50]}: {record['reason'][:120]}", markup=False, highlight=False)
+        colour = self.COLOURS[record.verdict]
+        self.console.print(f"step {step:>2}/{about:<2} {point.short:<12} [{colour}]{record.verdict:<4}[/{colour}]  "
+                           f"{record.seconds:>6.0f} s  ", end="")
+        self.console.print(f"{point.title[:50]}: {record.reason[:120]}", markup=False, highlight=False)
 
 
 def main(args: argparse.Namespace) -> int:
     from harness.bisect import report
     from harness.bisect.session import Bisect, Setup
-    from harness.bisect.store import BisectStore
+    from harness.bisect.store import BisectSpec, BisectStore, SetupSpec
     from harness.console import err, out
     from harness.results.store import utc_now
 
@@ -251,20 +271,20 @@ def main(args: argparse.Namespace) -> int:
                               f"named on this command line: {shown}",
                               hint="a bisect folder never picks what runs: if these are yours, name them again, "
                                    f"e.g. harness bisect --resume {shlex.quote(str(store.dir))} {again} {tail}".rstrip())
-        setup = Setup(tuple((n, Path(p)) for n, p in store.spec.get("setup", {}).get("patches", [])))
-        history = _history(store.spec["history"])
-        probe = _probe(store.spec["probe"], store.spec["history"])
+        setup = Setup(tuple((n, Path(p)) for n, p in store.spec.setup.patches))
+        history = _history(store.spec.history)
+        probe = _probe(store.spec.probe, store.spec.history)
     else:
         history_spec, probe_spec, patches = _new_spec(args)
         history = _history(history_spec)
         probe = _probe(probe_spec, history.spec())  # before the folder exists: bad input leaves nothing
         points = history.points()
         folder = Path(args.out or f"results/bisect-{utc_now().replace(':', '').replace('-', '')}")
-        spec = {"history": history.spec(), "probe": probe_spec,
-                "setup": {"patches": [[n, str(p.resolve())] for n, p in patches]}}
+        spec = BisectSpec(history=history.spec(), probe=probe_spec,
+                          setup=SetupSpec(patches=[(n, str(p.resolve())) for n, p in patches]))
         store = BisectStore.create(folder, spec, points, history.preferred(points))
         setup = Setup(tuple(patches))
-    err.print(f"bisect: {len(store.points)} points in {store.dir} (probe {store.spec['probe']['probe']})",
+    err.print(f"bisect: {len(store.points)} points in {store.dir} (probe {store.spec.probe.probe})",
               highlight=False)
     command = f"harness bisect --resume {shlex.quote(str(store.dir))}"
     bisect = Bisect(store, history, probe, setup, LiveDisplay(err))
@@ -283,4 +303,4 @@ def main(args: argparse.Namespace) -> int:
     md = report.markdown(result, command)
     store.write_result(result, md)
     out.print(md, markup=False, highlight=False)
-    return 0 if result["first_bad"] else 1
+    return 0 if result.first_bad else 1

@@ -35,7 +35,7 @@ Message formats, from the PyPI sdists (0.33.0 unless said otherwise):
   acceptance rate: 59.4%, Accepted: N tokens, Drafted: N tokens`; 0.9+ adds `Mean acceptance
   length`, `Per-position acceptance rate: 0.800, 0.594`; 0.10+ `Accepted throughput`, `Drafted
   throughput` and `Avg Draft acceptance rate: 59.4%` last. Read field by field.
-- Failures: parse.py `read_failure`, failure.py and harness/data/failures.toml.
+- Failures: failure.py `read_failure` and harness/data/failures.toml.
 """
 
 from __future__ import annotations

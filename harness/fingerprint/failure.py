@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+)
 
 from harness.fingerprint.lines import LogLine
 from harness.fingerprint.readers import Context
@@ -604,6 +612,30 @@ def _classify(hits: list[_Hit], root: RootCause | None, ix: Indexed) -> tuple[_H
     return None, "unclassified"
 
 
+class SignatureContext(BaseModel):
+    """Where one signature the log shows was found: `Fingerprint.signature_context[<id>]`.
+    Stored with the keys its writer set (`process`, `frames` only for `traceback-cut`, `op` only
+    for a fatal signature, `asked` only when its pattern names what was asked); unknown keys are
+    kept."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    # Field order is the key order of the stored JSON.
+    line: int | None = Field(None, description="the log line number of the hit")
+    phase: str | None = Field(None, description="the start-up phase it happened in")
+    process: str | None = Field(None, description="traceback-cut: the process whose traceback is cut")
+    frames: tuple[str, ...] = Field((), description="traceback-cut: the frames printed before the cut")
+    op: str | None = Field(None, description="a fatal signature: the operation around its line")
+    asked: str | None = Field(None, description="what its pattern says was asked for")
+
+    @model_serializer(mode="wrap")
+    def _to_stored(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        for key in type(self).model_fields.keys() - self.model_fields_set:
+            out.pop(key, None)
+        return out
+
+
 class FailureFacts(BaseModel):
     """How the engine died, when it did, and every signature the log shows."""
 
@@ -616,7 +648,7 @@ class FailureFacts(BaseModel):
     failure_phase: str | None = None
     failure_op: str | None = None
     asked: str | None = None
-    signature_context: dict[str, dict[str, Any]] = {}
+    signature_context: dict[str, SignatureContext] = {}
     failure_signature: str | None = None
 
 
@@ -667,19 +699,20 @@ def read_failure(lines: list[LogLine], requested: dict[str, str | None], cx: Con
                 line = lines[explained.index].message
                 asked = next((flag for shown, flag in names.moe_display if shown in line), None)
 
-    signature_context: dict[str, dict[str, Any]] = {}
+    signature_context: dict[str, SignatureContext] = {}
     for h in hits:
         ev[f"signature:{h.sig.id}"] = (
             cause if h.sig.on == "unclassified-death" and cause else lines[h.index].message
         )
+        # only the keys that apply are set (and stored)
         ctx: dict[str, Any] = {"line": lines[h.index].number, "phase": h.phase or ix.phase(h.index)}
         if h.sig.on == "traceback-cut" and (cut := cut_traceback(ix)) is not None:
-            ctx["process"], ctx["frames"] = cut.process, list(cut.frames)
+            ctx["process"], ctx["frames"] = cut.process, cut.frames
         if h.sig.severity == "fatal":
             ctx["op"] = h.op or op_near(ix, h.index)
         if h.asked:
             ctx["asked"] = h.asked
-        signature_context[h.sig.id] = ctx
+        signature_context[h.sig.id] = SignatureContext(**ctx)
     return FailureFacts(
         signatures=tuple(h.sig.id for h in hits), fatal=fatal, failure_class=failure_class,
         root_cause=cause, root_cause_line=cause_line, failure_phase=phase, failure_op=op,

@@ -137,10 +137,9 @@ def _select_rules(cell: Subject, expect: Expect, fp: Fingerprint) -> list[Verdic
             want, got = getattr(rule, key), getattr(fp, key)
             if want is None:
                 continue
-            evidence = fp.evidence.get(key)
             out.append(_check(f"expect.{key}", (got or "").upper() == want.upper(),
                               f"{key} is {got}", f"expected {want}, got {got}",
-                              lines=(evidence,) if evidence else (), asked=want, got=got))
+                              lines=fp.proof(key), asked=want, got=got))
         if rule.linear_kernel is not None:
             got = ", ".join(fp.linear_kernels) or None
             out.append(_check("expect.linear_kernel", rule.linear_kernel in fp.linear_kernels,

@@ -48,11 +48,11 @@ def _got(fp: Fingerprint, check: str) -> str | None:
 
 
 def _typed(v: Verdict, asked: dict[str, str | None], fp: Fingerprint) -> Verdict:
-    """The log's verdict with asked/got for selections."""
+    """The log's verdict with asked/got for selections (`asked`: the cell's request per SELECTION_CHECKS)."""
     check = v.check.removeprefix("log:")
     extra = {}
     if check in SELECTION_CHECKS:
-        extra = {"asked": asked.get(check), "got": _got(fp, check)}
+        extra = {"asked": asked[check], "got": _got(fp, check)}
     return v.model_copy(update={"lines": tuple(x for x in v.lines if x), **extra})
 
 

@@ -14,7 +14,7 @@ from harness.results.model import CellResult, FingerprintRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 STORED = sorted(
-    [*ROOT.glob("examples/*/run/cells/*.json"), *ROOT.glob("tests/fixtures/runs/*/cells/*.json")]
+    [*ROOT.glob("examples/**/cells/*.json"), *ROOT.glob("tests/fixtures/runs/*/cells/*.json")]
 )
 LOGS = sorted((ROOT / "examples/h200/run/logs").glob("*.server.log"))
 
@@ -23,7 +23,7 @@ def test_the_stored_record_is_the_fingerprint_type():
     assert FingerprintRecord is Fingerprint
 
 
-@pytest.mark.parametrize("path", STORED, ids=lambda p: f"{p.parts[-3]}/{p.name}")
+@pytest.mark.parametrize("path", STORED, ids=lambda p: str(p.relative_to(ROOT)))
 def test_a_stored_cell_writes_its_fingerprint_back_unchanged(path: Path):
     stored = json.loads(path.read_text(encoding="utf-8"))
     if stored.get("fingerprint") is None:

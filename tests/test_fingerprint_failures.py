@@ -285,7 +285,7 @@ def test_illegal_instruction_in_fused_moe_autotuning_is_not_the_sm121_attention_
         "fused-moe",
     )
     ctx = fp.signature_context["illegal-instruction"]
-    assert (ctx["phase"], ctx["op"]) == ("autotune", "fused-moe")
+    assert (ctx.phase, ctx.op) == ("autotune", "fused-moe")
 
 
 def test_illegal_instruction_in_attention_on_gb10_is_the_sm121_bug():
@@ -298,7 +298,7 @@ def test_illegal_instruction_in_attention_on_gb10_is_the_sm121_bug():
     )
     fp = fingerprint(text)
     assert "flashinfer-fp8-attn-illegal-sync-sm121" in fp.signatures
-    assert fp.signature_context["flashinfer-fp8-attn-illegal-sync-sm121"]["op"] == "attention"
+    assert fp.signature_context["flashinfer-fp8-attn-illegal-sync-sm121"].op == "attention"
 
 
 def test_illegal_instruction_in_attention_on_hopper_is_not_the_sm121_bug():

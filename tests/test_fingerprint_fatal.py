@@ -48,8 +48,8 @@ def test_a_log_ending_inside_an_apiserver_traceback_is_traceback_cut_with_frames
     fp = fingerprint(log)
     assert fp.fatal and fp.failure_signature == "traceback-cut"
     ctx = fp.signature_context["traceback-cut"]
-    assert ctx["process"] == "APIServer"
-    assert ctx["frames"] == ["vllm:10 in <module>", "serve.py:59 in cmd"]
+    assert ctx.process == "APIServer"
+    assert ctx.frames == ("vllm:10 in <module>", "serve.py:59 in cmd")
     assert fp.root_cause == "traceback cut off after serve.py:59 in cmd (APIServer)"
 
 
@@ -71,8 +71,8 @@ def test_interleaved_tracebacks_are_read_per_process():
     assert fp.fatal
     assert fp.failure_signature == "traceback-cut"
     ctx = fp.signature_context["traceback-cut"]
-    assert ctx["process"] == "EngineCore_0"
-    assert ctx["frames"] == ["core.py:703 in run_engine_core", "core.py:499 in __init__"]
+    assert ctx.process == "EngineCore_0"
+    assert ctx.frames == ("core.py:703 in run_engine_core", "core.py:499 in __init__")
     assert "ValueError: head size 72" in (fp.root_cause or "")
 
 

@@ -5,7 +5,8 @@ belongs to two readers, and every Fingerprint field but the shared evidence has 
 from __future__ import annotations
 
 from harness.fingerprint import Fingerprint, fingerprint
-from harness.fingerprint.parse import _LINE_READERS, FailureFacts, _words
+from harness.fingerprint.failure import FailureFacts
+from harness.fingerprint.parse import _LINE_READERS, _words
 from harness.fingerprint.readers import (
     AutotunerFacts,
     DrafterFacts,

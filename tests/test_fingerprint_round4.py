@@ -32,8 +32,8 @@ def test_a_log_that_ends_in_frames_without_a_header_is_traceback_cut(rows):
     fp = fingerprint(HEAD + "".join(f"{p}{line}\n" for p, line in rows))
     assert fp.fatal and fp.failure_signature == "traceback-cut"
     ctx = fp.signature_context["traceback-cut"]
-    assert ctx["frames"] == ["kernel_warmup.py:133 in flashinfer_autotune", "autotuner.py:420 in choose_one"]
-    assert ctx["process"] == ("Worker_TP0" if rows[0][0] else None)
+    assert ctx.frames == ("kernel_warmup.py:133 in flashinfer_autotune", "autotuner.py:420 in choose_one")
+    assert ctx.process == ("Worker_TP0" if rows[0][0] else None)
     assert "autotuner.py:420 in choose_one" in fp.root_cause
 
 

@@ -15,7 +15,7 @@ from harness.results.model import FORMAT, FORMAT_CHECK, CellResult
 from harness.results.store import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = sorted(p.parent for p in [*ROOT.glob("examples/*/run/run.json"),
+SHIPPED = sorted(p.parent for p in [*ROOT.glob("examples/**/run.json"),
                                     *ROOT.glob("tests/fixtures/runs/*/run.json")])
 
 

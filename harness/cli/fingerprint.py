@@ -105,12 +105,13 @@ def run(args) -> int:
     path = Path(args.log)
     text = read_log(path)
     fp = fingerprint(text, process_ended=not args.running, hung=args.hung)
-    # Requests named on the command line win; otherwise judge against what the log says was asked.
+    # Requests named on the command line win; otherwise judge against what the log says was asked
+    # (the request reader sets all three, None where the log asked for nothing).
     vs = verdicts(
         fp,
-        requested_moe=args.moe or fp.requested.get("moe_backend"),
-        requested_linear=args.linear or fp.requested.get("linear_backend"),
-        requested_attention=args.attention or fp.requested.get("attention_backend"),
+        requested_moe=args.moe or fp.requested["moe_backend"],
+        requested_linear=args.linear or fp.requested["linear_backend"],
+        requested_attention=args.attention or fp.requested["attention_backend"],
         max_autotuner_skips=args.max_autotuner_skips,
         require_selection=bool(args.moe or args.linear or args.attention),
     )

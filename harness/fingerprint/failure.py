@@ -1,8 +1,9 @@
 """Reading a failure nobody described: did the engine die, what was the first real exception,
-in which phase and around which operation.
+in which phase and around which operation; and `read_failure`, the failure reader of
+`fingerprint()`: the table signatures the log shows, each with its context, and the death's name.
 
-Data in harness/data/failures.toml (death lines, wrapper exceptions, phases, operations); this
-module only walks the lines. Pure functions of the parsed lines.
+Data in harness/data/failures.toml (death lines, wrapper exceptions, phases, operations) and
+signatures.toml; this module only walks the lines. Pure functions of the parsed lines.
 """
 
 from __future__ import annotations
@@ -12,12 +13,21 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+)
 
 from harness.fingerprint.lines import LogLine
-from harness.fingerprint.tables import _invalid, _read
+from harness.fingerprint.readers import Context
+from harness.fingerprint.tables import Signature, _invalid, _read, signatures
 
 # "Type: message" of a Python exception line (dotted type names, Ray's `Type(Inner)`), the C++
 # `what():` line of an uncaught c10::Error, and CUDA runtime errors printed bare.
@@ -232,6 +242,7 @@ def literal_prefixes(rx: re.Pattern[str]) -> tuple[str, ...] | None:
 
 @cache
 def _multiline(rx: re.Pattern[str]) -> re.Pattern[str]:
+    """The table regex for a search over the joined text (^ and $ per line)."""
     return re.compile(rx.pattern, rx.flags | re.MULTILINE)
 
 
@@ -498,3 +509,212 @@ def _last_bare_exception(ix: Indexed, stop: int | None) -> int | None:
             return i
         return None
     return None
+
+
+# --- the failure reader of `fingerprint()` ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Hit:
+    sig: Signature
+    index: int
+    asked: str | None
+    phase: str | None
+    op: str | None
+
+
+def _signature_hit(
+    sig: Signature, ix: Indexed, root: RootCause | None, process_ended: bool, hung: bool
+) -> _Hit | None:
+    if (sig.hung_only and not hung) or (sig.unless_hung and hung):
+        return None
+    lines = ix.lines
+    if sig.on == "root-cause":
+        candidates: Iterator[int] = iter(
+            [root.index] if root is not None and sig.pattern.search(root.line) else []
+        )
+    else:
+        candidates = ix.find(_multiline(sig.pattern))
+    for i in candidates:
+        ln = lines[i]
+        if sig.raised_only and ln.level in QUIET_LEVELS:
+            continue
+        phase = ix.phase(i)
+        if (sig.phases and phase not in sig.phases) or phase in sig.not_phases:
+            continue
+        op = op_near(ix, i) if (sig.ops or sig.not_ops) else None
+        if (sig.ops and op not in sig.ops) or op in sig.not_ops:
+            continue
+        m = sig.pattern.search(ln.message)
+        asked = m.group("asked") if m and "asked" in sig.pattern.groupindex else None
+        hit = _Hit(sig, i, asked, phase, op)
+        break
+    else:
+        return None
+    if not all(ix.any(_multiline(r)) for r in sig.requires):
+        return None
+    if sig.unless_any is not None and ix.any(_multiline(sig.unless_any)):
+        return None
+    if sig.unless_after is not None:
+        if not process_ended:
+            return None
+        rest = ix.text[ix.starts[hit.index + 1] :] if hit.index + 1 < len(lines) else ""
+        if _multiline(sig.unless_after).search(rest):
+            return None
+    return hit
+
+
+_FALLBACK_ON = ("unclassified-death", "traceback-cut", "engine-died")
+
+
+def _name_failure(
+    ix: Indexed,
+    explained: _Hit | None,
+    root: RootCause | None,
+    death: int | None,
+    fallback: dict[str, Signature],
+    phase: str | None,
+    op: str | None,
+) -> tuple[str | None, _Hit | None]:
+    """(the failure's name, the fallback signature hit to add when no table signature explains
+    it). A traceback the log ends inside wins over an earlier exception: that exception did not
+    kill the process whose traceback was being printed."""
+    if explained is not None:
+        return explained.sig.id, None
+    cut = cut_traceback(ix)
+    if cut is not None and (root is None or root.index < cut.last) and "traceback-cut" in fallback:
+        return "traceback-cut", _Hit(fallback["traceback-cut"], cut.index, None, ix.phase(cut.index),
+                                     op_near(ix, len(ix.lines) - 1))
+    if root is not None:
+        sig = fallback.get("unclassified-death")
+        return f"exception:{root.type}", _Hit(sig, root.index, None, phase, op) if sig else None
+    if death is not None:
+        sig = fallback.get("engine-died")
+        return "engine-died", _Hit(sig, death, None, phase, op) if sig else None
+    return None, None
+
+
+def _classify(hits: list[_Hit], root: RootCause | None, ix: Indexed) -> tuple[_Hit | None, str]:
+    """The fatal signature that explains the death, and its class.
+
+    First (in table order, specific before generic) a signature whose pattern or required
+    pattern matches the root-cause line; then the earliest fatal hit in the log."""
+    fatal = [h for h in hits if h.sig.severity == "fatal" and h.sig.failure_class]
+    if root is not None:
+        for h in fatal:
+            if h.index == root.index or any(
+                r.search(root.line) for r in (h.sig.pattern, *h.sig.requires)
+            ):
+                return h, h.sig.failure_class or "unclassified"
+    if fatal:
+        h = min(fatal, key=lambda h: h.index)
+        return h, h.sig.failure_class or "unclassified"
+    return None, "unclassified"
+
+
+class SignatureContext(BaseModel):
+    """Where one signature the log shows was found: `Fingerprint.signature_context[<id>]`.
+    Stored with the keys its writer set (`process`, `frames` only for `traceback-cut`, `op` only
+    for a fatal signature, `asked` only when its pattern names what was asked); unknown keys are
+    kept."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    # Field order is the key order of the stored JSON.
+    line: int | None = Field(None, description="the log line number of the hit")
+    phase: str | None = Field(None, description="the start-up phase it happened in")
+    process: str | None = Field(None, description="traceback-cut: the process whose traceback is cut")
+    frames: tuple[str, ...] = Field((), description="traceback-cut: the frames printed before the cut")
+    op: str | None = Field(None, description="a fatal signature: the operation around its line")
+    asked: str | None = Field(None, description="what its pattern says was asked for")
+
+    @model_serializer(mode="wrap")
+    def _to_stored(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        for key in type(self).model_fields.keys() - self.model_fields_set:
+            out.pop(key, None)
+        return out
+
+
+class FailureFacts(BaseModel):
+    """How the engine died, when it did, and every signature the log shows."""
+
+    model_config = ConfigDict(frozen=True)
+    signatures: tuple[str, ...] = ()
+    fatal: bool = False
+    failure_class: str | None = None
+    root_cause: str | None = None
+    root_cause_line: int | None = None
+    failure_phase: str | None = None
+    failure_op: str | None = None
+    asked: str | None = None
+    signature_context: dict[str, SignatureContext] = {}
+    failure_signature: str | None = None
+
+
+def read_failure(lines: list[LogLine], requested: dict[str, str | None], cx: Context,
+                 process_ended: bool, hung: bool = False) -> FailureFacts:
+    """Signatures with their context, then the death, its root cause and its name."""
+    names, ev = cx.names, cx.evidence
+    ix = Indexed(lines)
+    death = died(ix)
+    root = root_cause(ix)
+    hits: list[_Hit] = []
+    fallback: dict[str, Signature] = {}
+    for sig in signatures():
+        if sig.on in _FALLBACK_ON:
+            fallback[sig.on] = sig
+        elif hit := _signature_hit(sig, ix, root, process_ended, hung):
+            hits.append(hit)
+    fatal = death is not None or any(h.sig.severity == "fatal" for h in hits)
+    failure_class = cause = phase = op = asked = named = None
+    cause_line: int | None = None
+    if fatal:
+        explained, failure_class = _classify(hits, root, ix)
+        if root is not None:
+            cause, cause_line = root.line, lines[root.index].number
+            ev["root_cause"] = root.line
+        elif explained is not None:
+            cause, cause_line = lines[explained.index].message, lines[explained.index].number
+        elif death is not None:
+            cause, cause_line = lines[death].message, lines[death].number
+        at = explained.index if explained else root.index if root else death
+        if at is not None:
+            phase = explained.phase if explained else ix.phase(at)
+            op = (explained.op if explained else None) or op_near(ix, at)
+        named, extra = _name_failure(ix, explained, root, death, fallback, phase, op)
+        if extra is not None:
+            hits.append(extra)
+        cut = cut_traceback(ix) if named == "traceback-cut" and root is None else None
+        if cut is not None and death in (None, cut.index):
+            where = cut.frames[-1] if cut.frames else "its first frame"
+            cause = f"traceback cut off after {where} ({cut.process or 'unprefixed process'})"
+            cause_line = lines[cut.index].number
+        if explained is not None and explained.sig.failure_class == "backend-refused":
+            asked_from = explained.sig.asked_from
+            asked = requested.get(asked_from) if asked_from else None
+            if asked is None and explained.asked:
+                asked = names.moe_flag(explained.asked) or explained.asked.lower()
+            if asked is None and asked_from == "moe_backend":
+                line = lines[explained.index].message
+                asked = next((flag for shown, flag in names.moe_display if shown in line), None)
+
+    signature_context: dict[str, SignatureContext] = {}
+    for h in hits:
+        ev[f"signature:{h.sig.id}"] = (
+            cause if h.sig.on == "unclassified-death" and cause else lines[h.index].message
+        )
+        # only the keys that apply are set (and stored)
+        ctx: dict[str, Any] = {"line": lines[h.index].number, "phase": h.phase or ix.phase(h.index)}
+        if h.sig.on == "traceback-cut" and (cut := cut_traceback(ix)) is not None:
+            ctx["process"], ctx["frames"] = cut.process, cut.frames
+        if h.sig.severity == "fatal":
+            ctx["op"] = h.op or op_near(ix, h.index)
+        if h.asked:
+            ctx["asked"] = h.asked
+        signature_context[h.sig.id] = SignatureContext(**ctx)
+    return FailureFacts(
+        signatures=tuple(h.sig.id for h in hits), fatal=fatal, failure_class=failure_class,
+        root_cause=cause, root_cause_line=cause_line, failure_phase=phase, failure_op=op,
+        asked=asked, signature_context=signature_context, failure_signature=named,
+    )

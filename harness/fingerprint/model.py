@@ -25,6 +25,11 @@ from pydantic import (
     model_validator,
 )
 
+# the sub-records are typed where they are produced: the request reader's mismatches, the failure
+# reader's signature context
+from harness.fingerprint.failure import SignatureContext
+from harness.fingerprint.readers import Mismatch
+
 
 class Fingerprint(BaseModel):
     """What one vLLM log proves. Absent facts are None / empty, never guessed.
@@ -43,7 +48,7 @@ class Fingerprint(BaseModel):
     kv_cache_tokens: int | None = None
     max_concurrency: float | None = None
     autotuner_skipped: tuple[tuple[str, int], ...] = Field(default=(), description="(op, count)")
-    mismatches: tuple[dict[str, Any], ...] = ()
+    mismatches: tuple[Mismatch, ...] = ()
     signatures: tuple[str, ...] = ()
     vllm_version: str | None = None
     evidence: dict[str, str] = Field(default_factory=dict)
@@ -76,7 +81,7 @@ class Fingerprint(BaseModel):
     failure_phase: str | None = None
     failure_op: str | None = None
     asked: str | None = None
-    signature_context: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    signature_context: dict[str, SignatureContext] = Field(default_factory=dict)
     # The name every fatal log gets: the signature that explains it, else `traceback-cut` (the
     # log ends inside a traceback), else `exception:<Type>` of the root cause, else
     # `engine-died` (only a death line shows it).
@@ -124,6 +129,11 @@ class Fingerprint(BaseModel):
             out["requested"] = {**asked, **self.requested, "source": self.requested_source}
         out.pop("requested_source", None)
         return out
+
+    def proof(self, *facts: str) -> tuple[str, ...]:
+        """The log lines that prove these facts (`evidence` keys: `moe_backend`, `requested`,
+        `signature:<id>`, ...), in order; a fact the log gave no line for is left out."""
+        return tuple(line for fact in facts if (line := self.evidence.get(fact)))
 
     def to_json(self) -> dict[str, Any]:
         """The stored shape (`cells/*.json` "fingerprint", `harness fingerprint --json`)."""

@@ -35,7 +35,7 @@ Message formats, from the PyPI sdists (0.33.0 unless said otherwise):
   acceptance rate: 59.4%, Accepted: N tokens, Drafted: N tokens`; 0.9+ adds `Mean acceptance
   length`, `Per-position acceptance rate: 0.800, 0.594`; 0.10+ `Accepted throughput`, `Drafted
   throughput` and `Avg Draft acceptance rate: 59.4%` last. Read field by field.
-- Failures: parse.py `read_failure`, failure.py and harness/data/failures.toml.
+- Failures: failure.py `read_failure` and harness/data/failures.toml.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from harness.fingerprint.lines import LogLine
 from harness.fingerprint.tables import KernelNames
@@ -638,6 +638,18 @@ def _requested_from_env(env: dict[str, str], names: KernelNames) -> dict[str, st
         out["linear_backend"] = names.linear_env_backend.get(gemm, gemm)
     return out
 
+class Mismatch(BaseModel):
+    """A request the log itself records (non-default args, kernel config, env) that the
+    selection did not follow: `Fingerprint.mismatches`. Unknown keys are kept."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    # Field order is the key order of the stored JSON.
+    what: str = Field(description="moe_backend | linear_backend | attention_backend")
+    asked: str = Field(description="what the log says was asked (an env request as VAR=value)")
+    got: str = Field(description="what was selected instead, or `ignored (<line>)`")
+
+
 def _mismatches(
     requested: dict[str, str],
     moe: str | None,
@@ -645,29 +657,28 @@ def _mismatches(
     linear: list[str],
     attention: str | None,
     names: KernelNames,
-) -> list[dict[str, str]]:
-    out: list[dict[str, str]] = []
+) -> list[Mismatch]:
+    out: list[Mismatch] = []
     if (asked := requested.get("moe_backend")) and moe is not None:
         expected = names.moe_expected(asked, quant)
         if expected is None or moe not in expected:
-            out.append({"what": "moe_backend", "asked": asked, "got": moe})
+            out.append(Mismatch(what="moe_backend", asked=asked, got=moe))
     if (asked := requested.get("linear_backend")) and linear:
         expected = names.linear_expected(asked) or frozenset()
         wrong = [k for k in linear if k not in expected]
         if wrong:
-            out.append({"what": "linear_backend", "asked": asked, "got": ", ".join(wrong)})
+            out.append(Mismatch(what="linear_backend", asked=asked, got=", ".join(wrong)))
     if (asked := requested.get("attention_backend")) and attention is not None:
         if asked.upper() != attention.upper():
-            out.append({"what": "attention_backend", "asked": asked, "got": attention})
+            out.append(Mismatch(what="attention_backend", asked=asked, got=attention))
     return out
-
 
 
 class RequestFacts(BaseModel):
     model_config = ConfigDict(frozen=True)
     requested: dict[str, str | None] = {}
     requested_source: str | None = None
-    mismatches: tuple[dict[str, str], ...] = ()
+    mismatches: tuple[Mismatch, ...] = ()
 
 
 class RequestReader(Reader):
@@ -712,7 +723,7 @@ class RequestReader(Reader):
         for var, line in self.unknown_env.items():
             if var in self.env:
                 what = "linear_backend" if var == "VLLM_NVFP4_GEMM_BACKEND" else "moe_backend"
-                mismatches.append({"what": what, "asked": f"{var}={self.env[var]}", "got": f"ignored ({line})"})
+                mismatches.append(Mismatch(what=what, asked=f"{var}={self.env[var]}", got=f"ignored ({line})"))
         return RequestFacts(requested={k: requested.get(k) for k in _REQUEST_KEYS.values()},
                             requested_source=source, mismatches=tuple(mismatches))
 

@@ -64,7 +64,7 @@ def _requested(value: str | None) -> str | None:
 
 
 def _moe(fp: Fingerprint, asked: str | None, require: bool) -> Verdict | None:
-    line = tuple(x for x in [fp.evidence.get("moe_backend")] if x)
+    line = fp.proof("moe_backend")
     if asked is None:
         if fp.moe_backend is None:
             return None
@@ -114,7 +114,7 @@ def _linear(fp: Fingerprint, asked: str | None, require: bool) -> Verdict | None
 
 
 def _attention(fp: Fingerprint, asked: str | None, require: bool) -> Verdict | None:
-    line = tuple(x for x in [fp.evidence.get("attention_backend")] if x)
+    line = fp.proof("attention_backend")
     if asked is None:
         return (
             Verdict("attention_backend", "pass", f"auto: got {fp.attention_backend}", line)
@@ -165,22 +165,15 @@ def verdicts(
 
     # The log's own record of a request (non-default args, env vars) can disagree with what ran
     # even when the cell did not ask: that is the case a cell author most needs to see.
+    cell_asked = {what for what, value in asked.items() if value is not None}
     for m in fp.mismatches:
-        if asked.get(m["what"]) is None:
-            lines = tuple(
-                x
-                for x in (
-                    fp.evidence.get("requested") or fp.evidence.get("requested_env"),
-                    fp.evidence.get(m["what"]),
-                )
-                if x
-            )
-            out.append(
-                Verdict(f"log:{m['what']}", "fail", f"asked {m['asked']}, got {m['got']}", lines)
-            )
+        if m.what not in cell_asked:
+            # where the log records the request (its args, else its env), then the selection line
+            lines = (*(fp.proof("requested") or fp.proof("requested_env")), *fp.proof(m.what))
+            out.append(Verdict(f"log:{m.what}", "fail", f"asked {m.asked}, got {m.got}", lines))
 
     for op, count in fp.autotuner_skipped:
-        line = (fp.evidence.get(f"autotuner:{op}", ""),)
+        line = fp.proof(f"autotuner:{op}") or ("",)
         if count > max_autotuner_skips:
             out.append(
                 Verdict(
@@ -205,7 +198,7 @@ def verdicts(
     allowed = set(allowed_signatures)
     for sig_id in fp.signatures:
         sig = by_id[sig_id]
-        line = (fp.evidence.get(f"signature:{sig_id}", ""),)
+        line = fp.proof(f"signature:{sig_id}") or ("",)
         status: Status = "fail" if sig.severity == "fatal" and sig_id not in allowed else "warn"
         note = " (allowed for this cell)" if sig_id in allowed else ""
         out.append(
@@ -226,8 +219,10 @@ def verdicts(
 
 
 def _context(fp: Fingerprint, sig_id: str) -> str:
-    ctx = fp.signature_context.get(sig_id) or {}
-    parts = [f"{k} {ctx[k]}" for k in ("phase", "op", "asked") if ctx.get(k)]
+    ctx = fp.signature_context.get(sig_id)  # None: a record written before contexts were kept
+    if ctx is None:
+        return ""
+    parts = [f"{k} {v}" for k, v in (("phase", ctx.phase), ("op", ctx.op), ("asked", ctx.asked)) if v]
     return f"({', '.join(parts)}) " if parts else ""
 
 

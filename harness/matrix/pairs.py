@@ -10,6 +10,7 @@ once, when the matrix is expanded; the plan shows it, each NVFP4 cell's result s
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
@@ -19,10 +20,10 @@ from harness.matrix.problem import problem
 
 def partner_models(models: Mapping[str, Model]) -> tuple[dict[str, str], list[str]]:
     """(NVFP4 model key -> FP8 model key, problems). A model with no partner is absent."""
-    fp8_of: dict[str, list[str]] = {}
+    fp8_of: defaultdict[str, list[str]] = defaultdict(list)
     for key, m in models.items():
         if m.quantization == "fp8" and m.family:
-            fp8_of.setdefault(m.family, []).append(key)
+            fp8_of[m.family].append(key)
     out: dict[str, str] = {}
     problems: list[str] = []
     for key, m in models.items():
@@ -47,7 +48,7 @@ def partner_models(models: Mapping[str, Model]) -> tuple[dict[str, str], list[st
             continue
         if m.quantization != "nvfp4" or not m.family:
             continue
-        candidates = fp8_of.get(m.family, [])
+        candidates = fp8_of[m.family]
         if len(candidates) > 1:
             problems.append(problem(f"models.{key}.family",
                                     f"family '{m.family}' has {len(candidates)} FP8 models "

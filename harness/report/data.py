@@ -8,6 +8,7 @@ Absent facts stay None and print as "n/a".
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,11 +153,9 @@ class Report:
     bench: BenchInfo = field(default_factory=BenchInfo)  # run.json matrix.bench: says why a section is empty
 
     def status_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for c in self.cells:
-            counts[c.status] = counts.get(c.status, 0) + 1
-        order = {s: i for i, s in enumerate(STATUS_ORDER)}
-        return dict(sorted(counts.items(), key=lambda kv: order.get(kv[0], len(order))))
+        counts = Counter(c.status for c in self.cells)
+        # STATUS_ORDER first, any other status after it
+        return {s: counts[s] for s in dict.fromkeys((*STATUS_ORDER, *counts)) if counts[s]}
 
 
 def read_run_dir(run_dir: Path) -> tuple[RunRecord, list[CellResult], dict[BuildKey, BuildOutcome]]:
@@ -170,7 +169,7 @@ def _stat(level: BenchLevel | None, key: str) -> Stat | None:
     if value is None or level is None:
         return None
     value = float(value)
-    samples = [float(s) for s in level.samples.get(key) or () if s is not None]
+    samples = level.values(key)
     if len(samples) < 2:
         return Stat(value, value, value, len(samples) or 1)
     return Stat(value, min(samples), max(samples), len(samples))

@@ -83,8 +83,8 @@ def _chip(run: RunRecord) -> str:
 
 
 def _fatal(fp: Fingerprint | None) -> list[str]:
-    severity = {s.id: s.severity for s in signatures()}
-    return [s for s in (fp.signatures if fp else ()) if severity.get(s) == "fatal"]
+    fatal = {s.id for s in signatures() if s.severity == "fatal"}
+    return [s for s in (fp.signatures if fp else ()) if s in fatal]
 
 
 def _flag(check: str) -> str:

@@ -146,12 +146,12 @@ def _kernels(cid: str, b: CellResult, c: CellResult, gate: bool) -> list[Finding
 
 
 def _signatures(cid: str, b: CellResult, c: CellResult) -> list[Finding]:
-    severity = {s.id: s.severity for s in signatures()}
+    fatal_ids = {s.id for s in signatures() if s.severity == "fatal"}
     sb = set(b.fingerprint.signatures if b.fingerprint else ())
     sc = set(c.fingerprint.signatures if c.fingerprint else ())
     out = []
     for sig in sorted(sc - sb):
-        fatal = severity.get(sig) == "fatal"
+        fatal = sig in fatal_ids
         out.append(
             Finding(
                 cid,
@@ -163,7 +163,7 @@ def _signatures(cid: str, b: CellResult, c: CellResult) -> list[Finding]:
             )
         )
     for sig in sorted(sb - sc):
-        fatal = severity.get(sig) == "fatal"
+        fatal = sig in fatal_ids
         out.append(
             Finding(
                 cid,

@@ -48,11 +48,11 @@ def _got(fp: Fingerprint, check: str) -> str | None:
 
 
 def _typed(v: Verdict, asked: dict[str, str | None], fp: Fingerprint) -> Verdict:
-    """The log's verdict with asked/got for selections."""
+    """The log's verdict with asked/got for selections (`asked`: the cell's request per SELECTION_CHECKS)."""
     check = v.check.removeprefix("log:")
     extra = {}
     if check in SELECTION_CHECKS:
-        extra = {"asked": asked.get(check), "got": _got(fp, check)}
+        extra = {"asked": asked[check], "got": _got(fp, check)}
     return v.model_copy(update={"lines": tuple(x for x in v.lines if x), **extra})
 
 
@@ -137,10 +137,9 @@ def _select_rules(cell: Subject, expect: Expect, fp: Fingerprint) -> list[Verdic
             want, got = getattr(rule, key), getattr(fp, key)
             if want is None:
                 continue
-            evidence = fp.evidence.get(key)
             out.append(_check(f"expect.{key}", (got or "").upper() == want.upper(),
                               f"{key} is {got}", f"expected {want}, got {got}",
-                              lines=(evidence,) if evidence else (), asked=want, got=got))
+                              lines=fp.proof(key), asked=want, got=got))
         if rule.linear_kernel is not None:
             got = ", ".join(fp.linear_kernels) or None
             out.append(_check("expect.linear_kernel", rule.linear_kernel in fp.linear_kernels,

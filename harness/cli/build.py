@@ -195,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"{o.stack}: {o.status} {o.image_ref} ({o.duration_s:.0f} s)"
                   + (f" log {o.log_path}" if o.log_path else ""), markup=False)
         if o.compile_cache is not None:  # a build with compile steps (not a wheel stack's)
-            out.print(f"  {cache_line(o.compile_cache.model_dump(mode='json'))}", markup=False)
+            out.print(f"  {cache_line(o.compile_cache)}", markup=False)
         if o.status in ("built", "failed"):
             # the record `harness run` keeps as builds/<stack>.json, beside the log
             write_text(Path(args.log_dir) / f"build-{o.stack}.json", o.model_dump_json(indent=1),

@@ -32,6 +32,7 @@ import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -183,8 +184,8 @@ def repack(src: Path, dest: Path, globs: tuple[str, ...]) -> list[str]:
     return removed
 
 
-def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path, target: platforms.Platform) -> dict:
-    """The wheelhouse folder (re-packed where the spec strips) and its lock, as a dict. Wheels
+def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path, target: platforms.Platform) -> WheelLock:
+    """The wheelhouse folder (re-packed where the spec strips) and its lock. Wheels
     built for another CPU than `target` are left out; a requirement with only such wheels is
     refused, naming them."""
     wheelhouse.mkdir(parents=True, exist_ok=True)
@@ -206,8 +207,7 @@ def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path, target
             continue
         seen.add(name)
         upstream = sha256_file(whl)
-        entry: dict[str, str | bool | list[str]] = {"name": name, "version": version, "file": whl.name,
-                                                    "upstream_sha256": upstream}
+        entry: dict[str, object] = {"name": name, "version": version, "file": whl.name, "upstream_sha256": upstream}
         if name in strips:
             removed = repack(whl, wheelhouse / whl.name, strips[name].paths)
             if not removed:
@@ -218,7 +218,7 @@ def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path, target
             Root(wheelhouse, what="wheelhouse").copy_in(Root(downloaded, what="pip download folder"), whl.name)
             entry.update(repacked=False)
         entry["sha256"] = sha256_file(wheelhouse / whl.name)
-        entries.append(entry)
+        entries.append(LockedWheel.model_validate(entry))
     if wrong := [why for name in sorted(set(foreign) - seen) for why in foreign[name]]:
         raise ConfigError(f"bundle {spec.name}: in {downloaded}: " + "; ".join(wrong[:5]),
                           hint=f"download the {target.machine} wheels (or pure ones), or make the bundle for "
@@ -226,13 +226,13 @@ def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path, target
     missing = sorted(set(wanted) - seen)
     if missing:
         raise HarnessError(f"bundle {spec.name}: no wheel downloaded for {', '.join(missing)}")
-    lock = {"bundle": spec.name, "python_version": spec.python_version, "platform": target.docker,
-            "wheels": entries}
-    writes.write_text(wheelhouse / LOCK, json.dumps(lock, indent=1, sort_keys=True) + "\n", flag="wheel lock")
+    lock = WheelLock(bundle=spec.name, python_version=spec.python_version, platform=target.docker,
+                     wheels=tuple(entries))
+    writes.write_text(wheelhouse / LOCK, lock.as_text(), flag="wheel lock")
     return lock
 
 
-def pack(wheelhouse: Path, out: Path, spec: BundleSpec, target: platforms.Platform) -> dict:
+def pack(wheelhouse: Path, out: Path, spec: BundleSpec, target: platforms.Platform) -> BundleManifest:
     """wheelhouse -> out/part_NN (each <= part size) + out/bundle.json."""
     out.mkdir(parents=True, exist_ok=True)
     for old in Root(out, what="--out").files():  # a link named part_* is not listed: writing over it is refused
@@ -265,19 +265,18 @@ def pack(wheelhouse: Path, out: Path, spec: BundleSpec, target: platforms.Platfo
                 break
             p = out / PART.format(i)
             writes.write_bytes(p, chunk, flag="--out part")
-            parts.append({"file": p.name, "bytes": len(chunk), "sha256": hashlib.sha256(chunk).hexdigest()})
-    manifest = {"bundle": spec.name, "description": spec.description, "format": "tar.xz split",
-                "platform": target.docker,
-                "archive_sha256": sha256_file(archive), "archive_bytes": archive.stat().st_size,
-                "part_size_limit_bytes": limit, "parts": parts,
-                "lock": read_lock(wheelhouse)}
+            parts.append(BundlePart(file=p.name, bytes=len(chunk), sha256=hashlib.sha256(chunk).hexdigest()))
+    manifest = BundleManifest(bundle=spec.name, description=spec.description, format="tar.xz split",
+                              platform=target.docker, archive_sha256=sha256_file(archive),
+                              archive_bytes=archive.stat().st_size, part_size_limit_bytes=limit, parts=tuple(parts),
+                              lock=read_lock(wheelhouse))
     writes.remove_file(archive, flag="--out archive")
-    writes.write_text(out / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n", flag="--out manifest")
+    writes.write_text(out / MANIFEST, manifest.as_text(), flag="--out manifest")
     return manifest
 
 
 def make(spec_path: Path, out: Path, *, downloaded: Path | None = None, keep_wheelhouse: Path | None = None,
-         platform: platforms.Platform | None = None) -> dict:
+         platform: platforms.Platform | None = None) -> BundleManifest:
     spec = load_spec(spec_path)
     target = target_platform(spec, spec_path, platform)
     with tempfile.TemporaryDirectory(prefix="harness-bundle-") as tmp:
@@ -292,133 +291,161 @@ def make(spec_path: Path, out: Path, *, downloaded: Path | None = None, keep_whe
 # --- install ------------------------------------------------------------------------------------
 
 
-class _Part(_Strict):
+class _Written(BaseModel):
+    """A file this module writes: frozen, unknown keys kept; written out, it holds the keys it was
+    given (so a lock or manifest read and written again is the same JSON)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    def as_text(self) -> str:
+        return json.dumps(self.model_dump(mode="json", exclude_unset=True), indent=1, sort_keys=True) + "\n"
+
+
+class BundlePart(_Strict):
+    """One part of the split archive (bundle.json `parts`)."""
+
     file: str
     bytes: int = Field(ge=0)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
-class _Wheel(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
+class LockedWheel(_Written):
+    """One wheel of wheels.lock: the file, its sha256 and, for a re-packed one, what was removed."""
+
     name: str
     version: str
     file: str
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    upstream_sha256: str | None = Field(None, description="The sha256 of the wheel as downloaded.")
+    repacked: bool = False
+    stripped: tuple[str, ...] = Field((), description="Archive members removed (a re-packed wheel).")
+    strip_reason: str = ""
 
 
-class _Lock(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
+class WheelLock(_Written):
+    """wheels.lock, beside the wheels of a wheelhouse (and bundle.json `lock`)."""
+
+    bundle: str | None = None
+    python_version: str | None = None
     platform: str | None = None  # absent in bundles made before platforms were recorded
-    wheels: tuple[_Wheel, ...] = Field(max_length=10_000)
+    wheels: tuple[LockedWheel, ...] = Field(max_length=10_000)
 
 
-class _Manifest(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
+class BundleManifest(_Written):
+    """bundle.json, beside the parts: the archive's sha256 and size, its parts, and the lock."""
+
     bundle: str
+    description: str | None = None
+    format: str | None = None
     archive_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     archive_bytes: int = Field(ge=0)
+    part_size_limit_bytes: int | None = None
     platform: str | None = None
-    parts: tuple[_Part, ...] = Field(min_length=1, max_length=10_000)
-    lock: _Lock
+    parts: tuple[BundlePart, ...] = Field(min_length=1, max_length=10_000)
+    lock: WheelLock
 
 
-def _validated(model, data, name: str, hint: str) -> dict:
+_Doc = TypeVar("_Doc", WheelLock, BundleManifest)
+
+
+def _validated(model: type[_Doc], data: object, name: str, hint: str) -> _Doc:
     """`data` checked against `model` (types, sizes, file names): a damaged manifest or lock is
     exit 2 naming the file, never a KeyError in the middle of an install."""
     try:
-        model.model_validate(data)
+        doc = model.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()[:5])
         raise ConfigError(f"{name}: {grammar.one_line(problems)}", hint=hint) from None
-    lock = data["lock"] if model is _Manifest else data
-    for where, d in (("platform", data), ("lock.platform", lock)) if model is _Manifest else (("platform", data),):
-        if d.get("platform") is not None:
-            platforms.parse(d["platform"], where=f"{name}: {where}")
-    wheels = lock["wheels"]
-    for i, w in enumerate(wheels):
-        grammar.check("wheel_file", w["file"], where=f"{name}: wheels[{i}].file", hint=hint)
-    for i, p in enumerate(data.get("parts", ())):
-        grammar.check("part", p["file"], where=f"{name}: parts[{i}].file", hint=hint)
-    return data
+    lock = doc.lock if isinstance(doc, BundleManifest) else doc
+    platforms_at = [("platform", doc.platform)] + ([("lock.platform", lock.platform)] if lock is not doc else [])
+    for where, value in platforms_at:
+        if value is not None:
+            platforms.parse(value, where=f"{name}: {where}")
+    for i, w in enumerate(lock.wheels):
+        grammar.check("wheel_file", w.file, where=f"{name}: wheels[{i}].file", hint=hint)
+    parts: tuple[BundlePart, ...] = doc.parts if isinstance(doc, BundleManifest) else ()
+    for i, p in enumerate(parts):
+        grammar.check("part", p.file, where=f"{name}: parts[{i}].file", hint=hint)
+    return doc
 
 
-def read_manifest(bundle_dir: Path) -> dict:
+def read_manifest(bundle_dir: Path) -> BundleManifest:
     hint = "copy bundle.json beside the parts (it is written by `harness bundle make`)"
 
     data = load_json(bundle_dir / MANIFEST, limit=16 << 20, what="bundle manifest", hint=hint)
-    return _validated(_Manifest, data, f"{bundle_dir / MANIFEST}", hint)
+    return _validated(BundleManifest, data, f"{bundle_dir / MANIFEST}", hint)
 
 
-def read_lock(wheelhouse: Path) -> dict:
+def read_lock(wheelhouse: Path) -> WheelLock:
     hint = "unpack the bundle again: `harness bundle install DIR --dest FOLDER`"
     data = load_json(wheelhouse / LOCK, limit=16 << 20, what="wheel lock", hint=hint)
-    return _validated(_Lock, data, f"{wheelhouse / LOCK}", hint)
+    return _validated(WheelLock, data, f"{wheelhouse / LOCK}", hint)
 
 
 
-def wheelhouse_files(where: Path, lock: dict) -> list[tuple[str, bytes]]:
+def wheelhouse_files(where: Path, lock: WheelLock) -> list[tuple[str, bytes]]:
     """The lock and every wheel it names, as build-context files (`wheelhouse/NAME`): each wheel
     read bounded from inside `where` (never outside it) and checked against the lock's sha256."""
     files = [("wheelhouse/" + LOCK, paths.read_bytes(where / LOCK, limit=16 << 20, what="wheel lock"))]
-    for e in lock["wheels"]:
-        wheel = paths.under(where, e["file"], what=f"{where / LOCK}: wheel")
+    for e in lock.wheels:
+        wheel = paths.under(where, e.file, what=f"{where / LOCK}: wheel")
         data = paths.read_bytes(wheel, limit=8 << 30, what="wheel")
-        if hashlib.sha256(data).hexdigest() != e["sha256"]:
+        if hashlib.sha256(data).hexdigest() != e.sha256:
             raise ConfigError(f"{wheel}: sha256 differs from {LOCK}",
                               hint="the wheelhouse was changed after the bundle was made: install it again")
-        files.append(("wheelhouse/" + e["file"], data))
+        files.append(("wheelhouse/" + e.file, data))
     return files
 
-def check_parts(bundle_dir: Path) -> dict:
+def check_parts(bundle_dir: Path) -> BundleManifest:
     manifest = read_manifest(bundle_dir)
-    for p in manifest["parts"]:
-        path = paths.under(bundle_dir, p["file"], what=f"{bundle_dir / MANIFEST}: part")
+    for p in manifest.parts:
+        path = paths.under(bundle_dir, p.file, what=f"{bundle_dir / MANIFEST}: part")
         if not path.is_file():
-            raise ConfigError(f"{bundle_dir}: part {p['file']} is missing",
-                              hint=f"copy all {len(manifest['parts'])} parts into {bundle_dir}")
-        if (got := sha256_file(path)) != p["sha256"]:
-            raise HarnessError(f"{path}: sha256 {got} is not the manifest's {p['sha256']}",
+            raise ConfigError(f"{bundle_dir}: part {p.file} is missing",
+                              hint=f"copy all {len(manifest.parts)} parts into {bundle_dir}")
+        if (got := sha256_file(path)) != p.sha256:
+            raise HarnessError(f"{path}: sha256 {got} is not the manifest's {p.sha256}",
                                hint="the part is damaged or from another bundle: copy it again")
     return manifest
 
 
-def check_lock(wheelhouse: Path) -> dict:
+def check_lock(wheelhouse: Path) -> WheelLock:
     lock = read_lock(wheelhouse)
-    for w in lock["wheels"]:
-        path = paths.under(wheelhouse, w["file"], what=f"{wheelhouse / LOCK}: wheel")
+    for w in lock.wheels:
+        path = paths.under(wheelhouse, w.file, what=f"{wheelhouse / LOCK}: wheel")
         if not path.is_file():
-            raise HarnessError(f"{wheelhouse}: {w['file']} is missing (listed in {LOCK})")
-        if (got := sha256_file(path)) != w["sha256"]:
-            raise HarnessError(f"{path}: sha256 {got} is not the lock's {w['sha256']}")
+            raise HarnessError(f"{wheelhouse}: {w.file} is missing (listed in {LOCK})")
+        if (got := sha256_file(path)) != w.sha256:
+            raise HarnessError(f"{path}: sha256 {got} is not the lock's {w.sha256}")
     return lock
 
 
-def refuse_other_cpu(where: str, lock: dict, target: platforms.Platform, made_for: str | None = None) -> None:
+def refuse_other_cpu(where: str, lock: WheelLock, target: platforms.Platform, made_for: str | None = None) -> None:
     """Bad input (exit 2) when a bundle or wheelhouse was made for another CPU than `target`, or
     holds a wheel whose tag names another one: named, before anything is unpacked or installed."""
-    made = platforms.parse(made_for or lock.get("platform") or target.docker, where=f"{where}: platform")
+    made = platforms.parse(made_for or lock.platform or target.docker, where=f"{where}: platform")
     if made != target:
         raise ConfigError(f"{where}: made for {made.describe()}; this is {target.describe()}",
                           hint=f"make the bundle for {target.docker} (`harness bundle make SPEC --platform "
                                f"{target.docker}`), or install it on a {made.machine} host")
-    wrong = [why for w in lock["wheels"] if (why := platforms.wheel_refusal(w["file"], target))]
+    wrong = [why for w in lock.wheels if (why := platforms.wheel_refusal(w.file, target))]
     if wrong:
         raise ConfigError(f"{where}: {len(wrong)} wheel(s) for another CPU: " + "; ".join(wrong[:5]),
                           hint=f"make the bundle again for {target.docker}: its wheels must be pure or "
                                f"tagged _{target.machine}")
 
 
-def unpack(bundle_dir: Path, dest: Path, target: platforms.Platform | None = None) -> dict:
+def unpack(bundle_dir: Path, dest: Path, target: platforms.Platform | None = None) -> BundleManifest:
     """Check and unpack a bundle into the wheelhouse `dest`, for `target` (default: this host)."""
     target = target or platforms.host()
     manifest = check_parts(bundle_dir)
-    refuse_other_cpu(str(bundle_dir / MANIFEST), manifest["lock"], target, manifest.get("platform"))
+    refuse_other_cpu(str(bundle_dir / MANIFEST), manifest.lock, target, manifest.platform)
     h = hashlib.sha256()
     dest.mkdir(parents=True, exist_ok=True)
 
     class Joined:
         def __init__(self) -> None:
-            self.files = [paths.open_regular(bundle_dir / p["file"], what="bundle part") for p in manifest["parts"]]
+            self.files = [paths.open_regular(bundle_dir / p.file, what="bundle part") for p in manifest.parts]
 
         def read(self, n: int = -1) -> bytes:
             buf = b""
@@ -432,13 +459,13 @@ def unpack(bundle_dir: Path, dest: Path, target: platforms.Platform | None = Non
             return buf
 
     joined = Joined()
-    allowed = {LOCK} | {w["file"] for w in manifest["lock"]["wheels"]}
+    allowed = {LOCK} | {w.file for w in manifest.lock.wheels}
     # wheels are zip files already: xz shrinks a wheelhouse a little, never a hundredfold
-    bound = 64 * 2**20 + 8 * int(manifest["archive_bytes"])
+    bound = 64 * 2**20 + 8 * manifest.archive_bytes
     extract_flat_tar_xz(joined, dest, name=f"{bundle_dir}: the joined parts", allowed=allowed, max_bytes=bound)
     while joined.read(1 << 20):  # the xz stream may end before the last padding bytes
         pass
-    if h.hexdigest() != manifest["archive_sha256"]:
+    if h.hexdigest() != manifest.archive_sha256:
         raise HarnessError(f"{bundle_dir}: the joined parts' sha256 is not the manifest's archive_sha256")
     check_lock(dest)
     return manifest
@@ -487,12 +514,12 @@ def install_site(wheelhouse: Path, site: Path, python: str) -> list[str]:
     Every wheel is checked against that Python's CPU first: none for another is ever unpacked. The
     wheels returned are the ones found installed (each one's .dist-info in `site`)."""
     lock = check_lock(wheelhouse)
-    files = [str(wheelhouse / w["file"]) for w in lock["wheels"]]
+    files = [str(wheelhouse / w.file) for w in lock.wheels]
     if shutil.which(python) is None:
         raise ConfigError(f"--python {python}: no such interpreter", hint="give the Python that will import the site")
     cpu, impl, version = interpreter(python)
     refuse_other_cpu(str(wheelhouse / LOCK), lock, cpu)
-    wrong = [why for w in lock["wheels"] if (why := python_refusal(w["file"], impl, version))]
+    wrong = [why for w in lock.wheels if (why := python_refusal(w.file, impl, version))]
     if wrong:
         raise ConfigError(f"--python {python}: {len(wrong)} wheel(s) it cannot import: " + "; ".join(wrong[:5]),
                           hint=f"make the bundle for Python {version[0]}.{version[1]} (python_version in the "
@@ -510,8 +537,8 @@ def install_site(wheelhouse: Path, site: Path, python: str) -> list[str]:
                 z.extractall(site)
     found = {norm(d[:-len(".dist-info")].rsplit("-", 1)[0])
              for d in Root(site, what="--site").folders() if d.endswith(".dist-info")}
-    missing = [w["file"] for w in lock["wheels"] if norm(w["name"]) not in found]
+    missing = [w.file for w in lock.wheels if norm(w.name) not in found]
     if missing:
         raise HarnessError(f"{site}: {len(missing)} of {len(files)} wheel(s) not installed: {', '.join(missing[:5])}",
                            hint="see the pip output above; install into an empty folder")
-    return [w["file"] for w in lock["wheels"]]
+    return [w.file for w in lock.wheels]

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness import __version__, http, platforms
 from harness.errors import ConfigError, EnvironmentProblem
@@ -56,6 +56,79 @@ HEADER = """\
 """
 
 JsonGetter = Callable[[str], dict]
+
+
+# --- a package index's JSON answer, validated where it comes in --------------------------------
+
+
+def _text_digests(value: object) -> dict[str, object]:
+    """An index entry's digests, the text ones only (an answer of the wrong type has none)."""
+    return {k: v for k, v in value.items() if isinstance(v, str)} if isinstance(value, dict) else {}
+
+
+class Digests(BaseModel):
+    """An index file's `digests` (algorithm -> hex): the text values kept, others dropped."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    sha256: str = ""
+
+
+class IndexFile(BaseModel):
+    """One file an index lists for a version (PyPI's `urls` entry); unknown keys are kept."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    filename: str = Field(strict=True)
+    packagetype: str = Field(strict=True)
+    digests: Digests = Digests()
+
+    @field_validator("digests", mode="before")
+    @classmethod
+    def _digests(cls, value: object) -> object:
+        return value if isinstance(value, Digests) else _text_digests(value)
+
+
+class IndexInfo(BaseModel):
+    """The project's `info` table; only its latest version is read (for a message)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    version: object = "?"
+
+
+def _file_entries(value: object) -> list[IndexFile]:
+    """An index's file list, entries of the right shape only (a text filename and packagetype,
+    digests of text): an answer of the wrong type lists nothing, it never raises."""
+    out = []
+    for f in value if isinstance(value, list) else []:
+        try:
+            out.append(IndexFile.model_validate(f))
+        except ValidationError:
+            continue
+    return out
+
+
+class IndexAnswer(BaseModel):
+    """PyPI's JSON API answer, per version (`urls`) or per project (`releases`, `info`); a field of
+    the wrong type reads as absent."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    urls: list[IndexFile] = []
+    releases: dict[str, list[IndexFile]] = {}
+    info: IndexInfo = IndexInfo()
+
+    @field_validator("urls", mode="before")
+    @classmethod
+    def _urls(cls, value: object) -> list[IndexFile]:
+        return _file_entries(value)
+
+    @field_validator("releases", mode="before")
+    @classmethod
+    def _releases(cls, value: object) -> dict[str, list[IndexFile]]:
+        return {str(v): _file_entries(files) for v, files in value.items()} if isinstance(value, dict) else {}
+
+    @field_validator("info", mode="before")
+    @classmethod
+    def _info(cls, value: object) -> object:
+        return value if isinstance(value, dict) else {}
 
 
 class _Strict(BaseModel):
@@ -88,9 +161,37 @@ class LockMeta(_Strict):
                                  "linux/arm64); absent in locks written before it was recorded.")
 
 
+PinKey = Literal["base_image", "vllm", "flashinfer", "flashinfer-cubin"]
+
+
+class StackPins(_Strict):
+    """The pins of one stack (`[stacks.<stack>]`): each table present only when the stack fetches it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    base_image: LockedImage | None = None
+    vllm: LockedFile | None = None
+    flashinfer: LockedFile | None = None
+    flashinfer_cubin: LockedFile | None = Field(None, alias="flashinfer-cubin")
+
+    def of(self, key: PinKey) -> LockedImage | LockedFile | None:
+        """The pin a Want's key names."""
+        return {"base_image": self.base_image, "vllm": self.vllm, "flashinfer": self.flashinfer,
+                "flashinfer-cubin": self.flashinfer_cubin}[key]
+
+    def items(self) -> list[tuple[PinKey, LockedImage | LockedFile]]:
+        """The pins present, as (key, pin) in the lock's order."""
+        keys: tuple[PinKey, ...] = ("base_image", "vllm", "flashinfer", "flashinfer-cubin")
+        return [(k, pin) for k in keys if (pin := self.of(k)) is not None]
+
+
 class LockFile(_Strict):
     lock: LockMeta
-    stacks: dict[str, dict[str, LockedImage | LockedFile]] = Field(default_factory=dict)
+    stacks: dict[str, StackPins] = Field(default_factory=dict)
+
+    def pins(self, stack: str) -> StackPins:
+        """The pins of `stack`; none (all fields None) for a stack the lock does not hold."""
+        return self.stacks.get(stack) or StackPins()
 
 
 # --- what a matrix asks to be pinned ------------------------------------------------------------
@@ -101,7 +202,7 @@ class Want(BaseModel):
 
     model_config = ConfigDict(frozen=True)
     stack: str
-    key: str  # base_image, vllm, flashinfer, flashinfer-cubin
+    key: PinKey
     what: str  # "nvidia/cuda:13.0.1-devel-ubuntu24.04" or "vllm==0.33.0 (sdist)"
     given: str | None = None  # the value written in the matrix, which wins
     kind: Literal["image", "sdist", "wheel"] = "image"
@@ -170,7 +271,7 @@ def _norm(project: str) -> str:
 
 
 def pypi_files(project: str, version: str, *, fetch: JsonGetter | None = None,
-               version_url: str | None = None, project_url: str | None = None) -> list[dict]:
+               version_url: str | None = None, project_url: str | None = None) -> list[IndexFile]:
     """The files PyPI lists for project==version (its `urls` entries)."""
     fetch = fetch or get_json
     version_url = version_url or PYPI_VERSION_JSON
@@ -178,61 +279,47 @@ def pypi_files(project: str, version: str, *, fetch: JsonGetter | None = None,
     name = _norm(project)
     url = version_url.format(name=name, version=version)
     try:
-        return _file_entries(_index_doc(fetch(url), url).get("urls"))
+        return _index_doc(fetch(url), url).urls
     except PyPIError as exc:
         if exc.status != 404:
             raise
     url = project_url.format(name=name)
     doc = _index_doc(fetch(url), url)
-    found = doc.get("releases")
-    releases: dict = found if isinstance(found, dict) else {}
+    releases = doc.releases
     if version not in releases:
         known = [v for v in releases if releases[v]]
-        about = doc.get("info")
-        info: dict = about if isinstance(about, dict) else {}
         raise ConfigError(f"{project} {version} is not on PyPI",
-                          hint=f"pin a released version (latest: {str(info.get('version', '?'))[:40]}; "
+                          hint=f"pin a released version (latest: {str(doc.info.version)[:40]}; "
                                f"{len(known)} releases listed)")
-    return _file_entries(releases[version])
+    return releases[version]
 
 
-def _index_doc(doc: object, url: str) -> dict:
+def _index_doc(doc: object, url: str) -> IndexAnswer:
     if not isinstance(doc, dict):
         raise EnvironmentProblem(f"{url}: not a package index's JSON (a {type(doc).__name__}, not an object)",
                                  hint="check the index URL; PyPI's JSON API answers an object")
-    return doc
+    return IndexAnswer.model_validate(doc)
 
 
-def _file_entries(value: object) -> list[dict]:
-    """An index's file list, entries of the right shape only (a text filename and packagetype,
-    digests of text): an answer of the wrong type lists nothing, it never raises."""
-    out = []
-    for f in value if isinstance(value, list) else []:
-        if isinstance(f, dict) and isinstance(f.get("filename"), str) and isinstance(f.get("packagetype"), str):
-            d = f.get("digests")
-            out.append({**f, "digests": {k: v for k, v in d.items() if isinstance(v, str)} if isinstance(d, dict) else {}})
-    return out
-
-
-def pick_file(files: list[dict], project: str, version: str, kind: str,
-              platform: platforms.Platform | None = None) -> dict:
+def pick_file(files: list[IndexFile], project: str, version: str, kind: str,
+              platform: platforms.Platform | None = None) -> IndexFile:
     """The one file the build downloads: the sdist, or the wheel for `platform` (default: this
     host's), a pure one first."""
     if kind == "sdist":
-        mine = [f for f in files if f.get("packagetype") == "sdist"]
+        mine = [f for f in files if f.packagetype == "sdist"]
     else:
         target = platform or platforms.host()
-        wheels = [f for f in files if f.get("packagetype") == "bdist_wheel"]
-        mine = ([f for f in wheels if "any" in platforms.wheel_targets(f.get("filename", ""))]
-                or [f for f in wheels if target.takes_wheel(f.get("filename", ""))])
+        wheels = [f for f in files if f.packagetype == "bdist_wheel"]
+        mine = ([f for f in wheels if "any" in platforms.wheel_targets(f.filename)]
+                or [f for f in wheels if target.takes_wheel(f.filename)])
     if not mine:
-        listed = ", ".join(f.get("filename", "?") for f in files) or "no files"
+        listed = ", ".join(f.filename for f in files) or "no files"
         what = kind if kind == "sdist" else f"{kind} for {(platform or platforms.host()).describe()}"
         raise ConfigError(f"{project} {version} has no {what} on PyPI (listed: {listed})",
                           hint="pin a version that publishes one")
-    chosen = sorted(mine, key=lambda f: f["filename"])[0]
-    if not re.fullmatch(r"[0-9a-f]{64}", (chosen.get("digests") or {}).get("sha256", "")):
-        raise ConfigError(f"{project} {version}: PyPI lists no sha256 for {chosen['filename']}")
+    chosen = sorted(mine, key=lambda f: f.filename)[0]
+    if not re.fullmatch(r"[0-9a-f]{64}", chosen.digests.sha256):
+        raise ConfigError(f"{project} {version}: PyPI lists no sha256 for {chosen.filename}")
     return chosen
 
 
@@ -270,7 +357,7 @@ def resolve(matrix: Matrix, *, engine_factory: Callable[[], _Puller] | None = No
     moved: list[str] = []
     stacks: dict[str, dict[str, LockedImage | LockedFile]] = {}
     for w in wants(matrix):
-        before = (previous.stacks.get(w.stack) or {}).get(w.key) if previous else None
+        before = previous.pins(w.stack).of(w.key) if previous else None
         pin: LockedImage | LockedFile
         if w.kind == "image":
             if w.given:
@@ -294,17 +381,17 @@ def resolve(matrix: Matrix, *, engine_factory: Callable[[], _Puller] | None = No
         else:
             files = pypi_files(w.project, w.version, fetch=fetch)
             if w.given:
-                fname = next((f["filename"] for f in files if f.get("packagetype") == "sdist"), "")
-                chosen: dict = {"filename": fname, "digests": {"sha256": w.given}}  # as pick_file's
-                listed = {f["digests"].get("sha256", "") for f in files if f.get("packagetype") == "sdist"}
+                fname = next((f.filename for f in files if f.packagetype == "sdist"), "")
+                chosen = IndexFile(filename=fname, packagetype="sdist", digests=Digests(sha256=w.given))
+                listed = {f.digests.sha256 for f in files if f.packagetype == "sdist"}
                 if w.given not in listed:
                     raise ConfigError(f"{w.where}.sdist_sha256: {w.given} is not the sha256 of any "
                                       f"{w.project} {w.version} sdist on PyPI ({', '.join(sorted(listed))})",
                                       hint="copy the sha256 PyPI lists, or remove the key and lock again")
             else:
                 chosen = pick_file(files, w.project, w.version, w.kind, target)
-            pin = LockedFile(project=w.project, version=w.version, kind=w.kind, file=chosen["filename"],
-                             sha256=chosen["digests"]["sha256"], source="matrix" if w.given else "pypi",
+            pin = LockedFile(project=w.project, version=w.version, kind=w.kind, file=chosen.filename,
+                             sha256=chosen.digests.sha256, source="matrix" if w.given else "pypi",
                              locked=now)
             if (isinstance(before, LockedFile) and (before.project, before.version, before.kind)
                     == (pin.project, pin.version, pin.kind) and before.sha256 != pin.sha256 and not update
@@ -318,7 +405,8 @@ def resolve(matrix: Matrix, *, engine_factory: Callable[[], _Puller] | None = No
                     "to keep building what you had, write the old digest into the matrix")
 
     return LockFile(lock=LockMeta(matrix=matrix.path.name, written=now, tool=f"harness {__version__}",
-                                  platform=target.docker), stacks=stacks)
+                                  platform=target.docker),
+                    stacks={name: StackPins.model_validate(pins) for name, pins in stacks.items()})
 
 
 # --- reading, writing, applying -----------------------------------------------------------------
@@ -334,7 +422,7 @@ def _shown(path: Path) -> str:
 def write_lock(lock: LockFile, path: Path) -> None:
     import tomli_w
 
-    body = tomli_w.dumps(lock.model_dump(mode="json", exclude_none=True))  # TOML has no null: an unset field is left out
+    body = tomli_w.dumps(lock.model_dump(mode="json", exclude_none=True, by_alias=True))  # TOML has no null: an unset field is left out
 
     write_text(path, HEADER.format(matrix=_shown(path.with_suffix(".toml"))) + "\n" + body, flag="lock file")
 
@@ -362,7 +450,7 @@ def mismatches(matrix: Matrix, lock: LockFile, stacks: list[str] | None = None,
     target = platform or platforms.host()
     problems: list[str] = []
     for w in wants(matrix, stacks):
-        pin = (lock.stacks.get(w.stack) or {}).get(w.key)
+        pin = lock.pins(w.stack).of(w.key)
         if pin is None:
             problems.append(f"{w.where}: {w.what} is not in the lock (added after it was written)")
         elif isinstance(pin, LockedImage):
@@ -391,17 +479,16 @@ def apply_lock(matrix: Matrix, lock: LockFile, stacks: list[str] | None = None,
         raise Moved(problems, hint=f"`harness lock -m {_shown(matrix.path)}` (it re-resolves what changed "
                     "and keeps the rest)")
     new_stacks = dict(matrix.spec.stacks)
-    for name, pins in lock.stacks.items():
-        s = new_stacks.get(name)
-        if s is None or s.runner != "docker" or s.image or (stacks is not None and name not in stacks):
+    for name, s in matrix.spec.stacks.items():
+        if name not in lock.stacks or s.runner != "docker" or s.image or (stacks is not None and name not in stacks):
             continue
+        pins = lock.stacks[name]
         update: dict[str, object] = {}
-        img = pins.get("base_image")
-        if isinstance(img, LockedImage) and s.base_image is not None and s.base_image.digest is None:
+        img = pins.base_image
+        if img is not None and s.base_image is not None and s.base_image.digest is None:
             update["base_image"] = s.base_image.model_copy(update={"digest": img.digest})
-        for key, field in (("vllm", s.vllm), ("flashinfer", s.flashinfer)):
-            pin = pins.get(key)
-            if isinstance(pin, LockedFile) and field is not None and field.sdist_sha256 is None:
+        for key, field, pin in (("vllm", s.vllm, pins.vllm), ("flashinfer", s.flashinfer, pins.flashinfer)):
+            if pin is not None and field is not None and field.sdist_sha256 is None:
                 update[key] = field.model_copy(update={"sdist_sha256": pin.sha256})
         if update:
             new_stacks[name] = s.model_copy(update=update)

@@ -290,12 +290,12 @@ def test_metrics_histograms_are_the_servers_own_record():
             snap = parse_snapshot(r.read().decode())
         with urllib.request.urlopen(url + "/fake/stats?chunks=1") as r:
             recs = json.load(r)["records"]
-    ttft = snap.hists["ttft"]
+    ttft = snap.ttft
     assert ttft.count == 3
     assert ttft.sum == pytest.approx(sum(x["first_sent"] - x["recv"] for x in recs), rel=1e-9)
     gaps = [b - a for x in recs for a, b in itertools.pairwise(x["chunk_sends"])]
-    assert snap.hists["itl"].count == len(gaps) == 3 * 2  # 3+3+1: two gaps per request
-    assert snap.hists["itl"].sum == pytest.approx(sum(gaps), rel=1e-9)
+    assert snap.itl.count == len(gaps) == 3 * 2  # 3+3+1: two gaps per request
+    assert snap.itl.sum == pytest.approx(sum(gaps), rel=1e-9)
     assert snap.counters["generation_tokens"] == 21
     assert snap.counters["spec_accepted_tokens"] == 3 * (2 + 0)  # (3-1) + (1-1) per request
     assert snap.counters["spec_draft_tokens"] == 3 * 2 * 2

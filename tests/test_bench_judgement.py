@@ -142,3 +142,26 @@ def test_histogram_quantile_and_deltas_as_prometheus():
     # written out, it holds what the server gave and nothing else (no null for a missing ITL)
     assert "itl_ms_mean" not in f.model_dump(mode="json")
     assert server_figures(None, after) is None
+
+
+def test_counters_sum_over_engines_and_a_counter_first_seen_later_starts_at_zero():
+    from harness.bench.metrics import parse_snapshot, server_figures
+
+    before = parse_snapshot('vllm:time_per_output_token_seconds_count{engine="0"} 2\n'
+                            'vllm:time_per_output_token_seconds_sum{engine="0"} 0.02\n'
+                            'vllm:spec_decode_num_drafts_total{engine="0"} 4\n')
+    after = parse_snapshot('vllm:time_per_output_token_seconds_count{engine="0"} 4\n'
+                           'vllm:time_per_output_token_seconds_count{engine="1"} 2\n'
+                           'vllm:time_per_output_token_seconds_sum{engine="0"} 0.04\n'
+                           'vllm:time_per_output_token_seconds_sum{engine="1"} 0.02\n'
+                           'vllm:spec_decode_num_drafts_total{engine="0"} 14\n'
+                           'vllm:spec_decode_num_draft_tokens_total{engine="0"} 30\n'
+                           'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 15\n')
+    assert before.ttft is None and before.itl is not None and after.itl_name == "vllm:time_per_output_token_seconds"
+    f = server_figures(before, after)
+    assert f is not None and f.itl_observations == 4 and f.itl_ms_mean == pytest.approx(10.0)
+    assert f.itl_metric == "vllm:time_per_output_token_seconds"
+    assert (f.spec_drafts, f.spec_draft_tokens, f.spec_accepted_tokens) == (10, 30, 15)
+    assert f.spec_acceptance_rate == pytest.approx(0.5) and f.spec_mean_acceptance_length == pytest.approx(2.5)
+    assert "ttft_ms_mean" not in f.model_dump(mode="json") and "spec_acceptance_rate" in f.model_dump(mode="json")
+    assert server_figures(parse_snapshot(""), parse_snapshot("")) is None  # nothing exposed: no figures

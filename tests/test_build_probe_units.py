@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from harness.build.probe import ProbeRow, judge, load_units
+from harness.build.probe import ProbeReport, ProbeRow, judge, load_units
 from harness.matrix.archs import ccs_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,9 +44,43 @@ def test_the_uncut_log_still_states_the_decisions():
 def test_judge_and_targets():
     ok = ProbeRow("f", "s", "12.0f", "12.1a", "sm_121a=1", ("SM_121: pass: native",), True)
     bad = ProbeRow("f", "s", "12.0f", "12.0f", "sm_120f=1", ("SM_121: fail: no native FP4 MMA",), True)
-    good = {"configure_rc": {"patched": 0}, "compile_rc": 0}
+    good = ProbeReport.model_validate({"configure_rc": {"patched": 0}, "compile_rc": 0})
     assert judge([ok], good) == ("pass", "")
     assert judge([ok, bad], good)[0] == "fail"
-    assert judge([ok], {"configure_rc": {"patched": 1}})[0] == "fail"
-    assert judge([ok], {"configure_rc": {"patched": 0}, "compile_rc": 2})[0] == "fail"
+    assert judge([ok], ProbeReport.model_validate({"configure_rc": {"patched": 1}}))[0] == "fail"
+    assert judge([ok], ProbeReport.model_validate({"configure_rc": {"patched": 0}, "compile_rc": 2}))[0] == "fail"
+    assert judge([ok], ProbeReport())[0] == "fail"  # no patched configure recorded: it did not configure
     assert ccs_of("9.0a;12.1a") == {"9.0", "12.1"} and ccs_of("12.0f 8.0+PTX") == {"12.0", "8.0"}
+
+
+def test_the_probe_records_read_the_helpers_files_and_write_probe_json_as_before():
+    """probe.json and packaging.json (written in the image) become typed records, unknown keys
+    kept; probe-<stack>.json keeps its shape (timings {} when the units probe did not finish)."""
+    from harness.build.probe import PackagingReport, ProbeOutcome, ProbeTimings, judge_packaging
+    from harness.results.model import CompileCache
+
+    report = ProbeReport.model_validate({
+        "units": [{"family": "f", "source": "a.cu", "decision": "d", "fp4": True, "stock": "12.0f",
+                   "patched": "12.1a", "target": "t.o", "object": "a.cu.o"}],
+        "configure_s": {"stock": 3.5, "patched": 4.0}, "configure_rc": {"stock": 0, "patched": 0},
+        "compile_s": 9.1, "compile_rc": 0, "newer": 1})
+    assert (report.units[0].patched, report.units[0].object) == ("12.1a", "a.cu.o")
+    assert report.model_extra == {"newer": 1} and report.units[0].model_extra == {"decision": "d", "fp4": True}
+    skipped = ProbeOutcome("s", "", "skipped", "", (), None, "")
+    assert skipped.as_json()["timings"] == {} and skipped.as_json()["compile_cache"] is None
+    done = ProbeOutcome("s", "ref", "pass", "", (), ProbeTimings(configure_s=report.configure_s, compile_s=9.1,
+                                                                  image_build_s=60.0), "log",
+                        compile_cache=CompileCache(hits=2, misses=1))
+    doc = done.as_json()
+    assert list(doc) == ["stack", "image_ref", "status", "reason", "rows", "timings", "log_path", "packaging",
+                         "units_status", "compile_cache"]
+    assert doc["timings"] == {"configure_s": {"stock": 3.5, "patched": 4.0}, "compile_s": 9.1, "image_build_s": 60.0}
+    assert doc["compile_cache"]["hits"] == 2 and doc["compile_cache"]["misses"] == 1
+
+    pkg = PackagingReport.model_validate({"vllm": "0.33.0+cu130", "pip_check_rc": 1, "pip_check": ["x 1 needs y"]})
+    assert judge_packaging(pkg, "0.33.0") == ("fail", "pip check: x 1 needs y")
+    assert judge_packaging(PackagingReport(), None)[0] == "fail"  # nothing installed
+    unmet = PackagingReport.model_validate({"vllm": "0.33.0", "build_requirements_rc": 1,
+                                            "build_requirements": ["ok: a", "harness: b unmet"]})
+    assert judge_packaging(unmet, "0.33.0") == ("fail", "build requirements not met in the image: harness: b unmet")
+    assert judge_packaging(PackagingReport.model_validate({"vllm": "0.33.0"}), "0.33.0") == ("pass", "")

@@ -159,3 +159,20 @@ def test_the_packaging_probe_stands_in_for_every_extension_of_vllm_0330(spark, t
     # the Python-only components are custom targets with their folder, as in vLLM's own CMake
     for target in ("triton_kernels", "fmha_sm100", "tml_fa4"):
         assert f"add_custom_target({target})" in text and f"vllm/third_party/{target}" in text
+
+
+def test_pyproject_tables_are_read_through_their_model(tmp_path):
+    from harness.build.requirements import read_tree
+
+    tree = tmp_path / "vllm-0.33.0"
+    tree.mkdir()
+    (tree / "pyproject.toml").write_text('[build-system]\nrequires = ["cmake>=3.26", "ninja"]\n'
+                                         '[project]\nrequires-python = ">=3.10"\n[tool.x]\ny = 1\n')
+    pairs, rp = read_tree(tree, "vllm", "stacks.s")
+    assert pairs[:2] == [("cmake>=3.26", "vllm-0.33.0/pyproject.toml"), ("ninja", "vllm-0.33.0/pyproject.toml")]
+    assert rp == ">=3.10"
+    (tree / "pyproject.toml").write_text('build-system = "odd"\nproject = 3\n')  # tables of another type: empty
+    assert read_tree(tree, "vllm", "stacks.s") == ([], None)
+    (tree / "pyproject.toml").write_text('[build-system]\nrequires = "cmake"\n')
+    with pytest.raises(ConfigError, match=r"\[build-system\] requires is not a list of strings"):
+        read_tree(tree, "vllm", "stacks.s")

@@ -86,10 +86,10 @@ def no_pip_python(tmp_path: Path) -> str:
 
 def test_a_bundle_is_made_for_this_host_by_default_and_records_it(tmp_path, downloaded):
     manifest = bundle.make(spec_file(tmp_path), tmp_path / "out", downloaded=for_cpu(downloaded, HOST))
-    assert manifest["platform"] == HOST.docker and manifest["lock"]["platform"] == HOST.docker
+    assert manifest.platform == HOST.docker and manifest.lock.platform == HOST.docker
     on_disk = json.loads((tmp_path / "out" / "bundle.json").read_text())
     assert on_disk["platform"] == HOST.docker
-    assert {w["file"] for w in manifest["lock"]["wheels"]} == {
+    assert {w.file for w in manifest.lock.wheels} == {
         f"fastthing-1.0-{ABI}-{ABI}-{cpu_tag(HOST)}.whl", "purething-2.0-py3-none-any.whl"}
 
 
@@ -98,8 +98,8 @@ def test_a_bundle_for_the_other_cpu(tmp_path, downloaded, how):
     body = f'platform = "{OTHER.docker}"\n' if how == "spec" else ""
     manifest = bundle.make(spec_file(tmp_path, body), tmp_path / "out", downloaded=for_cpu(downloaded, OTHER),
                            platform=OTHER if how == "flag" else None)
-    assert manifest["platform"] == OTHER.docker
-    assert any(w["file"].endswith(f"_{OTHER.machine}.whl") for w in manifest["lock"]["wheels"])
+    assert manifest.platform == OTHER.docker
+    assert any(w.file.endswith(f"_{OTHER.machine}.whl") for w in manifest.lock.wheels)
 
 
 def test_a_downloaded_wheel_for_another_cpu_is_refused_by_name(tmp_path, downloaded):
@@ -238,7 +238,7 @@ def test_a_wheel_stack_build_refuses_a_wheelhouse_for_another_cpu(tmp_path):
     manifest = bundle.make(tmp_path / "b.toml", tmp_path / "out", downloaded=dl, platform=OTHER)
     wh = tmp_path / "wh"
     bundle.unpack(tmp_path / "out", wh, OTHER)
-    m = load_matrix(wheel_matrix(tmp_path, wh, manifest["lock"]["wheels"][0]["sha256"]))
+    m = load_matrix(wheel_matrix(tmp_path, wh, manifest.lock.wheels[0].sha256))
     with pytest.raises(ConfigError) as exc:
         render_wheels(m, "w", base_image_id="sha256:" + "a" * 64)
     assert f"stacks.w.wheels.wheelhouse {wh}/wheels.lock: made for {OTHER.describe()}; this is " \
@@ -269,8 +269,8 @@ def test_a_download_folder_for_both_cpus_gives_each_bundle_its_own(tmp_path, dow
     both = for_cpu(downloaded, OTHER)
     tagged_wheel(both, "fastthing", "1.0", cpu_tag(HOST))
     for p in (HOST, OTHER):
-        lock = bundle.make(spec_file(tmp_path), tmp_path / p.short, downloaded=both, platform=p)["lock"]
-        assert sorted(w["file"] for w in lock["wheels"]) == [
+        lock = bundle.make(spec_file(tmp_path), tmp_path / p.short, downloaded=both, platform=p).lock
+        assert sorted(w.file for w in lock.wheels) == [
             f"fastthing-1.0-{ABI}-{ABI}-{cpu_tag(p)}.whl", "purething-2.0-py3-none-any.whl"]
 
 

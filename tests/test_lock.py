@@ -76,7 +76,7 @@ def write_matrix(tmp_path: Path, tag="13.0.1", digest=None, vllm_sha=None, extra
 @pytest.mark.usefixtures("pypi")
 def test_sdist_sha256_comes_from_pypi_json_with_the_project_fallback():
     files = lock.pypi_files("vllm", "0.33.0")
-    assert lock.pick_file(files, "vllm", "0.33.0", "sdist")["digests"]["sha256"] == VLLM_SDIST
+    assert lock.pick_file(files, "vllm", "0.33.0", "sdist").digests.sha256 == VLLM_SDIST
     # the per-version URL was asked first, and its 404 sent us to the project document
     assert FakePyPI.seen == ["/pypi/vllm/0.33.0/json", "/pypi/vllm/json"]
 
@@ -90,7 +90,7 @@ def test_sdist_sha256_comes_from_pypi_json_with_the_project_fallback():
 @pytest.mark.usefixtures("pypi")
 def test_the_right_file_is_picked(project, version, kind, arch, want):
     files = lock.pypi_files(project, version)
-    assert lock.pick_file(files, project, version, kind, platforms.parse(arch))["filename"] == want
+    assert lock.pick_file(files, project, version, kind, platforms.parse(arch)).filename == want
 
 
 @pytest.mark.usefixtures("pypi")
@@ -145,10 +145,10 @@ def test_lock_file_says_what_each_entry_pins_and_when(tmp_path):
     assert text.startswith("# Written by `harness lock -m ")
     back = lock.read_lock(tmp_path / "t.lock")
     assert back == lk
-    img = back.stacks["a"]["base_image"]
+    img = back.stacks["a"].base_image
     assert (img.reference, img.digest, img.source) == ("example/cuda:13.0.1", DIGEST_A, "engine")
     assert img.locked.endswith("Z")
-    assert back.stacks["a"]["vllm"].file == "vllm-0.33.0.tar.gz"
+    assert back.stacks["a"].vllm.file == "vllm-0.33.0.tar.gz"
 
 
 @pytest.mark.parametrize("edit, named", [
@@ -175,9 +175,9 @@ def test_a_lock_that_no_longer_matches_names_what_moved_and_the_fix(tmp_path, ed
 def test_a_matrix_digest_wins_and_is_recorded_without_a_pull(tmp_path):
     m = load_matrix(write_matrix(tmp_path, digest=DIGEST_B))
     lk = lock.resolve(m, engine_factory=lambda: Engine({"example/cuda:13.0.1": DIGEST_A}))
-    assert lk.stacks["a"]["base_image"].digest == DIGEST_B
-    assert lk.stacks["a"]["base_image"].source == "matrix"
-    assert lk.stacks["b"]["base_image"].digest == DIGEST_A  # b wrote none: the engine's answer
+    assert lk.stacks["a"].base_image.digest == DIGEST_B
+    assert lk.stacks["a"].base_image.source == "matrix"
+    assert lk.stacks["b"].base_image.digest == DIGEST_A  # b wrote none: the engine's answer
     assert lock.apply_lock(m, lk).spec.stacks["a"].base_image.digest == DIGEST_B
 
 
@@ -199,7 +199,7 @@ def test_relocking_when_the_tag_moved_fails_until_update(tmp_path):
         in str(exc.value)
     assert "--update" in exc.value.hint
     accepted = lock.resolve(m, engine_factory=lambda: moved, previous=first, update=True)
-    assert accepted.stacks["a"]["base_image"].digest == DIGEST_B
+    assert accepted.stacks["a"].base_image.digest == DIGEST_B
 
 
 @pytest.mark.usefixtures("pypi")
@@ -209,7 +209,7 @@ def test_an_edited_pin_is_relocked_without_complaint(tmp_path):
     edited = load_matrix(write_matrix(tmp_path, tag="13.0.2"))
     again = lock.resolve(edited, engine_factory=lambda: Engine({"example/cuda:13.0.2": DIGEST_B}),
                          previous=first)
-    assert again.stacks["a"]["base_image"].reference == "example/cuda:13.0.2"
+    assert again.stacks["a"].base_image.reference == "example/cuda:13.0.2"
 
 
 def test_a_broken_lock_is_bad_input_named(tmp_path):
@@ -274,7 +274,7 @@ def test_pypi_answers_go_through_harness_http_with_its_retries(monkeypatch):
 
     monkeypatch.setattr(FakePyPI, "do_GET", flaky)
     files = lock.pypi_files("vllm", "0.33.0")
-    assert busy["left"] == 0 and VLLM_SDIST in {f["digests"]["sha256"] for f in files}
+    assert busy["left"] == 0 and VLLM_SDIST in {f.digests.sha256 for f in files}
     # plain http to anything but this loopback test server is refused, as for every download
     with pytest.raises(ConfigError, match="only https://"):
         lock.get_json("http://pypi.example/pypi/vllm/json")
@@ -302,8 +302,8 @@ def test_a_lock_records_its_platform_this_hosts_by_default(tmp_path):
 def test_an_arm64_host_picks_the_aarch64_wheel_and_never_another_cpus(monkeypatch):
     files = lock.pypi_files("vllm", "0.33.0")
     monkeypatch.setattr(platforms._platform, "machine", lambda: "aarch64")  # what uname says on a Spark
-    assert lock.pick_file(files, "vllm", "0.33.0", "wheel")["filename"].endswith("_aarch64.whl")
-    only_x86 = [f for f in files if not f["filename"].endswith("_aarch64.whl")]
+    assert lock.pick_file(files, "vllm", "0.33.0", "wheel").filename.endswith("_aarch64.whl")
+    only_x86 = [f for f in files if not f.filename.endswith("_aarch64.whl")]
     with pytest.raises(ConfigError, match=r"vllm 0.33.0 has no wheel for linux/arm64 \(aarch64\) on PyPI"):
         lock.pick_file(only_x86, "vllm", "0.33.0", "wheel")
 
@@ -314,7 +314,7 @@ def _with_cubin_pin(lk: lock.LockFile, file: str) -> lock.LockFile:
     is not."""
     pin = lock.LockedFile(project="flashinfer-cubin", version="0.7.2.post1", kind="wheel", file=file,
                           sha256="c" * 64, source="pypi", locked="2026-12-02T00:00:00Z")
-    return lk.model_copy(update={"stacks": {**lk.stacks, "a": {**lk.stacks["a"], "flashinfer-cubin": pin}}})
+    return lk.model_copy(update={"stacks": {**lk.stacks, "a": lk.stacks["a"].model_copy(update={"flashinfer_cubin": pin})}})
 
 
 @pytest.mark.usefixtures("pypi")
@@ -364,9 +364,13 @@ def test_locking_again_for_another_cpu_picks_its_wheel_without_calling_it_moved(
     path.write_text(path.read_text().replace("cubin = false", "cubin = true"))
     m = load_matrix(path)
     amd = lock.resolve(m, engine_factory=eng, fetch=fetch, platform=platforms.AMD64)
-    assert amd.stacks["a"]["flashinfer-cubin"].file.endswith("_x86_64.whl")
+    assert amd.stacks["a"].flashinfer_cubin.file.endswith("_x86_64.whl")
+    # the file keeps the table's name as the build reads it, and reads back to the same pins
+    lock.write_lock(amd, tmp_path / "cubin.lock")
+    assert "[stacks.a.flashinfer-cubin]" in (tmp_path / "cubin.lock").read_text()
+    assert lock.read_lock(tmp_path / "cubin.lock") == amd
     arm = lock.resolve(m, engine_factory=eng, fetch=fetch, platform=platforms.ARM64, previous=amd)  # no Moved
-    assert arm.stacks["a"]["flashinfer-cubin"].sha256 == "e" * 64 and arm.lock.platform == "linux/arm64"
+    assert arm.stacks["a"].flashinfer_cubin.sha256 == "e" * 64 and arm.lock.platform == "linux/arm64"
     cubin[0]["digests"]["sha256"] = "f" * 64  # the x86_64 wheel replaced upstream: that is a move
     with pytest.raises(lock.Moved, match="flashinfer-cubin"):
         lock.resolve(m, engine_factory=eng, fetch=fetch, platform=platforms.AMD64, previous=amd)

@@ -20,6 +20,7 @@ from harness.build import addpr
 from harness.build.addpr import add_pr, clean_title
 from harness.build.preflight import apply_series
 from harness.cli import main
+from harness.errors import ConfigError
 
 REAL_PATCH = Path(__file__).resolve().parent.parent / "patches" / "vllm" / "0001-cmake-sm121a-on-cuda13.patch"
 HEAD = "7a96833b3090f237400840808e749b3949d29a9e"  # the `From` line of REAL_PATCH
@@ -239,3 +240,23 @@ def test_production_default_is_the_github_api():
 ])
 def test_clean_title(raw, clean):
     assert clean_title(raw) == clean
+
+
+@pytest.mark.parametrize("answer, refusal", [
+    ([HEAD], "the PR answer has no head.sha"),
+    ({"head": "x"}, "the PR answer has no head.sha"),
+    ({"head": {"sha": 7}}, "head.sha 7 is not a 40-hex commit SHA"),
+    ({"head": {"sha": HEAD}, "number": 1}, "the answer is about PR #1"),
+    ({"head": {"sha": HEAD}, "base": {"repo": {"full_name": "other/repo"}}}, "the PR belongs to 'other/repo'"),
+])
+def test_the_pr_answer_is_validated_where_it_comes_in(answer, refusal):
+    with pytest.raises(ConfigError, match=refusal):
+        addpr._head_of(answer, "vllm-project/vllm", 4242)
+
+
+def test_a_pr_answer_of_odd_but_harmless_shape_is_read():
+    # base of another type reads as absent; the title is made one printable line
+    assert addpr._head_of({"head": {"sha": HEAD}, "base": "x", "number": 4242, "title": "a\nb"},
+                          "vllm-project/vllm", 4242) == (HEAD, "a b")
+    assert addpr._head_of({"head": {"sha": HEAD}, "base": {"repo": {"full_name": "VLLM-project/vLLM"}}},
+                          "vllm-project/vllm", 4242) == (HEAD, "")

@@ -79,9 +79,9 @@ def test_probe_of_the_real_template_configures_compiles_and_audits(engine, tmp_p
         assert row.verdicts and all(": pass:" in v for v in row.verdicts), row.verdicts
         assert "harness cut: ON" in log and "Building SM12x NVFP4 for archs: 12.1a" in log
         assert "SM12x arch-specific targets requested: 12.1a" in log
-        assert o.timings["configure_s"]["patched"] > 0 and o.timings["compile_s"] > 0
+        assert o.timings.configure_s.patched > 0 and o.timings.compile_s > 0
         first = o.compile_cache
-        assert first is not None and not first.get("off") and first["misses"] >= 1, first
+        assert first is not None and not first.off and first.misses >= 1, first
 
         # the same sources, flags and toolchain, another MAX_JOBS: the probe step runs again
         path.write_text(text.replace("max_jobs = 2", "max_jobs = 1"))
@@ -91,10 +91,10 @@ def test_probe_of_the_real_template_configures_compiles_and_audits(engine, tmp_p
         assert again.image_ref != o.image_ref and again.status == "pass", again.reason
         assert (again.rows[0].archs, again.rows[0].verdicts) == (row.archs, row.verdicts)
         second = again.compile_cache
-        assert second is not None and not second.get("off"), second
-        assert second["misses"] == 0 and second["uncacheable"] == 0, second  # compiles nothing
-        assert second["hits"] >= first["misses"] and second["hit_rate"] == 1.0, second
-        assert second["namespace"] == first["namespace"]
+        assert second is not None and not second.off, second
+        assert second.misses == 0 and second.uncacheable == 0, second  # compiles nothing
+        assert second.hits >= first.misses and second.hit_rate == 1.0, second
+        assert second.namespace == first.namespace
     finally:
         path.unlink()
         for ref in refs:

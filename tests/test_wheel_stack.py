@@ -66,7 +66,7 @@ def spec_file(tmp_path: Path, body: str = "") -> Path:
 
 
 @pytest.fixture
-def made(tmp_path, downloaded) -> tuple[Path, dict]:
+def made(tmp_path, downloaded) -> tuple[Path, bundle.BundleManifest]:
     out = tmp_path / "bundle"
     return out, bundle.make(spec_file(tmp_path), out, downloaded=downloaded)
 
@@ -74,15 +74,24 @@ def made(tmp_path, downloaded) -> tuple[Path, dict]:
 def test_bundle_round_trip(tmp_path, made):
     out, manifest = made
     parts = sorted(out.glob("part_*"))
-    assert len(parts) == len(manifest["parts"]) >= 2
+    assert len(parts) == len(manifest.parts) >= 2
     assert all(p.stat().st_size <= 1000 for p in parts)
-    lock = {w["name"]: w for w in manifest["lock"]["wheels"]}
-    assert lock["vllm"]["repacked"] and lock["vllm"]["stripped"] == ["vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so"]
-    assert lock["vllm"]["sha256"] != lock["vllm"]["upstream_sha256"]
-    assert not lock["tinydep"]["repacked"] and lock["tinydep"]["sha256"] == lock["tinydep"]["upstream_sha256"]
+    lock = {w.name: w for w in manifest.lock.wheels}
+    assert lock["vllm"].repacked and lock["vllm"].stripped == ("vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so",)
+    assert lock["vllm"].sha256 != lock["vllm"].upstream_sha256
+    assert not lock["tinydep"].repacked and lock["tinydep"].sha256 == lock["tinydep"].upstream_sha256
+    # bundle.json holds the keys it always did (a wheel that was not re-packed has no strip keys)
+    doc = json.loads((out / "bundle.json").read_text())
+    assert sorted(doc) == ["archive_bytes", "archive_sha256", "bundle", "description", "format", "lock", "part_size_limit_bytes",
+                           "parts", "platform"]
+    assert sorted(doc["lock"]) == ["bundle", "platform", "python_version", "wheels"]
+    assert {w["name"]: sorted(w) for w in doc["lock"]["wheels"]} == {
+        "vllm": ["file", "name", "repacked", "sha256", "strip_reason", "stripped", "upstream_sha256", "version"],
+        "tinydep": ["file", "name", "repacked", "sha256", "upstream_sha256", "version"]}
+    assert bundle.read_manifest(out) == manifest and bundle.read_manifest(out).as_text() == (out / "bundle.json").read_text()
     dest = tmp_path / "wh"
     bundle.unpack(out, dest)
-    with zipfile.ZipFile(dest / lock["vllm"]["file"]) as z:
+    with zipfile.ZipFile(dest / lock["vllm"].file) as z:
         names = z.namelist()
         record = z.read("vllm-0.25.1.dist-info/RECORD").decode()
     assert "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so" not in names and "_vllm_fa2_C" not in record
@@ -96,7 +105,7 @@ def test_bundle_round_trip(tmp_path, made):
 
 def test_a_damaged_part_is_named(made):
     out, manifest = made
-    part = out / manifest["parts"][0]["file"]
+    part = out / manifest.parts[0].file
     part.write_bytes(b"x" + part.read_bytes()[1:])
     with pytest.raises(HarnessError, match=f"{part.name}: sha256"):
         bundle.check_parts(out)
@@ -104,7 +113,7 @@ def test_a_damaged_part_is_named(made):
 
 def test_a_missing_part_is_named(made):
     out, manifest = made
-    (out / manifest["parts"][-1]["file"]).unlink()
+    (out / manifest.parts[-1].file).unlink()
     with pytest.raises(ConfigError, match="is missing"):
         bundle.check_parts(out)
 
@@ -171,7 +180,7 @@ def wheelhouse(tmp_path, made) -> tuple[Path, str]:
     out, manifest = made
     dest = tmp_path / "wh"
     bundle.unpack(out, dest)
-    return dest, next(w["sha256"] for w in manifest["lock"]["wheels"] if w["name"] == "vllm")
+    return dest, next(w.sha256 for w in manifest.lock.wheels if w.name == "vllm")
 
 
 ID_A = "sha256:" + "a" * 64

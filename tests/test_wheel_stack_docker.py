@@ -32,7 +32,7 @@ def test_wheel_stack_builds_on_a_local_base(tmp_path):
     wheel(dl, "tinydep", "1.0", {"tinydep/__init__.py": "X = 1\n"})
     manifest = bundle.make(spec_file(tmp_path), tmp_path / "b", downloaded=dl)
     bundle.unpack(tmp_path / "b", tmp_path / "wh")
-    sha = next(w["sha256"] for w in manifest["lock"]["wheels"] if w["name"] == "vllm")
+    sha = next(w.sha256 for w in manifest.lock.wheels if w.name == "vllm")
     text = wheel_matrix(tmp_path, tmp_path / "wh", sha).read_text()
     repo, _, t = tag.partition(":")
     text = (text.replace('repository = "base", tag = "local"', f'repository = "{repo}", tag = "{t}"')

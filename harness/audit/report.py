@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,11 +80,12 @@ class AuditReport:
     def ptx(self) -> list[str]:
         return sorted({p for f in self.files for p in f.ptx}, key=arch_sort_key)
 
-    def families(self) -> dict[str, Counter[str]]:
-        out: dict[str, Counter[str]] = {}
+    def families(self) -> defaultdict[str, Counter[str]]:
+        """family -> {arch name: kernel count}, over every file (a family none has: empty)."""
+        out: defaultdict[str, Counter[str]] = defaultdict(Counter)
         for f in self.files:
             for fam, per_arch in f.families().items():
-                out.setdefault(fam, Counter()).update(per_arch)
+                out[fam].update(per_arch)
         return out
 
     def nvfp4_sass(self) -> list[dict[str, Any]]:
@@ -150,7 +151,7 @@ class AuditReport:
     def summary(self) -> dict[str, str]:
         """Flat string pairs, short enough for Docker image labels and bug reports."""
         totals = self.totals()
-        fp4 = self.families().get(NVFP4, Counter())
+        fp4 = self.families()[NVFP4]
         out = {
             "audit.status": self.status,
             "audit.cubins": ",".join(f"{a}={n}" for a, n in _sorted_counts(totals).items()),

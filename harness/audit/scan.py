@@ -71,7 +71,7 @@ class CodeObject:
     """One cubin (SASS) or PTX module, with its kernels grouped by family."""
 
     arch: CudaArch
-    families: dict[str, int]  # family -> kernels; empty when `decoded` is False
+    families: Counter[str]  # family -> kernels (0 for one it has none of); empty when `decoded` is False
     decoded: bool
     fp4_kernels: tuple[str, ...] = ()
     native_fp4: dict[str, str] | None = None  # fp4 kernel -> opcode, when SASS was read
@@ -382,18 +382,18 @@ def _host_elf(
 
 def _describe_entry(reader: Reader, entry: fatbin.Entry, policy: SassPolicy, counter: list[int]) -> CodeObject:
     if entry.compression == "lz":
-        return CodeObject(entry.arch, {}, decoded=False)  # the pre-12.8 LZ scheme: counted only
+        return CodeObject(entry.arch, Counter(), decoded=False)  # the pre-12.8 LZ scheme: counted only
     if entry.compression == "zstd" and not zstd.available():
-        return CodeObject(entry.arch, {}, decoded=False)
+        return CodeObject(entry.arch, Counter(), decoded=False)
     if entry.arch.ptx and not policy.ptx(entry.arch):
-        return CodeObject(entry.arch, {}, decoded=False)
+        return CodeObject(entry.arch, Counter(), decoded=False)
     where = f"{entry.arch.name} entry at {entry.offset}"
     try:
         if entry.arch.ptx:
             stored = reader.read_at(entry.offset, entry.stored_size)
             text = zstd.decompress(stored, entry.uncompressed_size) if entry.compression == "zstd" else stored
             names = [m.decode() for m in _PTX_ENTRY_RE.findall(text)]
-            return CodeObject(entry.arch, dict(Counter(map(family_of, names))), decoded=True)
+            return CodeObject(entry.arch, Counter(map(family_of, names)), decoded=True)
         if entry.compression == "none":
             # Read in place, not copied whole: the leading name table when nvcc's layout is
             # there, else the section table and its names.
@@ -405,7 +405,7 @@ def _describe_entry(reader: Reader, entry: fatbin.Entry, policy: SassPolicy, cou
         native = None
         if fp4 and sass.checkable(entry.arch.major) and policy(entry.arch):
             native = _sass([_entry_cubin(reader, entry)], entry.arch, fp4, counter)
-        return CodeObject(entry.arch, dict(Counter(fams)), True, fp4, native)
+        return CodeObject(entry.arch, Counter(fams), True, fp4, native)
     except zstd.FrameError as exc:
         raise Unreadable(f"{where}: {exc}") from exc
     except Unreadable as exc:
@@ -460,7 +460,7 @@ def _bare_cubin(data: bytes, hdr: elf.Header, policy: SassPolicy, counter: list[
     fams = [family_of(n) for n in names]
     fp4 = tuple(n for n, f in zip(names, fams, strict=True) if f == NVFP4)
     native = _sass(data, arch, fp4, counter) if fp4 and sass.checkable(arch.major) and policy(arch) else None
-    return CodeObject(arch, dict(Counter(fams)), True, fp4, native)
+    return CodeObject(arch, Counter(fams), True, fp4, native)
 
 
 def _sass(

@@ -80,7 +80,7 @@ def judge(files: Sequence[FileAudit], target: Target, sass_checked: bool) -> Ver
 
 
 def _archs_with(files: Sequence[FileAudit], family: str) -> list[str]:
-    found = {o.arch.name for f in files for o in f.objects if o.families.get(family)}
+    found = {o.arch.name for f in files for o in f.objects if o.families[family]}
     return sorted(found, key=arch_sort_key)
 
 
@@ -104,7 +104,7 @@ def _nvfp4_check(files: Sequence[FileAudit], target: Target, sass_checked: bool)
         o
         for f in files
         for o in f.objects
-        if o.families.get(NVFP4) and o.arch.load_on(cc) is Load.JIT
+        if o.families[NVFP4] and o.arch.load_on(cc) is Load.JIT
     ]
     if not native and not jit:
         return Check(
@@ -147,7 +147,7 @@ def _nvfp4_check(files: Sequence[FileAudit], target: Target, sass_checked: bool)
 
 def _family_check(files: Sequence[FileAudit], target: Target, family: str) -> Check | None:
     cc = target.capability
-    present = [f for f in files if any(o.families.get(family) for o in f.objects)]
+    present = [f for f in files if any(o.families[family] for o in f.objects)]
     if not present:
         return None
     if family in FP4_ONLY_FAMILIES and not checkable(cc.major):
@@ -160,7 +160,7 @@ def _family_check(files: Sequence[FileAudit], target: Target, family: str) -> Ch
     jit_only: list[FileAudit] = []
     none: list[FileAudit] = []
     for f in present:
-        loads = {o.arch.load_on(cc) for o in f.objects if o.families.get(family)}
+        loads = {o.arch.load_on(cc) for o in f.objects if o.families[family]}
         (native_files if Load.NATIVE in loads else jit_only if Load.JIT in loads else none).append(
             f
         )
@@ -173,7 +173,7 @@ def _family_check(files: Sequence[FileAudit], target: Target, family: str) -> Ch
         )
     if jit_only:
         detail = "; ".join(
-            f"{_short(f.path)} from {', '.join(sorted({o.arch.name for o in f.objects if o.families.get(family) and o.arch.ptx}))}"
+            f"{_short(f.path)} from {', '.join(sorted({o.arch.name for o in f.objects if o.families[family] and o.arch.ptx}))}"
             for f in jit_only
         )
         return Check(

@@ -10,6 +10,7 @@ this cache and are left out.
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from dataclasses import dataclass
 
 from harness.bench.result import ServerFigures
@@ -85,9 +86,9 @@ class Hist:
     def minus(self, before: Hist | None) -> Hist:
         if before is None:
             return self
-        prev = dict(before.buckets)
+        prev: defaultdict[float, float] = defaultdict(float, before.buckets)  # a bound it lacked: 0
         return Hist(
-            tuple((le, n - prev.get(le, 0.0)) for le, n in self.buckets),
+            tuple((le, n - prev[le]) for le, n in self.buckets),
             self.sum - before.sum,
             self.count - before.count,
         )
@@ -114,18 +115,23 @@ class Hist:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The figures of one /metrics scrape that the benchmark sets beside its own."""
+    """The figures of one /metrics scrape that the benchmark sets beside its own: each histogram
+    of HISTOGRAMS (None when the server has none), and the counters of COUNTERS it exposes (by
+    key; what a server exposes varies with its release and options)."""
 
-    hists: dict[str, Hist]
+    ttft: Hist | None
+    itl: Hist | None
+    e2e: Hist | None
     counters: dict[str, float]
     itl_name: str | None
 
 
 def parse_snapshot(text: str) -> Snapshot:
-    buckets: dict[str, dict[float, float]] = {}
-    sums: dict[str, float] = {}
-    counts: dict[str, float] = {}
-    totals: dict[str, float] = {}
+    # summed over label sets (engines): a name first seen starts at 0
+    buckets: defaultdict[str, defaultdict[float, float]] = defaultdict(lambda: defaultdict(float))
+    sums: defaultdict[str, float] = defaultdict(float)
+    counts: defaultdict[str, float] = defaultdict(float)
+    totals: defaultdict[str, float] = defaultdict(float)
     for m in _SAMPLE.finditer(text):
         name, suffix = m["name"], m["suffix"]
         try:
@@ -136,27 +142,24 @@ def parse_snapshot(text: str) -> Snapshot:
             le = _LE.search(m["labels"] or "")
             if le:
                 bound = float(le.group(1).replace("+Inf", "inf"))
-                b = buckets.setdefault(name, {})
-                b[bound] = b.get(bound, 0.0) + value
+                buckets[name][bound] += value
         elif suffix == "_sum":
-            sums[name] = sums.get(name, 0.0) + value
+            sums[name] += value
         elif suffix == "_count":
-            counts[name] = counts.get(name, 0.0) + value
+            counts[name] += value
         elif suffix == "_total":
-            totals[name] = totals.get(name, 0.0) + value
-    hists: dict[str, Hist] = {}
-    itl_name = None
-    for key, names in HISTOGRAMS.items():
-        for name in names:
+            totals[name] += value
+
+    def hist(key: str) -> tuple[Hist | None, str | None]:
+        """The first of the key's names the server has (with its name), or none."""
+        for name in HISTOGRAMS[key]:
             if name in counts:
-                hists[key] = Hist(
-                    tuple(sorted(buckets.get(name, {}).items())), sums.get(name, 0.0), counts[name]
-                )
-                if key == "itl":
-                    itl_name = name
-                break
+                return Hist(tuple(sorted(buckets[name].items())), sums[name], counts[name]), name
+        return None, None
+
+    (ttft, _), (itl, itl_name), (e2e, _) = hist("ttft"), hist("itl"), hist("e2e")
     found = {k: totals[n] for k, n in COUNTERS.items() if n in totals}
-    return Snapshot(hists, found, itl_name)
+    return Snapshot(ttft, itl, e2e, found, itl_name)
 
 
 def server_figures(before: Snapshot | None, after: Snapshot | None) -> ServerFigures | None:
@@ -168,26 +171,28 @@ def server_figures(before: Snapshot | None, after: Snapshot | None) -> ServerFig
     if before is None or after is None:
         return None
     out: dict[str, float | int | str | None] = {}
-    for key in ("ttft", "itl", "e2e"):
-        h = after.hists.get(key)
+    for key, h, was in (("ttft", after.ttft, before.ttft), ("itl", after.itl, before.itl),
+                        ("e2e", after.e2e, before.e2e)):
         if h is None:
             continue
-        d = h.minus(before.hists.get(key))
+        d = h.minus(was)
         out[f"{key}_ms_mean"] = _ms(d.mean)
         out[f"{key}_ms_p50"] = _ms(d.quantile(0.5))
         out[f"{key}_ms_p99"] = _ms(d.quantile(0.99))
         out[f"{key}_observations"] = int(d.count)
     if after.itl_name:
         out["itl_metric"] = after.itl_name
-    deltas = {key: v - before.counters.get(key, 0.0) for key, v in after.counters.items()}
-    out.update(deltas)
-    drafts, draft_tokens = deltas.get("spec_drafts"), deltas.get("spec_draft_tokens")
-    accepted = deltas.get("spec_accepted_tokens")
+    # a counter the earlier scrape lacked started at 0 (the server exposes it once it counts)
+    out.update({key: v - before.counters.get(key, 0.0) for key, v in after.counters.items()})
+    if not out:
+        return None
+    deltas = ServerFigures.model_validate(out)
+    drafts, draft_tokens, accepted = deltas.spec_drafts, deltas.spec_draft_tokens, deltas.spec_accepted_tokens
     if accepted is not None and draft_tokens:
         out["spec_acceptance_rate"] = accepted / draft_tokens
     if accepted is not None and drafts:
         out["spec_mean_acceptance_length"] = 1 + accepted / drafts
-    return ServerFigures.model_validate(out) if out else None
+    return ServerFigures.model_validate(out)
 
 
 def _ms(v: float | None) -> float | None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tomli_w
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from harness import http
 from harness.errors import ConfigError
@@ -67,22 +68,59 @@ def _api_base(base_url: str) -> str:
     return base
 
 
+# --- GitHub's pull-request answer, validated where it comes in: each value is checked where it
+# is used (the answer may not be GitHub's), a nested table of another type reads as absent
+
+
+def _table_or_none(value: object) -> object:
+    return value if isinstance(value, dict) else None
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+class PrRepo(_Answer):
+    full_name: object = None
+
+
+class PrBase(_Answer):
+    repo: PrRepo | None = None
+
+    _repo = field_validator("repo", mode="before")(_table_or_none)
+
+
+class PrHead(_Answer):
+    sha: object = None
+
+
+class PrAnswer(_Answer):
+    """GET /repos/{owner}/{repo}/pulls/{number}, the fields read; unknown keys are kept."""
+
+    head: PrHead
+    number: object = None
+    title: object = ""
+    base: PrBase | None = None
+
+    _base = field_validator("base", mode="before")(_table_or_none)
+
+
 def _head_of(meta: object, repo: str, number: int) -> tuple[str, str]:
-    if not isinstance(meta, dict) or not isinstance(meta.get("head"), dict):
-        raise ConfigError(f"{repo}#{number}: the PR answer has no head.sha", hint="is it a pull request number?")
-    sha = meta["head"].get("sha")
+    try:
+        pr = PrAnswer.model_validate(meta)  # a non-object answer, or one without a head table, fails
+    except ValidationError:
+        raise ConfigError(f"{repo}#{number}: the PR answer has no head.sha", hint="is it a pull request number?") from None
+    sha = pr.head.sha
     if not isinstance(sha, str) or not HEAD_SHA.fullmatch(sha):
         raise ConfigError(f"{repo}#{number}: head.sha {sha!r} is not a 40-hex commit SHA",
                           hint="the answer is not GitHub's: check --base-url")
-    if meta.get("number") not in (None, number):
-        raise ConfigError(f"{repo}#{number}: the answer is about PR #{meta.get('number')!r}",
+    if pr.number not in (None, number):
+        raise ConfigError(f"{repo}#{number}: the answer is about PR #{pr.number!r}",
                           hint="the answer is not GitHub's: check --base-url")
-    base = meta.get("base")
-    base_repo = base.get("repo") if isinstance(base, dict) else None
-    full_name = base_repo.get("full_name") if isinstance(base_repo, dict) else None
+    full_name = pr.base.repo.full_name if pr.base and pr.base.repo else None
     if isinstance(full_name, str) and full_name.lower() != repo.lower():
         raise ConfigError(f"{repo}#{number}: the PR belongs to {full_name!r}", hint="check the project and number")
-    return sha, clean_title(meta.get("title", ""))
+    return sha, clean_title(pr.title)
 
 
 def check_patch(body: bytes, head_sha: str, where: str) -> None:

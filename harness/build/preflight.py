@@ -175,14 +175,14 @@ def preflight_wheels(matrix, stack_name: str) -> SeriesResult:
     if not patches or found is None:
         return SeriesResult("vllm", source + ("" if found else " (PyPI: checked at build)"), ())
     where, lock = found
-    wheel = next(e for e in lock["wheels"] if e["name"] == "vllm")
+    wheel = next(e for e in lock.wheels if e.name == "vllm")
     tree = Path(tempfile.mkdtemp(prefix="harness-wheel-"))
     try:
-        with zipfile.ZipFile(where / wheel["file"]) as z:
+        with zipfile.ZipFile(where / wheel.file) as z:
             wanted = {m for _n, p in patches for m in _patch_targets(p)}
             for m in wanted & set(z.namelist()):
                 z.extract(m, tree)
-        return apply_series(tree, patches, project="vllm", source=f"{source} sha256:{wheel['sha256']}",
+        return apply_series(tree, patches, project="vllm", source=f"{source} sha256:{wheel.sha256}",
                             in_place=True)
     finally:
         shutil.rmtree(tree, ignore_errors=True)

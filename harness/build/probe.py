@@ -16,7 +16,7 @@ import re
 import shutil
 import tempfile
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
 
@@ -30,6 +30,7 @@ from harness.build.render import DOCKER_DIR, Rendered, content_hash
 from harness.errors import ConfigError, EngineError
 from harness.matrix.archs import ccs_of
 from harness.platforms import Platform
+from harness.results.model import CompileCache, Open
 from harness.safety.paths import tail_text, under
 from harness.safety.readers import load_json
 
@@ -144,20 +145,45 @@ class PackagingResult:
     stand_ins: tuple[str, ...] = ()  # the extensions the probe stood in for (nothing compiled)
 
 
+class StandIns(Open):
+    """The extensions the packaging probe stood in for (docker/packaging_probe.py's list)."""
+
+    extensions: list[str] = []
+    python_only: list[str] = []
+
+
+class PackagingReport(Open):
+    """packaging.json, written in the image by docker/packaging_probe.py `report`: what got
+    installed. Every fact may be absent; unknown keys are kept."""
+
+    machine: str | None = None
+    python: str | None = None
+    vllm: str | None = None
+    flashinfer: str | None = None
+    torch: str | None = None
+    pip_check_rc: int | None = None
+    pip_check: list[str] = []
+    rust_frontend: str | None = None
+    site_packages: str | None = None
+    stand_in: StandIns | None = None
+    build_requirements_rc: int | None = None
+    build_requirements: list[str] = []
+
+
 # pip's last line of the vLLM install step (FlashInfer's install before it has one too)
 INSTALLED = re.compile(r"^Successfully installed .*\bvllm-\S+.*$", re.MULTILINE)
 
 
-def judge_packaging(data: dict, want_vllm: str | None) -> tuple[str, str]:
-    if not data.get("vllm"):
+def judge_packaging(data: PackagingReport, want_vllm: str | None) -> tuple[str, str]:
+    if not data.vllm:
         return "fail", "vLLM is not installed after the install step (build log)"
-    if want_vllm and data["vllm"].split("+")[0] != want_vllm:
-        return "fail", f"installed vLLM {data['vllm']}, the stack pins {want_vllm}"
-    if data.get("pip_check_rc") not in (0, None):
-        return "fail", "pip check: " + "; ".join(data.get("pip_check") or [])[:400]
-    if data.get("build_requirements_rc") not in (0, None):
-        unmet = [x for x in data.get("build_requirements") or [] if str(x).startswith("harness:")]
-        return "fail", "build requirements not met in the image: " + "; ".join(map(str, unmet))[:400]
+    if want_vllm and data.vllm.split("+")[0] != want_vllm:
+        return "fail", f"installed vLLM {data.vllm}, the stack pins {want_vllm}"
+    if data.pip_check_rc not in (0, None):
+        return "fail", "pip check: " + "; ".join(data.pip_check)[:400]
+    if data.build_requirements_rc not in (0, None):
+        unmet = [x for x in data.build_requirements if x.startswith("harness:")]
+        return "fail", "build requirements not met in the image: " + "; ".join(unmet)[:400]
     return "pass", ""
 
 
@@ -181,19 +207,19 @@ def packaging_probe(matrix, stack_name: str, *, engine, log_dir: Path, on_event=
     with tempfile.TemporaryDirectory(prefix="harness-pkgprobe-") as tmp:
         try:
             out = engine.export_path(ref, f"{OUT}/packaging.json", Path(tmp), labels=rendered.labels)
-            data = load_json(out / "packaging.json", limit=1 << 20, what="packaging probe result")
-        except (EngineError, OSError, ValueError) as exc:
+            doc = load_json(out / "packaging.json", limit=1 << 20, what="packaging probe result")
+            # a document that is not an object reports nothing installed (judged below)
+            data = PackagingReport.model_validate(doc if isinstance(doc, dict) else {})
+        except (EngineError, OSError, ValueError) as exc:  # a ValidationError is a ValueError
             return PackagingResult("error", f"packaging probe output unreadable: {exc}", ref, None, None, None,
                                    None, None, None, (), None, outcome.duration_s or 0.0, outcome.log_path or "")
-    if not isinstance(data, dict):
-        data = {}
     status, reason = judge_packaging(data, stack.vllm.pypi if stack.vllm else None)
-    s = lambda k: str(data[k])[:200] if data.get(k) is not None else None  # noqa: E731 - values from the image
-    return PackagingResult(status, reason, ref, s("vllm"), s("flashinfer"), s("torch"), s("machine"), s("python"),
-                           s("rust_frontend"), tuple(str(x)[:300] for x in (data.get("pip_check") or [])[:40]),
+    s = lambda v: v[:200] if v is not None else None  # noqa: E731 - values from the image, capped
+    return PackagingResult(status, reason, ref, s(data.vllm), s(data.flashinfer), s(data.torch), s(data.machine),
+                           s(data.python), s(data.rust_frontend), tuple(x[:300] for x in data.pip_check[:40]),
                            m[-1][:32000] if m else None, outcome.duration_s or 0.0, outcome.log_path or "",
-                           tuple(str(x)[:300] for x in (data.get("build_requirements") or [])[:200]),
-                           tuple(str(x)[:200] for x in ((data.get("stand_in") or {}).get("extensions") or [])[:200]))
+                           tuple(x[:300] for x in data.build_requirements[:200]),
+                           tuple(x[:200] for x in (data.stand_in.extensions if data.stand_in else [])[:200]))
 
 
 @dataclass(frozen=True)
@@ -207,6 +233,51 @@ class ProbeRow:
     fp4: bool
 
 
+class UnitResult(Open):
+    """One probed unit in probe.json (docker/probe_build.py): its units.toml entry, the arch
+    decision of the stock and the patched configure, and the object copied out (None: not built)."""
+
+    family: str = ""
+    source: str = ""
+    stock: str | None = None
+    patched: str | None = None
+    target: str | None = None
+    object: str | None = None
+
+
+class PerSource(Open):
+    """A figure of the stock and of the patched configure."""
+
+    stock: float | None = None
+    patched: float | None = None
+
+
+class ExitPerSource(Open):
+    """The exit code of the stock and of the patched configure."""
+
+    stock: int | None = None
+    patched: int | None = None
+
+
+class ProbeReport(Open):
+    """probe.json, written in the probe image by docker/probe_build.py; unknown keys are kept. A
+    configure that failed leaves no units and no compile figures."""
+
+    units: list[UnitResult] = []
+    configure_s: PerSource = PerSource()
+    configure_rc: ExitPerSource = ExitPerSource()
+    compile_s: float | None = None
+    compile_rc: int | None = None
+
+
+class ProbeTimings(Open):
+    """How long the units probe took: `timings` of probe-<stack>.json."""
+
+    configure_s: PerSource | None = None
+    compile_s: float | None = None
+    image_build_s: float | None = None
+
+
 @dataclass(frozen=True)
 class ProbeOutcome:
     stack: str
@@ -214,44 +285,51 @@ class ProbeOutcome:
     status: str  # "pass", "fail" or "error"
     reason: str
     rows: tuple[ProbeRow, ...]
-    timings: dict
+    timings: ProbeTimings | None  # None: the units probe did not run to the end
     log_path: str
     packaging: PackagingResult | None = None  # the packaging probe, when asked
     units_status: str = ""  # the units probe's own status ("skipped" when not asked)
-    compile_cache: dict | None = None  # CompileCache of the units probe image's build, as JSON
+    compile_cache: CompileCache | None = None  # of the units probe image's build
+
+    def as_json(self) -> dict[str, object]:
+        """probe-<stack>.json: the fields in order, `timings` {} when there are none."""
+        doc = asdict(replace(self, timings=None, compile_cache=None))
+        doc["timings"] = self.timings.model_dump(mode="json") if self.timings else {}
+        doc["compile_cache"] = self.compile_cache.model_dump(mode="json") if self.compile_cache else None
+        return doc
 
 
 PARTS = ("packaging", "units")
 
 
 def collect(engine, ref: str, labels: dict[str, str], units: tuple[Unit, ...], ccs: tuple[str, ...],
-            dest: Path) -> tuple[dict, list[ProbeRow]]:
+            dest: Path) -> tuple[ProbeReport, list[ProbeRow]]:
     """probe.json and the audit of each object, copied out of the probe image (never started)."""
 
     out = engine.export_path(ref, OUT, dest, labels=labels) / Path(OUT).name
-    data = load_json(out / "probe.json", limit=16 << 20, what="probe result")
+    data = ProbeReport.model_validate(load_json(out / "probe.json", limit=16 << 20, what="probe result"))
     rows = []
-    for u, row in zip(units, data["units"], strict=False):
+    for u, row in zip(units, data.units, strict=False):
         archs = "not compiled"
         verdicts: tuple[str, ...] = ()
         # judged for the chips the unit was built for (an SM12x kernel has nothing for a 9.0 chip)
-        targets = [Target.from_cc(cc) for cc in sorted(ccs_of(row.get("patched") or "") & set(ccs)) or ccs]
-        if row.get("object"):
+        targets = [Target.from_cc(cc) for cc in sorted(ccs_of(row.patched or "") & set(ccs)) or ccs]
+        if row.object:
             with tempfile.TemporaryDirectory() as one:
                 # the name comes out of the probe image: a plain file name inside objects/, nothing else
-                obj = under(out / "objects", str(row["object"]), what="probe object")
+                obj = under(out / "objects", row.object, what="probe object")
                 shutil.copyfile(obj, Path(one) / obj.name)
                 report = audit_path(Path(one), targets, jobs=1)
             archs = ",".join(f"{a}={n}" for a, n in sorted(report.totals().items())) or "no cubins"
             verdicts = tuple(f"{v.target.name}: {v.status}: {v.message}" for v in report.verdicts)
-        rows.append(ProbeRow(u.family, u.source, row.get("stock"), row.get("patched"), archs, verdicts, u.fp4))
+        rows.append(ProbeRow(u.family, u.source, row.stock, row.patched, archs, verdicts, u.fp4))
     return data, rows
 
 
-def judge(rows: list[ProbeRow], data: dict) -> tuple[str, str]:
-    if data.get("configure_rc", {}).get("patched") != 0:
+def judge(rows: list[ProbeRow], data: ProbeReport) -> tuple[str, str]:
+    if data.configure_rc.patched != 0:
         return "fail", "the patched source does not configure (probe.log)"
-    if data.get("compile_rc") not in (0, None):
+    if data.compile_rc not in (0, None):
         return "fail", "a probed translation unit does not compile (probe.log)"
     bad = [r.family for r in rows if any(": fail:" in v for v in r.verdicts)]
     if bad:
@@ -270,7 +348,7 @@ def probe_stack(matrix, stack_name: str, *, engine, log_dir: Path, on_event=None
         o = _units_probe(matrix, stack_name, engine=engine, log_dir=log_dir, on_event=on_event, force=force,
                          units=units, platform=platform)
     else:
-        o = ProbeOutcome(stack_name, "", "skipped", "", (), {}, "")
+        o = ProbeOutcome(stack_name, "", "skipped", "", (), None, "")
     statuses = [o.status] if "units" in parts else []
     statuses += [packaging.status] if packaging else []
     status = next((s for s in ("error", "fail") if s in statuses), "pass")
@@ -298,18 +376,17 @@ def _units_probe(matrix, stack_name: str, *, engine, log_dir: Path, on_event=Non
     ref = rendered.image_ref
     outcome = build_one(rendered, engine=engine, log_dir=log_dir, force=force, on_event=on_event, audit=False)
     if outcome.status not in ("built", "reused"):
-        return ProbeOutcome(stack_name, ref, "error", outcome.reason or "probe build failed", (), {},
+        return ProbeOutcome(stack_name, ref, "error", outcome.reason or "probe build failed", (), None,
                             outcome.log_path or "")
     ccs = audit_ccs(matrix, stack_name)
     with tempfile.TemporaryDirectory(prefix="harness-probe-") as tmp:
         try:
             data, rows = collect(engine, ref, rendered.labels, units, ccs, Path(tmp))
         except (EngineError, OSError, ValueError) as exc:
-            return ProbeOutcome(stack_name, ref, "error", f"probe output unreadable: {exc}", (), {},
+            return ProbeOutcome(stack_name, ref, "error", f"probe output unreadable: {exc}", (), None,
                                 outcome.log_path or "")
     status, reason = judge(rows, data)
-    timings = {"configure_s": data.get("configure_s"), "compile_s": data.get("compile_s"),
-               "image_build_s": outcome.duration_s}
-    cache = outcome.compile_cache.model_dump(mode="json") if outcome.compile_cache else None
+    timings = ProbeTimings(configure_s=data.configure_s if "configure_s" in data.model_fields_set else None,
+                           compile_s=data.compile_s, image_build_s=outcome.duration_s)
     return ProbeOutcome(stack_name, ref, status, reason, tuple(rows), timings, outcome.log_path or "",
-                        compile_cache=cache)
+                        compile_cache=outcome.compile_cache)

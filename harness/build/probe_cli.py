@@ -4,25 +4,24 @@ patched, the cubins of the compiled object and the audit verdicts (SASS for FP4 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 from rich.table import Table
 
-from harness.build.probe import PARTS, probe_stack
+from harness.build.probe import PARTS, ProbeOutcome, probe_stack
 from harness.console import out
 from harness.platforms import Platform
+from harness.results.model import CompileCache
 from harness.safety.roots import Root
 
 
-def cache_line(cache: dict) -> str:
-    if cache.get("off"):
-        return f"compile cache off: {cache['off']}"
-    rate = cache.get("hit_rate")
-    return (f"compile cache: {cache.get('hits')} hits, {cache.get('misses')} misses, "
-            f"{cache.get('uncacheable')} uncacheable"
+def cache_line(cache: CompileCache) -> str:
+    if cache.off:
+        return f"compile cache off: {cache.off}"
+    rate = cache.hit_rate
+    return (f"compile cache: {cache.hits} hits, {cache.misses} misses, {cache.uncacheable} uncacheable"
             + (f", hit rate {rate * 100:.1f} %" if rate is not None else "")
-            + f", compile steps {cache.get('seconds_compiling')} s")
+            + f", compile steps {cache.seconds_compiling} s")
 
 
 def run_probes(matrix, stacks: list[str], *, engine, log_dir: Path, force: bool = False,
@@ -57,10 +56,10 @@ def run_probes(matrix, stacks: list[str], *, engine, log_dir: Path, force: bool 
             table.add_row(r.family, r.stock or "-", r.patched or "-", r.archs, "\n".join(r.verdicts) or "-")
         out.print(table)
         t = o.timings
-        conf = t.get("configure_s") or {}
-        out.print(f"{name}: configure stock {conf.get('stock')} s, patched {conf.get('patched')} s; probed units "
-                  f"compiled in {t.get('compile_s')} s; "
-                  f"probe image {t.get('image_build_s') or 0:.0f} s" + (f"; {o.reason}" if o.reason else ""),
+        conf = t.configure_s if t else None
+        out.print(f"{name}: configure stock {conf.stock if conf else None} s, patched "
+                  f"{conf.patched if conf else None} s; probed units compiled in {t.compile_s if t else None} s; "
+                  f"probe image {(t.image_build_s if t else None) or 0:.0f} s" + (f"; {o.reason}" if o.reason else ""),
                   markup=False)
         if o.compile_cache is not None:
             out.print(f"{name}: {cache_line(o.compile_cache)}", markup=False)
@@ -70,6 +69,6 @@ def run_probes(matrix, stacks: list[str], *, engine, log_dir: Path, force: bool 
     return passed
 
 
-def _save(log_dir: Path, name: str, o) -> None:
+def _save(log_dir: Path, name: str, o: ProbeOutcome) -> None:
     # --log-dir is a root: a probe-*.json there that is a link is refused, never written through
-    Root(log_dir, what="--log-dir", create=True).save_text(f"probe-{name}.json", json.dumps(asdict(o), indent=1))
+    Root(log_dir, what="--log-dir", create=True).save_text(f"probe-{name}.json", json.dumps(o.as_json(), indent=1))

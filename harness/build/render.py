@@ -273,17 +273,16 @@ def content_hash(dockerfile: str, buildargs: dict[str, str], files: tuple[tuple[
     h.update(json.dumps(buildargs, sort_keys=True).encode())
     for path, data in sorted(files):
         h.update(f"\0{path}\0{hashlib.sha256(data).hexdigest()}".encode())
-    pins = stack.model_dump(mode="json", exclude={"description", "env", "local", "kernel_selection"})
     # fields added for wheel stacks enter the hash only when set: source stacks keep their tags
-    if pins.get("wheels") is None:
-        pins.pop("wheels", None)
-    if isinstance(pins.get("base_image"), dict):
-        if not pins["base_image"].get("local"):
-            pins["base_image"].pop("local", None)
-        if pins["base_image"].get("image_id") is None:
-            pins["base_image"].pop("image_id", None)
-        if pins["base_image"].get("python") is None:
-            pins["base_image"].pop("python", None)
+    left_out: dict[str, bool | set[str]] = {k: True for k in ("description", "env", "local", "kernel_selection")}
+    if stack.wheels is None:
+        left_out["wheels"] = True
+    if (base := stack.base_image) is not None:
+        unset = {"local"} if not base.local else set()
+        unset |= {k for k, v in (("image_id", base.image_id), ("python", base.python)) if v is None}
+        if unset:
+            left_out["base_image"] = unset
+    pins = stack.model_dump(mode="json", exclude=left_out)
     h.update(json.dumps(pins, sort_keys=True, separators=(",", ":")).encode())
     return h.hexdigest()
 

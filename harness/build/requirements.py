@@ -32,6 +32,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from harness.build import sources
 from harness.errors import ConfigError
@@ -122,6 +123,35 @@ def _lines(tree: Path, rel: str, where: str, label: str, seen: int = 0) -> list[
     return out
 
 
+class _Table(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
+
+
+class BuildSystem(_Table):
+    """pyproject.toml `[build-system]`: `requires` checked where it is read."""
+
+    requires: object = None
+
+
+class ProjectTable(_Table):
+    """pyproject.toml `[project]`: only `requires-python` is read."""
+
+    requires_python: object = Field(None, alias="requires-python")
+
+
+class PyProject(_Table):
+    """A source tree's pyproject.toml, the tables this module reads; unknown keys are kept. A
+    table of another type reads as empty."""
+
+    build_system: BuildSystem = Field(BuildSystem(), alias="build-system")
+    project: ProjectTable = ProjectTable()
+
+    @field_validator("build_system", "project", mode="before")
+    @classmethod
+    def _table(cls, value: object) -> object:
+        return value if isinstance(value, dict) else {}
+
+
 def read_tree(tree: Path, project: str, where: str, label: str | None = None) -> tuple[list[tuple[str, str]], str | None]:
     """(requirement text, origin) pairs and requires-python of one source tree; `label` names
     the tree in each origin ("vllm-0.33.0"), the folder's name by default."""
@@ -131,14 +161,14 @@ def read_tree(tree: Path, project: str, where: str, label: str | None = None) ->
     files = FILES[project]
     pyproject = tree / files[0]
     if pyproject.is_file():
-        data = tomllib.loads(read_bytes(pyproject, limit=MAX_FILE, what="pyproject.toml").decode("utf-8", "replace"))
-        system = data.get("build-system") or {}
-        reqs = system.get("requires") or []
+        data = PyProject.model_validate(
+            tomllib.loads(read_bytes(pyproject, limit=MAX_FILE, what="pyproject.toml").decode("utf-8", "replace")))
+        reqs = data.build_system.requires or []
         if not isinstance(reqs, list) or not all(isinstance(r, str) for r in reqs):
             raise ConfigError(f"{where}: {label}/pyproject.toml: [build-system] requires is not a list of strings",
                               hint="the source is not a release this tool reads")
         pairs += [(r, f"{label}/pyproject.toml") for r in reqs]
-        rp = (data.get("project") or {}).get("requires-python")
+        rp = data.project.requires_python
         requires_python = rp if isinstance(rp, str) else None
     for rel in files[1:]:
         if (tree / rel).is_file():

@@ -27,7 +27,7 @@ from harness.build.render import (
     content_hash,
     fill,
 )
-from harness.bundle import LOCK, refuse_other_cpu, wheelhouse_files
+from harness.bundle import LOCK, WheelLock, refuse_other_cpu, wheelhouse_files
 from harness.bundle import read_lock as read_bundle_lock
 from harness.errors import ConfigError
 from harness.platforms import Platform
@@ -44,7 +44,7 @@ def wheelhouse_dir(matrix, stack_name: str) -> Path | None:
     return path if path.is_absolute() else (matrix.path.parent / path).resolve()
 
 
-def read_lock(matrix, stack_name: str) -> tuple[Path, dict] | None:
+def read_lock(matrix, stack_name: str) -> tuple[Path, WheelLock] | None:
     where = wheelhouse_dir(matrix, stack_name)
     if where is None:
         return None
@@ -108,18 +108,18 @@ def render_wheels(matrix, stack_name: str, *, template: Path | None = None, temp
     if lock_info is not None:
         where, lock = lock_info
         refuse_other_cpu(f"stacks.{stack_name}.wheels.wheelhouse {where / LOCK}", lock, platform)
-        vllm = [e for e in lock["wheels"] if e["name"] == "vllm"]
-        if len(vllm) != 1 or vllm[0]["version"] != w.vllm.version:
+        vllm = [e for e in lock.wheels if e.name == "vllm"]
+        if len(vllm) != 1 or vllm[0].version != w.vllm.version:
             raise ConfigError(f"stacks.{stack_name}.wheels: {where / LOCK} has no vllm {w.vllm.version} wheel",
                               hint="install the bundle that carries it, or fix wheels.vllm.version")
-        if w.vllm.sha256 and vllm[0]["sha256"] != w.vllm.sha256:
+        if w.vllm.sha256 and vllm[0].sha256 != w.vllm.sha256:
             raise ConfigError(f"stacks.{stack_name}.wheels.vllm.sha256 is {w.vllm.sha256}, the wheelhouse's "
-                              f"vllm wheel is {vllm[0]['sha256']}"
-                              + (" (a re-packed wheel: its own sha256 is in wheels.lock)" if vllm[0].get("repacked") else ""),
+                              f"vllm wheel is {vllm[0].sha256}"
+                              + (" (a re-packed wheel: its own sha256 is in wheels.lock)" if vllm[0].repacked else ""),
                               hint="pin the wheel you build from")
-        if vllm[0].get("repacked"):
-            repacked_note = (f" re-packed from upstream sha256:{vllm[0]['upstream_sha256']}: "
-                             f"{vllm[0].get('strip_reason', '')}")
+        if vllm[0].repacked:
+            repacked_note = (f" re-packed from upstream sha256:{vllm[0].upstream_sha256}: "
+                             f"{vllm[0].strip_reason}")
         files += wheelhouse_files(where, lock)
     dockerfile = fill(text, {
         "SYNTAX": NO_SYNTAX,

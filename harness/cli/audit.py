@@ -209,9 +209,8 @@ def render(report: AuditReport, top: int = 10) -> None:
         fams = report.families()
         rows = []
         for a in archs:
-            in_files = sum(1 for f in loadable if f.cubins.get(a))
-            kinds = ", ".join(f"{fam}={fams[fam][a]}" for fam in FAMILIES
-                              if fam in fams and fams[fam].get(a))
+            in_files = sum(1 for f in loadable if f.cubins[a])
+            kinds = ", ".join(f"{fam}={fams[fam][a]}" for fam in FAMILIES if fams[fam][a])
             rows.append([Text(a), str(totals[a]), str(in_files), Text(kinds or "-")])
         show(out, f"cubins per arch — {root}",
              [Col("arch", whole=True), Col("cubins", justify="right"), Col("files", justify="right"),

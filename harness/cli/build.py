@@ -196,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"{o.stack}: {o.status} {o.image_ref} ({o.duration_s:.0f} s)"
                   + (f" log {o.log_path}" if o.log_path else ""), markup=False)
         if o.compile_cache is not None:  # a build with compile steps (not a wheel stack's)
-            out.print(f"  {cache_line(o.compile_cache.model_dump(mode='json'))}", markup=False)
+            out.print(f"  {cache_line(o.compile_cache)}", markup=False)
             if line := compile_cache.compiled_line(o.compile_cache):
                 out.print(f"  {line}", markup=False)
         if o.status in ("built", "failed"):

@@ -344,23 +344,22 @@ def reap(args) -> int:
     from harness.engine import connect
     from harness.errors import EnvironmentProblem
     from harness.run.executor import LazyEngine
-    from harness.run.session import reap_dead
+    from harness.run.session import Reaped, reap_dead
 
-    done: dict[str, list[str]] = {"containers": [], "runs": []}
     if args.run:
-        done["containers"] = connect().reap(run_id=args.run)
+        done = Reaped(containers=connect().reap(run_id=args.run))
     else:
         try:
             done = reap_dead(Path(args.results), engine_if_needed=LazyEngine())
         except EnvironmentProblem:
             done = reap_dead(Path(args.results))
-    for name in done["containers"]:
+    for name in done.containers:
         out.print(f"removed container {name}", markup=False)
-    for server in done.get("servers", []):
+    for server in done.servers:
         out.print(f"stopped local server {server}", markup=False)
-    for run_dir in done["runs"]:
+    for run_dir in done.runs:
         out.print(f"marked interrupted: {run_dir} (finish it with `harness run --resume {run_dir}`)",
                   markup=False)
-    if not any(done.values()):
+    if not done:
         out.print("nothing to reap", markup=False)
     return 0

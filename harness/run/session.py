@@ -88,14 +88,26 @@ def _needs_docker(cells: list[Cell]) -> bool:
     return any(c.stack.runner == "docker" for c in cells)
 
 
-def reap_dead(results_root: Path, engine_if_needed: LazyEngine | None = None) -> dict[str, list[str]]:
+@dataclasses.dataclass
+class Reaped:
+    """What a reap removed: container names, local servers' process groups, run folders marked."""
+
+    containers: list[str] = dataclasses.field(default_factory=list)
+    servers: list[str] = dataclasses.field(default_factory=list)
+    runs: list[str] = dataclasses.field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.containers or self.servers or self.runs)
+
+
+def reap_dead(results_root: Path, engine_if_needed: LazyEngine | None = None) -> Reaped:
     """Remove what dead controllers left: their containers (when an engine is at hand) and the
     `running` mark of their run directories under `results_root` (now `interrupted`, so
     `--resume` finishes them). Returns what was done, for `harness reap` to print."""
-    done: dict[str, list[str]] = {"containers": [], "runs": [], "servers": []}
+    done = Reaped()
     if engine_if_needed is not None:
         try:
-            done["containers"] = engine_if_needed().reap()
+            done.containers = engine_if_needed().reap()
         except EnvironmentProblem:
             pass  # no engine: nothing of ours can be running there either
     root = Root(results_root, what="--results")
@@ -111,13 +123,13 @@ def reap_dead(results_root: Path, engine_if_needed: LazyEngine | None = None) ->
             server = ServerRecord.of_partial(store.read_partial(cell_id))
             if server is not None and server.local_group is not None and \
                     kill_group(server.local_group, server.started):
-                done["servers"].append(f"{cell_id} (process group {server.local_group})")
+                done.servers.append(f"{cell_id} (process group {server.local_group})")
         try:
             store.finish("interrupted", note=f"controller pid {who.pid} on {who.host} died; "
                          "reaped by a later run")
         except StorageError:
             continue
-        done["runs"].append(str(run_json.parent))
+        done.runs.append(str(run_json.parent))
     return done
 
 

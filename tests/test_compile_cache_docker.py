@@ -113,7 +113,7 @@ def test_second_build_compiles_nothing_and_other_flags_or_sources_miss(engine, s
     # the store: one folder for this toolchain, named by it; `harness cache` reads it
     (folder,) = compile_cache.usage(store)
     assert folder.name == first.namespace and folder.objects > 0 and folder.bytes > 0
-    assert folder.toolchain["machine"] in folder.name and "gcc" in folder.toolchain
+    assert folder.toolchain.machine in folder.name and "gcc" in folder.toolchain.program("gcc")
     removed, freed = compile_cache.prune(0, store)
     assert removed == folder.objects and freed == folder.bytes
     assert compile_cache.usage(store)[0].objects == 0

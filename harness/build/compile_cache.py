@@ -179,7 +179,7 @@ def _theirs(port_: int) -> str | None:
     try:
         conn.request("GET", IDENTITY)
         resp = conn.getresponse()
-        return json.loads(resp.read(4096)).get("root") if resp.status == 200 else None
+        return _Identity.model_validate_json(resp.read(4096)).root if resp.status == 200 else None
     except (OSError, ValueError, http.client.HTTPException):
         return None
     finally:
@@ -295,13 +295,34 @@ def compiled_line(cache: CompileCache, limit: int = 8) -> str | None:
 # --- show and prune ---------------------------------------------------------------------------
 
 
+class Toolchain(BaseModel):
+    """A store folder's toolchain.json, written by the build step (docker/compile_cache.py
+    `toolchain()`): the machine, the ccache version, and each compiler program as `<path>
+    <sha256>`; a program the image lacks is absent. Read only to show it: off-shape reads as empty."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    machine: str = ""
+    ccache: str = ""
+    gcc: str = ""
+    nvcc: str = ""
+
+    def program(self, name: str) -> str:
+        """`gcc`'s or `nvcc`'s path as the step found it, '' when the image had none."""
+        return {"gcc": self.gcc, "nvcc": self.nvcc}[name].split(" ")[0]
+
+
+class _Identity(BaseModel):
+    root: str
+
+
 @dataclass(frozen=True)
 class Folder:
     name: str  # <machine>-<digest of the toolchain>
     objects: int
     bytes: int
     last_used: float  # epoch seconds; 0 when empty
-    toolchain: dict
+    toolchain: Toolchain
 
 
 def _objects(folder: Path) -> Iterator[os.DirEntry]:
@@ -326,10 +347,11 @@ def usage(root: Path | None = None) -> list[Folder]:
         for e in _objects(d):
             st = e.stat(follow_symlinks=False)
             n, size, last = n + 1, size + st.st_size, max(last, st.st_mtime)
-        tools: dict = {}
-        with contextlib.suppress(OSError, ValueError):
-            tools = json.loads(Root(d, what="compile cache folder").load_text("toolchain.json", limit=65536))
-        out.append(Folder(d.name, n, size, last, tools if isinstance(tools, dict) else {}))
+        tools = Toolchain()
+        with contextlib.suppress(OSError, ValueError):  # pydantic's ValidationError is one
+            tools = Toolchain.model_validate_json(
+                Root(d, what="compile cache folder").load_text("toolchain.json", limit=65536))
+        out.append(Folder(d.name, n, size, last, tools))
     return out
 
 

@@ -39,9 +39,8 @@ def run_show(args) -> int:
               markup=False)
     for f in folders:
         tools = f.toolchain
-        nvcc = (tools.get("nvcc") or "").split(" ")[0] or "no nvcc"
         out.print(f"  {f.name}  {f.objects} objects  {_gib(f.bytes)}  last used {cc.age(f.last_used)}", markup=False)
-        out.print(f"    {tools.get('ccache') or '?'}; gcc {(tools.get('gcc') or '?').split(' ')[0]}; {nvcc}",
+        out.print(f"    {tools.ccache or '?'}; gcc {tools.program('gcc') or '?'}; {tools.program('nvcc') or 'no nvcc'}",
                   markup=False)
     return 0
 

@@ -99,7 +99,7 @@ def test_a_step_that_is_not_a_step_is_named_with_its_field(tmp_path):
 
 @pytest.mark.parametrize("path", RECORDS, ids=lambda p: p.parent.name)
 def test_every_committed_configure_record_reads_into_its_record_and_keeps_every_key(path):
-    assert len(RECORDS) == 6
+    assert len(RECORDS) == 7
     raw = json.loads(path.read_text())
     rec = _record(path)
     assert dump(rec) == raw

@@ -297,6 +297,7 @@ class TimedBuild(Open):
     wall_s: int | float
     steps: int
     step_minutes: int | float
+    cpu_minutes: int | float | None = None  # user + system of the compilers (records before it: none)
 
 
 class ConfigureRecord(Open):
@@ -319,6 +320,27 @@ class ConfigureRecord(Open):
     fa3: Fa3
     cuda_objects_setup_py_builds: int | None = None
     build: TimedBuild | None = None
+
+
+def _timed(path: Path, r: ConfigureRecord, b: TimedBuild) -> str:
+    """What a record's timed compile says: the command (its targets listed in the record when
+    many), wall, steps, step-minutes and, where recorded, CPU minutes; for a sample of the FA3
+    objects, what all of them cost at that rate."""
+    what = (" ".join(b.targets) if len(b.targets) <= 2
+            else f"<{len(b.targets)} targets, listed in {path}>")
+    text = (f"Compiled and timed (vLLM {r.vllm}): `ninja -j{b.jobs} {what}` on {b.cpus} CPUs: "
+            f"{b.wall_s} s wall, {b.steps} step{'' if b.steps == 1 else 's'}, {b.step_minutes} step-minutes")
+    if b.cpu_minutes is not None:
+        text += f", {b.cpu_minutes} CPU-minutes (user + system of the compilers)"
+    text += f" (exit {b.returncode})."
+    fa3 = r.fa3.cuda_objects
+    if (b.cpu_minutes is not None and b.returncode == 0 and b.steps and fa3
+            and all("/_vllm_fa3_C.dir/" in t for t in b.targets)):
+        each = b.cpu_minutes / b.steps
+        text += (f" At {each:.2f} CPU-minutes an object, the {fa3} `_vllm_fa3_C` CUDA objects cost about "
+                 f"{each * fa3:.0f} CPU-minutes: about {each * fa3 / 16:.1f} minutes of wall time on 16 busy "
+                 f"cores, {each * fa3 / 20:.1f} on 20.")
+    return text
 
 
 def _record(path: Path) -> ConfigureRecord:
@@ -389,13 +411,10 @@ def configure_report(paths: list[Path], notes: Notes) -> str:
                      f"{_flags(r) if r.targets else '-'} | {'yes' if r.fa3.asked_by_setup_py else 'no'} | "
                      f"{builds if builds is not None else '-'} |")
     lines += [""]
-    for _, r in recs:
+    for p, r in recs:
         b = r.build
         if b:
-            lines += [f"Compiled and timed (vLLM {r.vllm}): `ninja -j{b.jobs} {' '.join(b.targets)}` on "
-                      f"{b.cpus} CPUs: {b.wall_s} s wall, {b.steps} step{'' if b.steps == 1 else 's'}, "
-                      f"{b.step_minutes} step-minutes "
-                      f"(exit {b.returncode}).", ""]
+            lines += [_timed(p, r, b), ""]
     if notes.cost:
         lines += [notes.cost.strip(), ""]
     lines += ["## Evidence", ""]

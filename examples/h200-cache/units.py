@@ -1,11 +1,14 @@
 """What a rebuild had to compile, and what those units cost in the cold build.
 
-    python examples/h200-cache/units.py COLD_NINJA_LOG VARIANT_RECORD [--markdown]
+    python examples/h200-cache/units.py COLD_NINJA_LOG VARIANT_RECORD
+    python examples/h200-cache/units.py COLD_NINJA_LOG --configure A/commands.json[.gz] B/commands.json[.gz]
 
 COLD_NINJA_LOG: ninja's log of the cold build's compile (/opt/build/vllm-ninja-log.txt in the
 image, `device.sh` keeps it as <variant>/ninja-log.txt); VARIANT_RECORD: the rebuild's record
 (build-<stack>.json), whose `compile_cache.missed` names the units it compiled (the rest came from
-the cache). Prints each compiled unit with its seconds in the cold build, and the share of the
+the cache). With --configure, the units are instead the objects two configures compile
+differently (differ.py): what a rebuild of B after A must compile, whatever the cache holds.
+Prints each compiled unit with its seconds in the cold build, and the share of the
 cold build's compile step-seconds they are: the part of a compile no cache can save, because
 those objects differ (another arch flag, another source). Step-seconds are each object's own
 time, summed; with 16 compiles at once the wall time is shorter, the share is about the same.
@@ -49,8 +52,16 @@ def main(argv: list[str]) -> int:
         return 2
     cold = ninja_steps(Path(argv[0]).read_text())
     objects = [o for o in cold if o.endswith(".o")]
-    record = json.loads(Path(argv[1]).read_text())
-    missed = (record.get("compile_cache") or {}).get("missed") or []
+    if argv[1] == "--configure" and len(argv) == 4:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from differ import load  # this folder's
+
+        a, b = load(Path(argv[2])), load(Path(argv[3]))
+        # an object CMakeFiles/<target>.dir/<source>.o compiles <source>, relative to the tree
+        missed = sorted(o.split(".dir/", 1)[1].removesuffix(".o") for o in set(a) & set(b) if a[o] != b[o])
+    else:
+        record = json.loads(Path(argv[1]).read_text())
+        missed = (record.get("compile_cache") or {}).get("missed") or []
     rows, unmatched = [], []
     for src in missed:
         obj = object_of(src, objects)

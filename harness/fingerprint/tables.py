@@ -240,9 +240,13 @@ class KernelNames:
         key = requested.lower().replace("-", "_")
         if key in self.moe_aliases:
             return self.moe_aliases[key]
-        tables = {"nvfp4": [self.moe_nvfp4], "fp8": [self.moe_fp8]}.get(
-            quant or "", [self.moe_nvfp4, self.moe_fp8]
-        )
+        match quant:  # the quantization the MoE line names; any other: either table
+            case "nvfp4":
+                tables = [self.moe_nvfp4]
+            case "fp8":
+                tables = [self.moe_fp8]
+            case _:
+                tables = [self.moe_nvfp4, self.moe_fp8]
         found = [t[key] for t in tables if key in t]
         return frozenset().union(*found) if found else None
 

@@ -247,3 +247,16 @@ def test_versions_the_probe_did_not_record_come_from_the_image_labels():
     assert "| torch | 2.11.0 (from the base image) (image label) |" in text
     assert "| vLLM | 0.25.1 (image label) |" in text
     assert "| Python | /opt/torch/.venv/bin/python3 (image label) |" in text
+
+
+def test_every_tracker_a_report_can_name_has_its_entry() -> None:
+    """`bug_report` indexes TRACKERS by a Tracker's key: every key a signature or the report
+    itself can give has a name and a place to file."""
+    from typing import get_args
+
+    from harness.fingerprint.tables import signatures
+    from harness.results.bug import TRACKERS, TrackerKey
+
+    keys = {k for part in get_args(TrackerKey) for k in get_args(part)}
+    assert keys == set(TRACKERS)
+    assert {s.tracker for s in signatures()} <= keys

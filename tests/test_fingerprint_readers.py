@@ -4,6 +4,8 @@ belongs to two readers, and every Fingerprint field but the shared evidence has 
 
 from __future__ import annotations
 
+import json
+
 from harness.fingerprint import Fingerprint, fingerprint
 from harness.fingerprint.failure import FailureFacts
 from harness.fingerprint.parse import _LINE_READERS, _words
@@ -49,3 +51,51 @@ def test_a_drafter_line_goes_to_the_drafter_only():
     fp = fingerprint(text)
     assert (fp.drafter_attention_backend, fp.attention_backend) == ("FLASH_ATTN", "FLASHINFER")
     assert fp.model_load_gib == 1.5
+
+
+_API = "INFO 01-01 00:00:00 [api_server.py:1] "
+
+
+def test_non_default_args_speculative_forms() -> None:
+    """NonDefaultArgs / SpeculativeArgs: the flattened 0.26 keys, a JSON speculative_config, and
+    the first-present name of the draft length."""
+    flat = fingerprint(_API + "non-default args: {'model': 'm', 'spec_method': 'dspark', 'spec_tokens': 7}")
+    assert (flat.spec_method, flat.num_speculative_tokens) == ("dspark", 7)
+    as_json = fingerprint(
+        _API + """non-default args: {'speculative_config': '{"method": "eagle3", "num_speculative_tokens": 3}'}"""
+    )
+    assert (as_json.spec_method, as_json.num_speculative_tokens) == ("eagle3", 3)
+    # num_speculative_tokens is read first when present, even when it says nothing
+    first = fingerprint(
+        _API + "non-default args: {'speculative_config': "
+        "{'method': 'mtp', 'num_speculative_tokens': None, 'num_spec_tokens': 4}}"
+    )
+    assert (first.spec_method, first.num_speculative_tokens) == ("mtp", None)
+    other = fingerprint(_API + "non-default args: {'speculative_config': {'method': 'mtp', 'num_spec_tokens': 4}}")
+    assert (other.spec_method, other.num_speculative_tokens) == ("mtp", 4)
+
+
+def test_requested_from_args_kernel_config_and_env() -> None:
+    nested = fingerprint(
+        _API + "non-default args: {'kernel_config': {'moe_backend': 'marlin', 'linear_backend': 'auto'}, "
+        "'attention_backend': 'FLASHINFER'}"
+    )
+    assert nested.requested == {"moe_backend": "marlin", "linear_backend": None, "attention_backend": "FLASHINFER"}
+    assert nested.requested_source == "args"
+    env = fingerprint("VLLM_USE_FLASHINFER_MOE_FP4=1\nVLLM_FLASHINFER_MOE_BACKEND=latency\n")
+    assert env.requested["moe_backend"] == "flashinfer_trtllm" and env.requested_source == "env"
+    # "0" is an explicit no; an unknown GEMM backend is kept as printed
+    off = fingerprint("VLLM_USE_FLASHINFER_MOE_FP4=0\nVLLM_NVFP4_GEMM_BACKEND=newgemm\n")
+    assert off.requested == {"moe_backend": None, "linear_backend": "newgemm", "attention_backend": None}
+
+
+def test_json_log_records() -> None:
+    """_JsonRecord: vLLM's formatter (`message`, `levelname`, `processName`) and a wrapper's raw
+    line (`log`), read as a plain line."""
+    text = "\n".join((
+        json.dumps({"message": "Using 'MARLIN' NvFp4 MoE backend out of potential backends: [x]",
+                    "levelname": "info", "processName": "EngineCore_0"}),
+        json.dumps({"log": _API + "Using FLASHINFER attention backend out of potential backends: [x]"}),
+    ))
+    fp = fingerprint(text)
+    assert (fp.moe_backend, fp.attention_backend) == ("MARLIN", "FLASHINFER")

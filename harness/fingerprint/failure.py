@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -104,6 +105,23 @@ def failure_tables() -> FailureTables:
     )
 
 
+class _LinesWith(dict[str, list[int]]):
+    """literal -> indexes of the lines of `ix` where it occurs, scanned on its first lookup."""
+
+    def __init__(self, ix: Indexed) -> None:
+        super().__init__()
+        self.ix = ix
+
+    def __missing__(self, literal: str) -> list[int]:
+        found, text = [], self.ix.text
+        pos = text.find(literal)
+        while pos != -1:
+            found.append(self.ix.index_of(pos))
+            pos = text.find(literal, pos + 1)
+        self[literal] = found
+        return found
+
+
 class Indexed:
     """The parsed lines joined into one text, so a table regex scans the whole log in one C call
     (re.MULTILINE) instead of one Python call per line; positions map back to line indexes."""
@@ -117,7 +135,7 @@ class Indexed:
             self.starts.append(pos)
             pos += len(ln.message) + 1
         self._phase_events: list[tuple[int, str]] | None = None
-        self._literal_lines: dict[str, list[int]] = {}
+        self._literal_lines = _LinesWith(self)
         self.ops: dict[int, str | None] = {}  # op_near's answers
         self.cut: CutTraceback | None | Literal[False] = False  # cut_traceback's answer, once computed
         self.exceptions: list[tuple[int, str, str | None]] | None = None  # _exception_lines'
@@ -150,14 +168,7 @@ class Indexed:
     def _lines_with(self, literal: str) -> list[int]:
         """Indexes of the lines where `literal` occurs, scanned once per log: the signature,
         death and phase tables share many literals and some are searched several times."""
-        found = self._literal_lines.get(literal)
-        if found is None:
-            found, text, pos = [], self.text, self.text.find(literal)
-            while pos != -1:
-                found.append(self.index_of(pos))
-                pos = text.find(literal, pos + 1)
-            self._literal_lines[literal] = found
-        return found
+        return self._literal_lines[literal]
 
     def any(self, rx: re.Pattern[str]) -> bool:
         return next(self.find(rx), None) is not None
@@ -171,8 +182,10 @@ class Indexed:
                 events.extend((i, name) for i in self.find(rx))
             events.extend((i, "post-capture") for i in self.find(_CAPTURE_END))
             events.extend((i + 1, "post-autotune") for i in self.find(_AUTOTUNE_END))
-            order = {name: n for n, (name, _) in enumerate(tables.phases)}
-            events.sort(key=lambda e: (e[0], order.get(e[1], 99)))
+            # every event's name: the phases in table order, the two ends after them
+            order = {"post-capture": 99, "post-autotune": 99} | {
+                name: n for n, (name, _) in enumerate(tables.phases)}
+            events.sort(key=lambda e: (e[0], order[e[1]]))
             self._phase_events = events
         k = bisect_right(self._phase_events, (index, "\uffff")) - 1
         return self._phase_events[k][1] if k >= 0 else None
@@ -382,14 +395,15 @@ def cut_traceback(ix: Indexed) -> CutTraceback | None:
 
 def _cut_traceback(ix: Indexed) -> CutTraceback | None:
     lines = ix.lines
-    last: dict[str | None, int] = {}  # process -> its last frame or traceback header
+    # process -> its last frame or traceback header (-1: none yet)
+    last: defaultdict[str | None, int] = defaultdict(lambda: -1)
     for literal in ('File "', 'File “', _TRACEBACK):
         for pos in _literal_line_starts(ix, literal):
             i = ix.index_of(pos)
             ln = lines[i]
             if ln.level in QUIET_LEVELS or (literal != _TRACEBACK and not _FRAME.match(ln.message)):
                 continue
-            if i > last.get(ln.process, -1):
+            if i > last[ln.process]:
                 last[ln.process] = i
     best: tuple[int, CutTraceback] | None = None
     for process, at in last.items():
@@ -564,7 +578,26 @@ def _signature_hit(
     return hit
 
 
-_FALLBACK_ON = ("unclassified-death", "traceback-cut", "engine-died")
+@dataclass
+class _Fallbacks:
+    """The signatures that fire on no line of their own, by their `on` (the last one wins)."""
+
+    unclassified_death: Signature | None = None
+    traceback_cut: Signature | None = None
+    engine_died: Signature | None = None
+
+    def add(self, sig: Signature) -> bool:
+        """Keep `sig` if it is a fallback signature; False if it fires on lines."""
+        match sig.on:
+            case "unclassified-death":
+                self.unclassified_death = sig
+            case "traceback-cut":
+                self.traceback_cut = sig
+            case "engine-died":
+                self.engine_died = sig
+            case _:
+                return False
+        return True
 
 
 def _name_failure(
@@ -572,7 +605,7 @@ def _name_failure(
     explained: _Hit | None,
     root: RootCause | None,
     death: int | None,
-    fallback: dict[str, Signature],
+    fallback: _Fallbacks,
     phase: str | None,
     op: str | None,
 ) -> tuple[str | None, _Hit | None]:
@@ -582,14 +615,14 @@ def _name_failure(
     if explained is not None:
         return explained.sig.id, None
     cut = cut_traceback(ix)
-    if cut is not None and (root is None or root.index < cut.last) and "traceback-cut" in fallback:
-        return "traceback-cut", _Hit(fallback["traceback-cut"], cut.index, None, ix.phase(cut.index),
+    if cut is not None and (root is None or root.index < cut.last) and fallback.traceback_cut:
+        return "traceback-cut", _Hit(fallback.traceback_cut, cut.index, None, ix.phase(cut.index),
                                      op_near(ix, len(ix.lines) - 1))
     if root is not None:
-        sig = fallback.get("unclassified-death")
+        sig = fallback.unclassified_death
         return f"exception:{root.type}", _Hit(sig, root.index, None, phase, op) if sig else None
     if death is not None:
-        sig = fallback.get("engine-died")
+        sig = fallback.engine_died
         return "engine-died", _Hit(sig, death, None, phase, op) if sig else None
     return None, None
 
@@ -660,11 +693,11 @@ def read_failure(lines: list[LogLine], requested: dict[str, str | None], cx: Con
     death = died(ix)
     root = root_cause(ix)
     hits: list[_Hit] = []
-    fallback: dict[str, Signature] = {}
+    fallback = _Fallbacks()
     for sig in signatures():
-        if sig.on in _FALLBACK_ON:
-            fallback[sig.on] = sig
-        elif hit := _signature_hit(sig, ix, root, process_ended, hung):
+        if fallback.add(sig):
+            continue
+        if hit := _signature_hit(sig, ix, root, process_ended, hung):
             hits.append(hit)
     fatal = death is not None or any(h.sig.severity == "fatal" for h in hits)
     failure_class = cause = phase = op = asked = named = None
@@ -692,7 +725,7 @@ def read_failure(lines: list[LogLine], requested: dict[str, str | None], cx: Con
             cause_line = lines[cut.index].number
         if explained is not None and explained.sig.failure_class == "backend-refused":
             asked_from = explained.sig.asked_from
-            asked = requested.get(asked_from) if asked_from else None
+            asked = requested[asked_from] if asked_from else None
             if asked is None and explained.asked:
                 asked = names.moe_flag(explained.asked) or explained.asked.lower()
             if asked is None and asked_from == "moe_backend":

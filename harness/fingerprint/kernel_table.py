@@ -59,14 +59,16 @@ def missing(root: Path) -> list[str]:
         ("moe.nvfp4", _NVFP4, "map_nvfp4_backend", names.moe_nvfp4),
         ("moe.fp8", _FP8, "map_fp8_backend", names.moe_fp8),
     ):
+        listed = {(flag, name) for flag, listed_names in table.items() for name in listed_names}
         for flag, name in _function_mapping(root / rel, func).items():
-            if name not in table.get(flag, frozenset()):
+            if (flag, name) not in listed:
                 out.append(f"{label} {flag}: {name}")
     # Before 0.25 the linear backend was an env var (VLLM_NVFP4_GEMM_BACKEND), with no map.
     linear_path = root / _LINEAR
     linear_map = _linear_map(linear_path) if linear_path.is_file() else {}
+    linear_listed = {(flag, kernel) for flag, kernels in names.linear.items() for kernel in kernels}
     for flag, kernels in linear_map.items():
-        for kernel in sorted(kernels - names.linear.get(flag, frozenset())):
+        for kernel in sorted(k for k in kernels if (flag, k) not in linear_listed):
             out.append(f"linear.kernels {flag}: {kernel}")
     return out
 

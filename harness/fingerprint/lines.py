@@ -25,6 +25,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
 
 # SGR and other CSI sequences; tqdm also writes bare carriage returns between updates.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -83,6 +86,18 @@ def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text)
 
 
+class _JsonRecord(BaseModel):
+    """A JSON log record: vLLM's formatter (`message`, `levelname`, `processName`), another
+    logger's `level`, or a wrapper's raw line (`log`, `msg`); any type, as written."""
+
+    message: Any = None
+    levelname: Any = None
+    level: Any = None
+    process: Any = Field(None, alias="processName")
+    log: Any = None
+    msg: Any = None
+
+
 def _from_json(line: str) -> tuple[str, str | None, str | None, bool] | None:
     """(message, level, process, is_raw_line) of a JSON record; None if the line is not one.
 
@@ -96,14 +111,14 @@ def _from_json(line: str) -> tuple[str, str | None, str | None, bool] | None:
         return None
     if not isinstance(obj, dict):
         return None
-    process = obj.get("processName")
-    process = str(process) if process else None
-    if "message" in obj:
-        level = obj.get("levelname") or obj.get("level")
-        return str(obj["message"]), str(level).upper() if level else None, process, False
-    for key in ("log", "msg"):
-        if isinstance(obj.get(key), str):
-            return obj[key], None, process, True
+    rec = _JsonRecord.model_validate(obj)
+    process = str(rec.process) if rec.process else None
+    if "message" in rec.model_fields_set:
+        level = rec.levelname or rec.level
+        return str(rec.message), str(level).upper() if level else None, process, False
+    for raw in (rec.log, rec.msg):
+        if isinstance(raw, str):
+            return raw, None, process, True
     return None
 
 

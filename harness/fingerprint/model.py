@@ -31,6 +31,23 @@ from harness.fingerprint.failure import SignatureContext
 from harness.fingerprint.readers import Mismatch
 
 
+class _StoredSkip(BaseModel):
+    """One stored `autotuner_skipped` entry: {"op": ..., "count": ...}, as written."""
+
+    op: Any = None
+    count: Any = None
+
+    def pair(self) -> tuple[Any, Any]:
+        return self.op, self.count
+
+
+class _StoredParts(BaseModel):
+    """The keys of a stored fingerprint whose stored shape differs from the in-memory one."""
+
+    autotuner_skipped: Any = None
+    requested: Any = None
+
+
 class Fingerprint(BaseModel):
     """What one vLLM log proves. Absent facts are None / empty, never guessed.
 
@@ -93,7 +110,8 @@ class Fingerprint(BaseModel):
         """The stored shape (see the module docstring) lifted to the in-memory one."""
         if not isinstance(data, dict):
             return data
-        skipped, requested = data.get("autotuner_skipped"), data.get("requested")
+        stored = _StoredParts.model_validate(data)
+        skipped, requested = stored.autotuner_skipped, stored.requested
         if not isinstance(skipped, list | tuple) or not any(isinstance(s, dict) for s in skipped):
             skipped = None
         if skipped is None and not (isinstance(requested, dict) and "source" in requested):
@@ -101,7 +119,7 @@ class Fingerprint(BaseModel):
         data = dict(data)
         if skipped is not None:
             data["autotuner_skipped"] = [
-                (s.get("op"), s.get("count")) if isinstance(s, dict) else s for s in skipped
+                _StoredSkip.model_validate(s).pair() if isinstance(s, dict) else s for s in skipped
             ]
         if isinstance(requested, dict) and "source" in requested:
             requested = dict(requested)

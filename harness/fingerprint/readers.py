@@ -43,10 +43,11 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from harness.fingerprint.lines import LogLine
 from harness.fingerprint.tables import KernelNames
@@ -532,9 +533,10 @@ class AutotunerReader(Reader):
     words = "utotuner|uto[Tt]uner|unsupported tactic"
 
     def __init__(self) -> None:
-        self.skipped: dict[str, int] = {}
+        self.skipped: defaultdict[str, int] = defaultdict(lambda: -1)  # op -> count (-1: none yet)
         self.tactics: dict[str, set[str]] = {}  # op -> failed tactics (older FlashInfer)
-        self.tuning: dict[str | None, str] = {}  # process -> op its last `Tuning` line names
+        # process -> op its last `Tuning` line names ("": none yet)
+        self.tuning: defaultdict[str | None, str] = defaultdict(str)
         # process -> runner -> (failed tactics, first line) not yet tied to an op
         self.pending: dict[str | None, dict[str, tuple[set[str], str]]] = {}
         self.cx: Context | None = None
@@ -547,14 +549,14 @@ class AutotunerReader(Reader):
         self.cx = cx
         if "unsupported tactic" in msg and (m := _AUTOTUNER.search(msg)):
             op, n = m.group("op"), int(m.group("n"))
-            if n > self.skipped.get(op, -1):
+            if n > self.skipped[op]:
                 self.skipped[op] = n
                 cx.evidence[f"autotuner:{op}"] = msg[m.start() :]
             for tactics, line in self.pending.pop(ln.process, {}).values():
                 self._add(op, tactics, line, cx)
         elif ("tactic" in msg or "profiling" in msg) and (m := _AUTOTUNER_TACTIC.search(msg)):
-            op = m.group("op") or self.tuning.get(ln.process) or self.tuning.get(None)
-            if op is not None:
+            op = m.group("op") or self.tuning[ln.process] or self.tuning[None]
+            if op:
                 self._add(op, {m.group("tactic")}, msg[m.start() :], cx)
             else:
                 runners = self.pending.setdefault(ln.process, {})
@@ -591,50 +593,88 @@ _ENV = re.compile(
 )
 _UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected:?\s*(?P<name>VLLM_\w+)")
 # Words that appear in every line the main loop reads; a line with none of them is skipped
-_REQUEST_KEYS = {
-    "moe_backend": "moe_backend",
-    "linear_backend": "linear_backend",
-    "attention_backend": "attention_backend",
-}
+_REQUEST_KEYS = ("moe_backend", "linear_backend", "attention_backend")
 
 
 def _number(text: str) -> int:
     return int(text.replace(",", ""))
 
 
-def _parse_dict(text: str) -> dict[str, Any] | None:
+class _Backends(BaseModel):
+    """The backend requests of a `non-default args` dict or of its nested `kernel_config`, as
+    printed (any type: only a string counts as a request); other keys ignored."""
+
+    moe_backend: Any = None
+    linear_backend: Any = None
+    attention_backend: Any = None
+
+    def asked(self) -> dict[str, Any]:
+        """Request key -> the value printed, in `_REQUEST_KEYS` order."""
+        return {"moe_backend": self.moe_backend, "linear_backend": self.linear_backend,
+                "attention_backend": self.attention_backend}
+
+
+class NonDefaultArgs(_Backends):
+    """entrypoints' `non-default args: {...}`: the keys the readers use, any type as printed."""
+
+    kernel_config: Any = None
+    speculative_config: Any = None
+    # 0.26 dev builds flattened the CLI: 'spec_method': 'dspark', 'spec_tokens': 7
+    spec_method: Any = None
+    spec_tokens: Any = Field(None, validation_alias=AliasChoices("spec_tokens", "num_speculative_tokens"))
+
+
+class SpeculativeArgs(BaseModel):
+    """A `speculative_config` (a dict, or its JSON): the method and the draft length, under
+    either name (the first present wins); other keys ignored."""
+
+    method: Any = None
+    num: Any = Field(None, validation_alias=AliasChoices("num_speculative_tokens", "num_spec_tokens"))
+
+
+class _EnvRequest(BaseModel):
+    """The backend env vars a log records (`VAR=value`, see `_ENV`), as printed."""
+
+    moe_fp4: str | None = Field(None, alias="VLLM_USE_FLASHINFER_MOE_FP4")
+    moe_fp8: str | None = Field(None, alias="VLLM_USE_FLASHINFER_MOE_FP8")
+    moe_backend: str | None = Field(None, alias="VLLM_FLASHINFER_MOE_BACKEND")
+    nvfp4_gemm: str | None = Field(None, alias="VLLM_NVFP4_GEMM_BACKEND")
+
+
+def _parse_args(text: str) -> NonDefaultArgs | None:
     """A Python dict repr; values that are not literals (enums, objects) make it fall back."""
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         value = None
     if isinstance(value, dict):
-        return value
+        return NonDefaultArgs.model_validate(value) if value else None
     # Fall back to the flat `'key': 'value'` pairs we care about.
     found = dict(re.findall(r"'(\w+)':\s*'([^']*)'", text))
-    return found or None
+    return NonDefaultArgs.model_validate(found) if found else None
 
 
-def _requested_from_args(args: dict[str, Any]) -> dict[str, str]:
+def _requested_from_args(args: NonDefaultArgs) -> dict[str, str]:
     out: dict[str, str] = {}
-    nested = args.get("kernel_config")
-    sources = [args] + ([nested] if isinstance(nested, dict) else [])
+    nested = args.kernel_config
+    sources = [args] + ([_Backends.model_validate(nested)] if isinstance(nested, dict) else [])
     for source in sources:
-        for key, name in _REQUEST_KEYS.items():
-            value = source.get(key)
+        for key, value in source.asked().items():
             if isinstance(value, str) and value.lower() != "auto":
-                out[name] = value
+                out[key] = value
     return out
 
 
 def _requested_from_env(env: dict[str, str], names: KernelNames) -> dict[str, str]:
     out: dict[str, str] = {}
+    asked = _EnvRequest.model_validate(env)
     # vLLM reads these as bool(int(value)): "0" is an explicit no, not a request.
-    flags = (env.get("VLLM_USE_FLASHINFER_MOE_FP4"), env.get("VLLM_USE_FLASHINFER_MOE_FP8"))
+    flags = (asked.moe_fp4, asked.moe_fp8)
     if any(v is not None and v.isdigit() and int(v) != 0 for v in flags):
-        backend = env.get("VLLM_FLASHINFER_MOE_BACKEND")
-        out["moe_backend"] = names.moe_env_backend.get(backend or "", "flashinfer")
-    if gemm := env.get("VLLM_NVFP4_GEMM_BACKEND"):
+        # an unknown or missing VLLM_FLASHINFER_MOE_BACKEND: any FlashInfer backend
+        out["moe_backend"] = names.moe_env_backend.get(asked.moe_backend or "", "flashinfer")
+    if gemm := asked.nvfp4_gemm:
+        # a value the table does not know is reported as printed
         out["linear_backend"] = names.linear_env_backend.get(gemm, gemm)
     return out
 
@@ -651,7 +691,7 @@ class Mismatch(BaseModel):
 
 
 def _mismatches(
-    requested: dict[str, str],
+    requested: dict[str, str | None],
     moe: str | None,
     quant: str | None,
     linear: list[str],
@@ -659,16 +699,16 @@ def _mismatches(
     names: KernelNames,
 ) -> list[Mismatch]:
     out: list[Mismatch] = []
-    if (asked := requested.get("moe_backend")) and moe is not None:
+    if (asked := requested["moe_backend"]) and moe is not None:
         expected = names.moe_expected(asked, quant)
         if expected is None or moe not in expected:
             out.append(Mismatch(what="moe_backend", asked=asked, got=moe))
-    if (asked := requested.get("linear_backend")) and linear:
+    if (asked := requested["linear_backend"]) and linear:
         expected = names.linear_expected(asked) or frozenset()
         wrong = [k for k in linear if k not in expected]
         if wrong:
             out.append(Mismatch(what="linear_backend", asked=asked, got=", ".join(wrong)))
-    if (asked := requested.get("attention_backend")) and attention is not None:
+    if (asked := requested["attention_backend"]) and attention is not None:
         if asked.upper() != attention.upper():
             out.append(Mismatch(what="attention_backend", asked=asked, got=attention))
     return out
@@ -689,14 +729,14 @@ class RequestReader(Reader):
     raw_starts = ("VLLM_", "#")
 
     def __init__(self) -> None:
-        self.args: dict[str, str] = {}
+        self.args: dict[str, str] = {}  # request key -> value, from the args or kernel config
         self.env: dict[str, str] = {}
         self.unknown_env: dict[str, str] = {}
 
     def read(self, ln: LogLine, msg: str, cx: Context) -> None:
         ev = cx.evidence
         if "non-default args" in msg and (m := _NON_DEFAULT.search(msg)):
-            if parsed := _parse_dict(m.group("dict")):
+            if parsed := _parse_args(m.group("dict")):
                 self.args.update(_requested_from_args(parsed))
                 ev["requested"] = msg
         elif "kernel_config=" in msg or "KernelConfig(" in msg:
@@ -711,10 +751,11 @@ class RequestReader(Reader):
             self.unknown_env[m.group("name")] = msg
 
     def facts_for(self, kernels: KernelFacts, names: KernelNames) -> RequestFacts:
-        requested: dict[str, str] = dict(self.args)
+        # every request key, None where nothing asked for it
+        requested: dict[str, str | None] = dict.fromkeys(_REQUEST_KEYS) | self.args
         source = "args" if self.args else None
         for key, value in _requested_from_env(self.env, names).items():
-            if key not in requested:
+            if requested[key] is None:
                 requested[key] = value
                 source = "env" if source is None else "args+env"
         mismatches = _mismatches(requested, kernels.moe_backend, kernels.moe_quant,
@@ -724,7 +765,7 @@ class RequestReader(Reader):
             if var in self.env:
                 what = "linear_backend" if var == "VLLM_NVFP4_GEMM_BACKEND" else "moe_backend"
                 mismatches.append(Mismatch(what=what, asked=f"{var}={self.env[var]}", got=f"ignored ({line})"))
-        return RequestFacts(requested={k: requested.get(k) for k in _REQUEST_KEYS.values()},
+        return RequestFacts(requested=requested,
                             requested_source=source, mismatches=tuple(mismatches))
 
 
@@ -759,6 +800,28 @@ class SpecDecodeFacts(BaseModel):
     spec_metrics_lines: int = 0
 
 
+@dataclass
+class _SpecAsked:
+    """The speculative method and draft length the log says were asked for: the first line that
+    says each one wins."""
+
+    method: str | None = None
+    num: str | None = None
+
+    def offer(self, method: str | None = None, num: str | None = None) -> None:
+        if self.method is None:
+            self.method = method
+        if self.num is None:
+            self.num = num
+
+    def offer_field(self, key: str, value: str) -> None:
+        """A `_SPEC_FIELD` match: `method`, or one of the draft length's names."""
+        if key == "method":
+            self.offer(method=value)
+        else:
+            self.offer(num=value)
+
+
 class SpecDecodeReader(Reader):
     """The method and draft length (config dump, non-default args, command line) and the
     acceptance (`SpecDecoding metrics`, V0 `Speculative metrics`), field by field."""
@@ -766,7 +829,7 @@ class SpecDecodeReader(Reader):
     words = "speculative|Speculative|SpecDecoding|non-default"
 
     def __init__(self) -> None:
-        self.spec: dict[str, str] = {}
+        self.spec = _SpecAsked()
         self.rate: float | None = None
         self.pos: list[float] = []
         self.mean: float | None = None
@@ -775,30 +838,27 @@ class SpecDecodeReader(Reader):
     def read(self, ln: LogLine, msg: str, cx: Context) -> None:
         ev, spec = cx.evidence, self.spec
         if "non-default args" in msg and (m := _NON_DEFAULT.search(msg)):
-            if parsed := _parse_dict(m.group("dict")):
-                for key, value in _spec_from_args(parsed).items():
-                    spec.setdefault(key, value)
+            if parsed := _parse_args(m.group("dict")):
+                spec.offer(*_spec_from_args(parsed))
 
         if "speculative" not in msg:
             pass
         elif m := _SPEC_CONFIG.search(msg):
             for f in _SPEC_FIELD.finditer(m.group("body")):
-                key = "method" if f.group("key") == "method" else "num"
-                spec.setdefault(key, f.group("value"))
+                spec.offer_field(f.group("key"), f.group("value"))
             ev.setdefault("speculative_config", m.group(0))
         elif "SpecDecoding" not in msg:
             # a command line (`--speculative-config '{"method": ...}'`) or an older config repr
             tail = msg[msg.index("speculative") :]
             for f in _SPEC_FIELD.finditer(tail):
-                key = "method" if f.group("key") == "method" else "num"
-                spec.setdefault(key, f.group("value"))
+                spec.offer_field(f.group("key"), f.group("value"))
         if "Speculative metrics" in msg and (m := _SPEC_METRICS_V0.search(msg)):
             self.lines += 1
             if m.group("rate") != "nan":
                 self.rate, self.pos, self.mean = float(m.group("rate")), [], None
                 ev["spec_decode_metrics"] = msg
             if m.group("k"):
-                spec.setdefault("num", m.group("k"))
+                spec.offer(num=m.group("k"))
         if "SpecDecoding metrics" in msg and (m := _SPEC_METRICS.search(msg)):
             rate, pos, mean, acc, drafted = _spec_metrics(m.group("body"))
             self.lines += 1
@@ -808,9 +868,9 @@ class SpecDecodeReader(Reader):
                 ev["spec_decode_metrics"] = msg
 
     def facts(self) -> SpecDecodeFacts:
-        n = self.spec.get("num", "")
+        n = self.spec.num or ""
         return SpecDecodeFacts(
-            spec_method=self.spec.get("method"),
+            spec_method=self.spec.method,
             num_speculative_tokens=int(n) if n.isdigit() else None,
             spec_acceptance_rate=_rounded(self.rate),
             spec_acceptance_per_position=tuple(self.pos),
@@ -840,25 +900,19 @@ def _spec_metrics(body: str) -> tuple[float | None, list[float], float | None, i
     return rate, per_pos, mean, acc, drafted
 
 
-def _spec_from_args(args: dict[str, Any]) -> dict[str, str]:
-    # 0.26 dev builds flattened the CLI: 'spec_method': 'dspark', 'spec_tokens': 7
-    flat = {
-        "method": args.get("spec_method"),
-        "num_speculative_tokens": args.get("spec_tokens", args.get("num_speculative_tokens")),
-    }
-    spec = args.get("speculative_config") or (
-        flat if flat["method"] or flat["num_speculative_tokens"] else None
-    )
+def _spec_from_args(args: NonDefaultArgs) -> tuple[str | None, str | None]:
+    """(method, draft length) from `non-default args`: its `speculative_config` (a dict or its
+    JSON), else the flattened `spec_method` / `spec_tokens` of 0.26 dev builds."""
+    flat = {"method": args.spec_method, "num_speculative_tokens": args.spec_tokens}
+    spec = args.speculative_config or (flat if args.spec_method or args.spec_tokens else None)
     if isinstance(spec, str):
         try:
             spec = json.loads(spec)
         except (ValueError, RecursionError):
             spec = None
-    out: dict[str, str] = {}
-    if isinstance(spec, dict):
-        if spec.get("method"):
-            out["method"] = str(spec["method"])
-        n = spec.get("num_speculative_tokens", spec.get("num_spec_tokens"))
-        if isinstance(n, int):
-            out["num"] = str(n)
-    return out
+    if not isinstance(spec, dict):
+        return None, None
+    asked = SpeculativeArgs.model_validate(spec)
+    method = str(asked.method) if asked.method else None
+    num = str(asked.num) if isinstance(asked.num, int) else None
+    return method, num

@@ -43,6 +43,7 @@ Phase = Literal[
 ]
 Op = Literal["fused-moe", "attention", "gemm", "sampler", "all-reduce"]
 RequestKey = Literal["moe_backend", "linear_backend", "attention_backend"]
+SignatureTracker = Literal["vllm", "flashinfer", "driver", "triton", "nvidia-container"]
 _DATA = Path(__file__).resolve().parent.parent / "data"
 
 
@@ -61,7 +62,7 @@ class _SignatureSpec(BaseModel):
         default=None, description="Regex that voids the hit when it matches any line of the log."
     )
     severity: Severity = Field(description="fatal fails a cell; warn only reports.")
-    tracker: Literal["vllm", "flashinfer", "driver", "triton", "nvidia-container"] = Field(
+    tracker: SignatureTracker = Field(
         description="Where the bug is tracked."
     )
     link: str = Field(description="Issue, release note or doc to read first.")
@@ -191,7 +192,7 @@ class Signature:
     requires: tuple[re.Pattern[str], ...]
     unless_after: re.Pattern[str] | None
     severity: Severity
-    tracker: str
+    tracker: SignatureTracker
     link: str
     meaning: str
     failure_class: str | None = None
@@ -239,9 +240,13 @@ class KernelNames:
         key = requested.lower().replace("-", "_")
         if key in self.moe_aliases:
             return self.moe_aliases[key]
-        tables = {"nvfp4": [self.moe_nvfp4], "fp8": [self.moe_fp8]}.get(
-            quant or "", [self.moe_nvfp4, self.moe_fp8]
-        )
+        match quant:  # the quantization the MoE line names; any other: either table
+            case "nvfp4":
+                tables = [self.moe_nvfp4]
+            case "fp8":
+                tables = [self.moe_fp8]
+            case _:
+                tables = [self.moe_nvfp4, self.moe_fp8]
         found = [t[key] for t in tables if key in t]
         return frozenset().union(*found) if found else None
 

@@ -161,6 +161,10 @@ def _braces(t: _Template, fmt: str, args: list[ast.AST], kwargs: dict[str, ast.A
         t.field(("r" if conv == "r" else "") + (spec or ("s" if conv != "r" else "")), expr)
 
 
+# ast.FormattedValue.conversion, every value it takes: none (-1), !s, !r, !a
+_CONVERSION = {-1: "", ord("s"): "", ord("r"): "r", ord("a"): "a"}
+
+
 def _build(t: _Template, node: ast.AST, env: Mapping[str, ast.AST], depth: int = 0) -> None:
     """Append the message `node` evaluates to: literals, f-strings, `%`, `.format`, `+`."""
     if depth > 8:
@@ -179,7 +183,7 @@ def _build(t: _Template, node: ast.AST, env: Mapping[str, ast.AST], depth: int =
                         str(p.value) if isinstance(p, ast.Constant) else "*"
                         for p in v.format_spec.values
                     )
-                conv = {114: "r", 115: "", 97: "a"}.get(v.conversion, "")
+                conv = _CONVERSION[v.conversion]
                 t.field((conv + spec) or "s", v.value)
     elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         _build(t, node.left, env, depth + 1)

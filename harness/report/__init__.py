@@ -10,7 +10,7 @@ from pathlib import Path
 
 from harness.report import figures, html, markdown
 from harness.report.data import Report, load
-from harness.report.sections import header, sections
+from harness.report.sections import FigureKey, header, sections
 from harness.results.store import atomic_write_text
 
 __all__ = ["Report", "load", "write_report"]
@@ -22,7 +22,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> tupl
     out = Path(out_dir) if out_dir is not None else Path(run_dir)
     out.mkdir(exist_ok=True)  # one level: `harness report` checked its folder exists
     head, secs = header(report), sections(report)
-    figs = {
+    figs: dict[FigureKey, str | None] = {
         "decode": figures.decode(report.cells),
         "fp8_vs_nvfp4": figures.fp8_vs_nvfp4(report.pairs),
         "roofline": figures.roofline(report.cells),

@@ -103,6 +103,7 @@ class Pair:
     aggregate_ratio: float | None
     min_ratio: float | None
     verdict: str  # PASS, FAIL (at c=N), "no rule", "not judged ..." or "n/a (...)"
+    verdict_status: VerdictStatus | None = None  # the run's verdict on the pair; None: none recorded
 
 
 @dataclass(frozen=True)
@@ -410,8 +411,9 @@ def _pairs(cells: tuple[Cell, ...], min_ratio: float | None) -> tuple[Pair, ...]
             ratio = _ratio(nv.per_stream_c1, fp8.per_stream_c1)
             agg = (_ratio(nv.aggregate, fp8.aggregate)
                    if fp8.top_concurrency == nv.top_concurrency else None)
+        status = nv.format_verdict.status if nv.format_verdict else None
         out.append(Pair(nv.stack, nv.config, f"{nv.model} vs {fp8.model}", fp8, nv, ratio, agg,
-                        min_ratio, _pair_verdict(nv, min_ratio)))
+                        min_ratio, _pair_verdict(nv, min_ratio), status))
     return tuple(out)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 
 from harness.redact import redact_text
-from harness.report.sections import Section, Td
+from harness.report.sections import FigureKey, Section, Td
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 24px; color: #1d1d1f; max-width: 1400px; }
@@ -34,11 +34,11 @@ def _td(td: Td) -> str:
     return f"<td{cls}>{_t(td.text)}</td>"
 
 
-def _section(s: Section, figures: dict[str, str | None]) -> list[str]:
+def _section(s: Section, figures: dict[FigureKey, str | None]) -> list[str]:
     out = [f'<section id="{s.key}"><h2>{_t(s.title)}</h2>']
     out += [f'<p class="note">{_t(n)}</p>' for n in s.notes]
-    if s.figure and figures.get(s.figure):
-        out.append(f'<div class="figure">{figures[s.figure]}</div>')
+    if s.figure and (svg := figures[s.figure]):
+        out.append(f'<div class="figure">{svg}</div>')
     if s.rows:
         out.append("<table><thead><tr>" + "".join(f"<th>{_t(h)}</th>" for h in s.headers))
         out.append("</tr></thead><tbody>")
@@ -52,10 +52,10 @@ def _section(s: Section, figures: dict[str, str | None]) -> list[str]:
 
 
 def render(
-    header: list[tuple[str, str]], sections: list[Section], figures: dict[str, str | None]
+    header: list[tuple[str, str]], sections: list[Section], figures: dict[FigureKey, str | None]
 ) -> str:
     """`figures` holds SVG text made here by matplotlib, the one thing not escaped."""
-    title = _t(f"harness report {dict(header).get('run', '')}")
+    title = _t(f"harness report {dict(header)['run']}")  # sections.header: run first
     body = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">']
     body += [f"<title>{title}</title>", f"<style>{_CSS}</style></head><body>"]
     body.append(f"<h1>{title}</h1><dl>")

@@ -7,18 +7,29 @@ Markdown marks it with a sign and bold, HTML with a colour.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from harness.matrix.model import NOISE_FLOOR
 from harness.report.data import Cell, Report, Stat, memory_judged
 from harness.results.memwatch import LEAK_GIB_PER_H, MIN_R2, MIN_SAMPLES, MIN_WINDOW_S
+from harness.results.model import Status, VerdictStatus
 
 BAD, WARN, GOOD, PLAIN = "bad", "warn", "good", ""
 # "error" is the tool failing, not the stack: it reads as a warning, with its own section.
-_STATUS_TONE = {"pass": GOOD, "skipped": PLAIN, "not run": WARN, "error": WARN}
+# Every status a report cell has (a Status, or "not run" for a cell no result was written for).
+_STATUS_TONE = {s.value: BAD for s in Status} | {
+    "pass": GOOD, "skipped": PLAIN, "not run": WARN, "error": WARN}
+# The run's verdict on an NVFP4/FP8 pair; None: no verdict recorded (no rule, no figures).
+_PAIR_TONE: dict[VerdictStatus | None, str] = {
+    VerdictStatus.PASS: GOOD, VerdictStatus.FAIL: BAD, VerdictStatus.WARN: WARN, None: WARN}
 # A request the log does not confirm fails like a contradicted one ("asking is not getting");
 # one no verdict judged is shown as asked, with what the log says, as a warning.
 _KERNEL_TONE = {"mismatch": BAD, "unconfirmed": BAD, "ok": GOOD, "auto": PLAIN, "unjudged": WARN}
 _SHOW_TEXT = ("mismatch", "unconfirmed", "unjudged")
+
+
+# The figures a section can show: html.render is given every one (None: nothing to draw).
+FigureKey = Literal["decode", "fp8_vs_nvfp4", "roofline"]
 
 
 @dataclass(frozen=True)
@@ -34,7 +45,7 @@ class Section:
     notes: tuple[str, ...] = ()
     headers: tuple[str, ...] = ()
     rows: tuple[tuple[Td, ...], ...] = ()
-    figure: str | None = None  # a key of the figures dict, drawn in HTML only
+    figure: FigureKey | None = None  # drawn in HTML only
     items: tuple[Td, ...] = field(default=())  # a list under the table
 
 
@@ -59,7 +70,7 @@ def stat(s: Stat | None) -> str:
 
 
 def _status_tone(status: str) -> str:
-    return _STATUS_TONE.get(status, BAD)
+    return _STATUS_TONE[status]
 
 
 def _overview(r: Report) -> Section:
@@ -175,7 +186,7 @@ def _pairs(r: Report) -> Section:
             Td(stat(p.nvfp4.per_stream_c1)),
             Td("n/a" if p.ratio is None else f"{p.ratio:.2f}x"),
             Td("n/a" if p.aggregate_ratio is None else f"{p.aggregate_ratio:.2f}x"),
-            Td(p.verdict, {"PASS": GOOD, "FAIL": BAD}.get(p.verdict.split(" ")[0], WARN)),
+            Td(p.verdict, _PAIR_TONE[p.verdict_status]),
         )
         for p in r.pairs
     )

@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from pydantic import BaseModel, Field
+
 from harness.audit.report import AuditSummary
 from harness.errors import ConfigError
 from harness.fingerprint.model import Fingerprint
-from harness.fingerprint.tables import signatures
+from harness.fingerprint.tables import SignatureTracker, signatures
 from harness.redact import redact_args, redact_env, redact_text
 from harness.results.model import (
     SELECTION_CHECKS,
@@ -37,7 +39,9 @@ from harness.safety.writes import write_text
 
 LOG_TAIL_LINES = 40
 
-TRACKERS = {
+# Every TrackerKey has its entry (name, where to file).
+TrackerKey = SignatureTracker | Literal["harness"]
+TRACKERS: dict[str, tuple[str, str]] = {
     "vllm": ("vLLM", "https://github.com/vllm-project/vllm/issues/new/choose"),
     "flashinfer": ("FlashInfer", "https://github.com/flashinfer-ai/flashinfer/issues/new/choose"),
     "driver": (
@@ -52,7 +56,8 @@ TRACKERS = {
     ),
     "harness": ("this harness", "this repository's issue tracker (not upstream)"),
 }
-_CRASH_VERB = {
+# Every status: what the server did, None where the status is not a start-up failure.
+_CRASH_VERB: dict[Status, str | None] = dict.fromkeys(Status) | {
     Status.CRASHED: "server crashes at start-up",
     Status.HUNG: "server hangs at start-up",
     Status.TIMEOUT: "server not ready before the start-up timeout",
@@ -63,7 +68,7 @@ StackKind = Literal["built", "prebuilt", "local"]
 
 @dataclass(frozen=True)
 class Tracker:
-    key: str
+    key: TrackerKey
     why: str
 
 
@@ -97,9 +102,9 @@ def symptom(cell: CellResult) -> str:
     own record of the request did not get, then the first failed verdict."""
     fatal = _fatal(cell.fingerprint)
     if fatal:
-        return f"{fatal[0]}: {_CRASH_VERB.get(cell.status, 'server fails')}"
-    if cell.status in _CRASH_VERB:
-        return _CRASH_VERB[cell.status]
+        return f"{fatal[0]}: {_CRASH_VERB[cell.status] or 'server fails'}"
+    if verb := _CRASH_VERB[cell.status]:
+        return verb
     if cell.status is Status.ERROR and cell.error:
         return f"harness raised inside the cell: {cell.error.type}: {cell.error.message}"
     failed = [v for v in cell.verdicts if v.failed]
@@ -162,6 +167,17 @@ def _image(cell: CellResult, build: BuildOutcome | None) -> tuple[str | None, st
     return build.image_ref, build.image_id  # v1's {ref, id} is lifted by BuildOutcome.from_json
 
 
+class HarnessLabels(BaseModel):
+    """The image labels a harness build writes (harness.build.render, `harness.*`) that the
+    report shows; an image the harness did not build has none. Other labels ignored."""
+
+    vllm_source: str = Field("", alias="harness.vllm.source")
+    torch: str | None = Field(None, alias="harness.torch")
+    torch_cuda_arch_list: str | None = Field(None, alias="harness.torch-cuda-arch-list")
+    cuda: str | None = Field(None, alias="harness.cuda")
+    python: str | None = Field(None, alias="harness.python")
+
+
 def _labels(cell: CellResult, build: BuildOutcome | None) -> dict[str, str]:
     labels = dict(build.labels) if build else {}
     if cell.image:
@@ -192,7 +208,7 @@ def _vllm_version(cell: CellResult, labels: dict[str, str]) -> str | None:
             version = version or v
         if "vllm" in low and low.endswith(("commit", "sha")):
             commit = commit or v
-    source = labels.get("harness.vllm.source", "")
+    source = HarnessLabels.model_validate(labels).vllm_source
     pinned = re.search(r"vllm==([\w.+-]+)", source)
     version = version or (f"{pinned.group(1)} (image label)" if pinned else None)
     version = version or (cell.fingerprint.vllm_version if cell.fingerprint else None)
@@ -201,9 +217,9 @@ def _vllm_version(cell: CellResult, labels: dict[str, str]) -> str | None:
     return version
 
 
-def _from_label(labels: dict[str, str], key: str, what: str = "") -> str | None:
+def _from_label(label: str | None, what: str = "") -> str | None:
     """A build label, said to be one: the image was built with it, the probe did not confirm it."""
-    value = (labels.get(key) or "").strip()
+    value = (label or "").strip()
     return f"{value} (image label{': ' + what if what else ''})" if value else None
 
 
@@ -238,6 +254,7 @@ def _environment(run: RunRecord, cell: CellResult, build: BuildOutcome | None) -
     torch, dists = probe.torch, probe.distributions
     ref, image_id = _image(cell, build)
     labels = _labels(cell, build)
+    built_with = HarnessLabels.model_validate(labels)
     fi_labels = {k: v for k, v in labels.items() if "flashinfer" in k.lower()}
     kind = stack_kind(cell, build)
     lines += ["", "### Image" if kind != "local" else "### Python environment (local stack)", ""]
@@ -248,18 +265,18 @@ def _environment(run: RunRecord, cell: CellResult, build: BuildOutcome | None) -
             ("vLLM", _vllm_version(cell, labels)),
             ("torch",
              f"{torch.version} (CUDA {torch.cuda})" if torch.version
-             else _from_label(labels, "harness.torch")),
+             else _from_label(built_with.torch)),
             ("torch arch list", ", ".join(torch.arch_list or ())
-             or _from_label(labels, "harness.torch-cuda-arch-list")),
+             or _from_label(built_with.torch_cuda_arch_list)),
             ("CUDA runtime", probe.cuda_runtime.version
-             or _from_label(labels, "harness.cuda", "base image tag")),
+             or _from_label(built_with.cuda, "base image tag")),
             ("FlashInfer",
              ", ".join(f"{k} {v}" for k, v in dists.items() if k.startswith("flashinfer") and v)
              or None),
             ("FlashInfer pins (labels)",
              ", ".join(f"{k}={v}" for k, v in sorted(fi_labels.items())) or None),
             ("Triton", dists.get("triton")),
-            ("Python", probe.python or _from_label(labels, "harness.python")),
+            ("Python", probe.python or _from_label(built_with.python)),
         ]
     )
     patches = {k: v for k, v in labels.items() if "patch" in k.lower() or "pr." in k.lower()}
@@ -401,7 +418,7 @@ def _evidence(store: RunStore, cell: CellResult) -> list[str]:
     if len(lines) == opened:
         lines.append("(the fingerprint found no evidence lines)")
     lines.append("```")
-    if cell.status in _CRASH_VERB or _fatal(fp):
+    if _CRASH_VERB[cell.status] is not None or _fatal(fp):
         tail = _log_tail(store, cell)
         if tail:
             lines += ["", f"Last {len(tail)} log lines:", "", "```", *tail, "```"]
@@ -444,12 +461,12 @@ def bug_report(store: RunStore, cell_id: str, *, force: bool = False) -> str:
     elif driver:
         title += f" (driver {driver})"
     found = trackers(cell)
-    best = TRACKERS.get(found[0].key, (found[0].key, ""))
+    best = TRACKERS[found[0].key]
     quoted_id = shlex.quote(cell_id) if "'" in cell_id else f"'{cell_id}'"
 
     lines = [f"# {title}", ""]
     lines += [f"Likely tracker: **{best[0]}** — file at {best[1]}", ""]
-    lines += [f"- {TRACKERS.get(t.key, (t.key,))[0]}: {t.why}" for t in found]
+    lines += [f"- {TRACKERS[t.key][0]}: {t.why}" for t in found]
     lines += [""]
     lines += _environment(run, cell, build) + [""]
     lines += _rebuild(cell, build, matrix, quoted_id)

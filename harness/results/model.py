@@ -283,7 +283,7 @@ class CellResult(Record):
         """A v2 record, or a v1 record lifted to v2. Raises ValueError on anything else."""
         if not isinstance(data, dict):
             raise ValueError(f"a cell record is a JSON object, not {type(data).__name__}")
-        fmt = data.get("format", 1)
+        fmt = _Stored.model_validate(data).format
         if fmt not in READABLE_FORMATS:
             raise ValueError(f"results format {fmt!r}; this tool reads formats {READABLE_FORMATS}")
         if fmt == 1:
@@ -304,33 +304,84 @@ class CellResult(Record):
         return self.model_dump(mode="json")
 
 
+class _Stored(Open):
+    """Any stored record, read only for the format it says it is in (1 when it says none)."""
+
+    format: Any = 1
+
+
+class _V1Verdict(Open):
+    """The parts of a v1 verdict the v1 lift reads."""
+
+    status: Any = None
+    message: Any = None
+
+
+class _V1Build(Open):
+    """The parts of a v1 cell's build entry that v2 kept."""
+
+    log: Any = None
+    log_tail: Any = None
+
+
+class _V1Cell(Open):
+    """The parts of a v1 cell record the v1 lift reads; any type, as v1 wrote it (the lift
+    checks each one's type before it uses it)."""
+
+    reasons: Any = None
+    verdicts: Any = None
+    status: Any = None
+    durations: Any = None
+    image: Any = None
+    build: Any = None
+
+
+def _v1_reason_check(status: Any) -> str:
+    """The check a v1 reason that no verdict carried becomes, by the cell's v1 status."""
+    match status:
+        case "build-failed":
+            return "build"
+        case "crashed" | "hung" | "timeout":
+            return "serve.ready"
+        case _:
+            return "reason"
+
+
 def _lift_v1(data: dict) -> dict:
     """v1 -> v2: reasons that no failed verdict carries become verdicts; keys renamed."""
+    old = _V1Cell.model_validate(data)
     data = dict(data)
-    reasons = [str(r) for r in data.pop("reasons", None) or ()]
-    verdicts = [dict(v) for v in data.get("verdicts") or () if isinstance(v, dict)]
-    said = {v.get("message") for v in verdicts if v.get("status") == "fail"}
-    status = data.get("status")
+    data.pop("reasons", None)
+    reasons = [str(r) for r in old.reasons or ()]
+    verdicts = [dict(v) for v in old.verdicts or () if isinstance(v, dict)]
+    said = {v.message for v in map(_V1Verdict.model_validate, verdicts) if v.status == "fail"}
     lifted = []
     for r in reasons:
         if r in said:
             continue
-        check = {"build-failed": "build", "crashed": "serve.ready", "hung": "serve.ready",
-                 "timeout": "serve.ready"}.get(status or "", "reason")
-        lifted.append({"check": check, "status": "fail", "message": r, "lines": []})
+        lifted.append({"check": _v1_reason_check(old.status), "status": "fail", "message": r, "lines": []})
     data["verdicts"] = lifted + verdicts
     data["format"] = FORMAT
-    if isinstance(data.get("durations"), dict):  # v1 readers took null figures
-        data["durations"] = {k: v for k, v in data["durations"].items() if v is not None}
-    if isinstance(data.get("image"), dict) and not any(data["image"].values()):
+    if isinstance(old.durations, dict):  # v1 readers took null figures
+        data["durations"] = {k: v for k, v in old.durations.items() if v is not None}
+    if isinstance(old.image, dict) and not any(old.image.values()):
         data["image"] = None
-    build = data.get("build")
-    if isinstance(build, dict):
-        data["build"] = {"log": build.get("log"), "log_tail": build.get("log_tail") or []}
+    if isinstance(old.build, dict):
+        build = _V1Build.model_validate(old.build)
+        data["build"] = {"log": build.log, "log_tail": build.log_tail or []}
     return data
 
 
 _NVFP4_IN_NAME = re.compile(r"(?<![A-Za-z0-9])nvfp4(?![A-Za-z0-9])", re.IGNORECASE)
+
+
+class _V2Cell(Open):
+    """The parts of a v1/v2 cell record the v2 lift reads, as they were written."""
+
+    model: Any = None
+    quantization: Any = None
+    stack: Any = None
+    config: Any = None
 
 
 def _lift_v2(data: dict) -> dict:
@@ -338,10 +389,11 @@ def _lift_v2(data: dict) -> dict:
     config, its report by model name. A v2 NVFP4 cell is read as compared with the same name in
     FP8 (qwen3moe-nvfp4 with qwen3moe-fp8), the pairing every shipped v2 run meant; a name with
     no "nvfp4" in it is compared with nothing."""
+    old = _V2Cell.model_validate(data)
     data = {**data, "format": FORMAT}
-    model = data.get("model")
-    if data.get("quantization") == "nvfp4" and isinstance(model, str) and _NVFP4_IN_NAME.search(model):
-        data["compare_with"] = f"{data.get('stack')}/{_NVFP4_IN_NAME.sub('fp8', model)}/{data.get('config')}"
+    model = old.model
+    if old.quantization == "nvfp4" and isinstance(model, str) and _NVFP4_IN_NAME.search(model):
+        data["compare_with"] = f"{old.stack}/{_NVFP4_IN_NAME.sub('fp8', model)}/{old.config}"
     return data
 
 
@@ -467,7 +519,7 @@ class RunRecord(BaseModel):
     def from_json(cls, data: Any) -> RunRecord:
         if not isinstance(data, dict):
             raise ValueError(f"run.json holds a JSON object, not {type(data).__name__}")
-        fmt = data.get("format", 1)
+        fmt = _Stored.model_validate(data).format
         if fmt not in READABLE_FORMATS:
             raise ValueError(f"results format {fmt!r}; this tool reads formats {READABLE_FORMATS}")
         try:
@@ -520,6 +572,19 @@ class CompileCache(Open):
 BuildKey = tuple[str, str | None]  # (stack, host): host None in a run on one host
 
 
+class _V1ImageRef(Open):
+    """A v1 build's image: {ref, id}."""
+
+    ref: Any = None
+    id: Any = None
+
+
+class _V1BuildImage(Open):
+    """A build record read for its v1 `image` key (v2 and later write none)."""
+
+    image: Any = None
+
+
 class BuildOutcome(Open):
     """builds/<stack>.json (builds/<stack>@<host>.json in a run over several hosts): what the
     build (or reuse, or local audit) of one stack on one host gave."""
@@ -569,10 +634,11 @@ class BuildOutcome(Open):
         if "host" not in data and isinstance(data["stack"], str) and "@" in data["stack"]:
             # v2 kept a multi-host build as stack "<stack>@<host>"
             data["stack"], data["host"] = data["stack"].split("@", 1)
-        image = data.get("image")
-        if isinstance(image, dict):  # v1 wrote {ref, id} where v2 has image_ref / image_id
-            data.setdefault("image_ref", image.get("ref"))
-            data.setdefault("image_id", image.get("id"))
+        if isinstance(image := _V1BuildImage.model_validate(data).image, dict):
+            # v1 wrote {ref, id} where v2 has image_ref / image_id
+            ref = _V1ImageRef.model_validate(image)
+            data.setdefault("image_ref", ref.ref)
+            data.setdefault("image_id", ref.id)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:

@@ -39,7 +39,7 @@ from harness.bench.metrics import (
     parse_snapshot,
     server_figures,
 )
-from harness.bench.result import BenchResult, LevelResult, ServerFigures
+from harness.bench.result import BenchResult, LevelResult, ServerFigures, Spread
 from harness.bench.stats import median, percentile, spread
 from harness.bench.stream import RequestRecord, stream_raw, stream_request
 from harness.bench.wire import Connection, HTTPError, Target, request
@@ -249,7 +249,7 @@ def _level_result(
         requests=len(all_recs),
         failed=len(all_recs) - len(ok),
         errors=tuple(errors),
-        spread={k: spread(v) for k, v in samples.items()},
+        spread=Spread.model_validate({k: spread(v) for k, v in samples.items()}),
         samples=samples,
         diversity_min=min(scores) if scores else None,
         degenerate=any(health.is_degenerate(s) for s in scores),

@@ -10,10 +10,10 @@ mirror: `git log -L` on those lines). For a git history the commits are listed i
 from __future__ import annotations
 
 import difflib
-from collections import defaultdict
 import re
 import shutil
 import tempfile
+from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 

@@ -184,9 +184,9 @@ def server_figures(before: Snapshot | None, after: Snapshot | None) -> ServerFig
         out["itl_metric"] = after.itl_name
     # a counter the earlier scrape lacked started at 0 (the server exposes it once it counts)
     grown = dict(after.counters)
-    for key, was in before.counters.items():
+    for key, earlier in before.counters.items():
         if key in grown:
-            grown[key] -= was
+            grown[key] -= earlier
     out.update(grown)
     if not out:
         return None

@@ -143,7 +143,7 @@ class ConfigureProbe:
         out = configure.configure(tree, self.arch_list, self.toolchain, log_path=logs, families=self.families)
         detail: dict[str, object] = {"configure_exit": out.returncode, "configure_s": out.seconds, "supported": out.supported,
                   "stopped_at": out.stopped_at, "every_decision": out.every_decision}
-        if missing := out.missing(self.families):
+        if missing := out.missing():
             where = out.stopped_at or f"exit {out.returncode}"
             return _skip(f"the configure printed no decision for {', '.join(missing)} (stopped at {where})",
                          **detail, log_tail=list(out.log_tail))

@@ -470,7 +470,9 @@ def _sass(
     is not held while nvdisasm runs)."""
     counter[0] += 1
     scanned = sass.scan_cubin(cubin, arch.major, fp4).native_fp4
-    return {k: scanned.get(k, "") for k in fp4}
+    verdicts = dict.fromkeys(fp4, "")  # every kernel asked, "" where the disassembly said nothing
+    verdicts.update((k, v) for k, v in scanned.items() if k in verdicts)
+    return verdicts
 
 
 def audit_bytes(

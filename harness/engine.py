@@ -158,11 +158,17 @@ class BuildChunk(_Answer):
     error_detail: ErrorDetail | None = Field(None, alias="errorDetail", description="The same, structured.")
 
 
+class ContainerLabels(owners.ControllerLabels):
+    """A container's labels: its run id and its controller read by name, the others kept."""
+
+    run: str | None = Field(None, alias=LABEL_RUN, description="The run that started it.")
+
+
 class ListedContainer(_Answer):
     """One entry of `GET /containers/json`."""
     id: str = Field(alias="Id", description="The container id.")
     names: list[str] | None = Field(None, alias="Names", description="Its names, each with a leading /.")
-    labels: dict[str, str] | None = Field(None, alias="Labels", description="Its labels.")
+    labels: ContainerLabels | None = Field(None, alias="Labels", description="Its labels.")
 
     @property
     def name(self) -> str:
@@ -490,12 +496,12 @@ class Engine:
         filters = {"label": [f"{LABEL_RUN}={run_id}"] if run_id else [owners.LABEL_HOST]}
         removed = []
         for c in self._listed(filters):
-            labels = c.labels or {}
-            owner = owners.from_labels(labels)
+            labels = c.labels or ContainerLabels()
+            owner = labels.controller()
             if run_id is None and (owner is None or owners.alive(owner) is not False):
                 continue  # alive, or another host's: not ours to remove
             name = c.name
-            log.info("reaping container %s (run %s)", name, labels.get(LABEL_RUN))
+            log.info("reaping container %s (run %s)", name, labels.run)
             try:
                 self.client.api.remove_container(c.id, force=True, v=True)
             except docker.errors.NotFound:

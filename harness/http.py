@@ -95,9 +95,9 @@ _OPENER = urllib.request.build_opener(_CheckedRedirect)
 
 
 def _read_capped(resp, url: str, max_bytes: int, sink: Callable[[bytes], None]) -> int:
-    length = resp.headers.get("Content-Length")
-    if length and length.isdigit() and int(length) > max_bytes:
-        raise HttpError(f"{url}: answer is {int(length)} bytes, over the {max_bytes}-byte cap",
+    length = resp.length  # the Content-Length http.client read from the answer's head; None: none given
+    if length is not None and length > max_bytes:
+        raise HttpError(f"{url}: answer is {length} bytes, over the {max_bytes}-byte cap",
                         hint="the URL is not the file expected, or the cap is too small for it")
     total = 0
     while block := resp.read(CHUNK):

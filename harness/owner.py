@@ -13,6 +13,8 @@ import os
 import socket
 from functools import cache
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from harness.proc import start_ticks
 from harness.results.model import Controller
 
@@ -49,10 +51,22 @@ def alive(c: Controller) -> bool | None:
     return True
 
 
-def from_labels(lab: dict[str, str]) -> Controller | None:
-    try:
-        started = lab.get(LABEL_STARTED) or None
-        return Controller(host=lab[LABEL_HOST], pid=int(lab[LABEL_PID]),
-                          started=float(started) if started else None)
-    except (KeyError, ValueError):
-        return None
+class ControllerLabels(BaseModel):
+    """The controller labels `labels()` puts on what the tool starts, as read back from a
+    container (its other labels are kept)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
+
+    host: str | None = Field(None, alias=LABEL_HOST)
+    pid: str | None = Field(None, alias=LABEL_PID)
+    started: str | None = Field(None, alias=LABEL_STARTED)
+
+    def controller(self) -> Controller | None:
+        """The controller these labels name; None when they name none (or not readably)."""
+        if self.host is None or self.pid is None:
+            return None
+        try:
+            return Controller(host=self.host, pid=int(self.pid),
+                              started=float(self.started) if self.started else None)
+        except ValueError:
+            return None

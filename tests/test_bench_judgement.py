@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from harness.bench.health import diversity, is_degenerate
@@ -165,3 +167,15 @@ def test_counters_sum_over_engines_and_a_counter_first_seen_later_starts_at_zero
     assert f.spec_acceptance_rate == pytest.approx(0.5) and f.spec_mean_acceptance_length == pytest.approx(2.5)
     assert "ttft_ms_mean" not in f.model_dump(mode="json") and "spec_acceptance_rate" in f.model_dump(mode="json")
     assert server_figures(parse_snapshot(""), parse_snapshot("")) is None  # nothing exposed: no figures
+
+
+def test_a_stored_spread_is_read_by_field_and_written_back_as_it_was():
+    from harness.bench.result import LevelResult
+
+    spread = {"per_stream_tok_s": 0.01, "aggregate_tok_s": 0.032, "ttft_ms_p50": None, "newer_figure": 0.5}
+    lv = LevelResult.model_validate({"concurrency": 8, "spread": spread})
+    assert (lv.spread.per_stream_tok_s, lv.spread.aggregate_tok_s, lv.spread.itl_ms_p50) == (0.01, 0.032, None)
+    assert json.dumps(lv.model_dump(mode="json")["spread"]) == json.dumps(spread)
+    assert LevelResult(concurrency=1).model_dump(mode="json")["spread"] == {}
+    with pytest.raises(ValueError, match="newer_figure is -0.5"):
+        LevelResult.model_validate({"concurrency": 8, "spread": {"newer_figure": -0.5}})

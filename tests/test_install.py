@@ -127,3 +127,10 @@ def test_one_command_imports_only_its_module():
     assert r.returncode == 0, r.stderr
     assert "harness.cli.fingerprint" in r.stdout and "harness.cli.report" not in r.stdout
     assert "harness.cli.run" not in r.stdout, r.stdout
+
+
+def test_every_cell_status_has_a_console_style():
+    from harness.cli.run import STATUS_STYLE
+    from harness.results.model import Status
+
+    assert set(STATUS_STYLE) == set(Status)

@@ -117,3 +117,14 @@ def test_model_cache_is_checked_before_mounting(tmp_path):
     (tmp_path / "l").symlink_to("/proc")
     with pytest.raises(ConfigError, match="system folder /proc"):
         model_cache(Serve(model_cache=str(tmp_path / "l")))
+
+
+def test_every_weight_format_says_its_flashinfer_moe_variable():
+    from typing import get_args
+
+    from harness.matrix.model import Quantization
+    from harness.serve.command import MOE_USE_VAR
+
+    assert set(MOE_USE_VAR) == set(get_args(Quantization))
+    with pytest.raises(ConfigError, match="for bf16 cannot be asked for"):
+        env_for_kernels("bf16", "flashinfer_cutlass", None)  # bf16 has no such variable

@@ -228,12 +228,15 @@ def cubin_arch(data: bytes, hdr: Header, secs: list[Section]) -> CudaArch:
     v8 = hdr.abi_version >= 8
     number = (hdr.flags >> 8) & 0xFF if v8 else hdr.flags & 0xFF
     accel = bool(hdr.flags & (0x8 if v8 else 0x800))
-    by_name = {s.name: s for s in secs}
-    compat = by_name.get(".nv.compat")
+    compat = tk = None  # the two notes read, when present (the last of a name, as a table by name keeps)
+    for s in secs:
+        if s.name == ".nv.compat":
+            compat = s
+        elif s.name == ".note.nv.tkinfo":
+            tk = s
     if compat is not None and _compat_value(data, compat, _COMPAT_ARCH_SPECIFIC) == 1:
         accel = True
     suffix = "a" if accel else ""
-    tk = by_name.get(".note.nv.tkinfo")
     if tk is not None:
         m = _TKINFO_ARCH_RE.search(data, tk.offset, tk.end)
         if m and int(m[1]) == number:

@@ -168,6 +168,31 @@ class AuditReport:
         return out
 
 
+class _StoredVerdict(BaseModel):
+    """One verdict object of a stored full report (`AuditReport.to_json()`), as the summary reads it."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    target: Any = None
+    status: Any = None
+    message: Any = None
+
+    def line(self) -> str:
+        return f"{self.target}: {self.status}: {self.message}"
+
+
+class _StoredShape(BaseModel):
+    """The keys of the three stored shapes (see AuditSummary) that its fields are lifted from;
+    read only, the stored mapping itself is kept whole."""
+
+    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
+
+    status: Any = None  # beside the flat pairs, or the full report's
+    audit_status: Any = Field(None, alias="audit.status")  # the flat pairs' (the image's label)
+    totals: Any = None  # the full report's cubins per arch
+    verdicts: Any = None  # the full report's verdict objects, or the builder's lines
+
+
 class AuditSummary(BaseModel):
     """What a stack's audit leaves in a run folder (builds/*.json `audit_summary` and `audit`,
     cells/*.json `audit`): the status, the cubins per arch and one line per target verdict.
@@ -191,18 +216,18 @@ class AuditSummary(BaseModel):
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        if data.get("status") is None:
-            data["status"] = data.get("audit.status")
-        if "cubins" not in data and isinstance(data.get("totals"), dict):
-            data["cubins"] = data["totals"]
+        old = _StoredShape.model_validate(data)
+        if old.status is None:
+            data["status"] = old.audit_status
+        if "cubins" not in data and isinstance(old.totals, dict):
+            data["cubins"] = old.totals
         if "lines" not in data:
             # the flat labels first (what the report always showed), else the full report's objects
             lines = [f"{k.removeprefix('audit.verdict.')}: {v}" for k, v in data.items()
                      if k.startswith("audit.verdict.")]
-            verdicts = data.get("verdicts")
-            if not lines and isinstance(verdicts, list):
-                lines = [f"{v.get('target')}: {v.get('status')}: {v.get('message')}" if isinstance(v, dict)
-                         else str(v) for v in verdicts]
+            if not lines and isinstance(old.verdicts, list):
+                lines = [_StoredVerdict.model_validate(v).line() if isinstance(v, dict) else str(v)
+                         for v in old.verdicts]
             lines += [f"problem: {v}" for k, v in data.items() if k.startswith("audit.problem.")]
             data["lines"] = lines
         return data

@@ -470,7 +470,9 @@ def _sass(
     is not held while nvdisasm runs)."""
     counter[0] += 1
     scanned = sass.scan_cubin(cubin, arch.major, fp4).native_fp4
-    return {k: scanned.get(k, "") for k in fp4}
+    verdicts = dict.fromkeys(fp4, "")  # every kernel asked, "" where the disassembly said nothing
+    verdicts.update((k, v) for k, v in scanned.items() if k in verdicts)
+    return verdicts
 
 
 def audit_bytes(
@@ -522,8 +524,8 @@ def audit_tree(path: Path, policy: SassPolicy, stats: ScanStats, jobs: int | Non
         with ProcessPoolExecutor(max_workers=jobs, initializer=tune_malloc) as pool:
             futures = [pool.submit(_run_batch, b, policy) for b in batches]
             outcomes = [o for f in futures for o in f.result()]
-    order = {t.display: i for i, t in enumerate(tasks)}
-    outcomes.sort(key=lambda o: order.get(o.display, 0))
+    order = {t.display: i for i, t in enumerate(tasks)}  # each outcome is one task's (scan_one)
+    outcomes.sort(key=lambda o: order[o.display])
     stats.files_seen += len(tasks) + len(refused)
     files, bad, empty = [], list(refused), []
     for o in outcomes:

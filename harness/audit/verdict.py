@@ -11,15 +11,20 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from harness.audit.archs import CC, Load
 from harness.audit.families import TITLES
 from harness.audit.sass import checkable
 from harness.audit.scan import NVFP4, FileAudit, arch_sort_key
 
-PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+AuditStatus = Literal["pass", "warn", "fail", "skip"]  # a check's, a target's verdict's
+PASS: AuditStatus = "pass"
+WARN: AuditStatus = "warn"
+FAIL: AuditStatus = "fail"
+SKIP: AuditStatus = "skip"
 _HOW = {"": "same-major SASS", "a": "arch-specific SASS", "f": "family SASS"}
-_RANK = {SKIP: 0, PASS: 1, WARN: 2, FAIL: 3}
+_RANK: dict[AuditStatus, int] = {SKIP: 0, PASS: 1, WARN: 2, FAIL: 3}
 # Families whose absence on a chip breaks a serving path; "other" holds helpers.
 CHECKED_FAMILIES = ("nvfp4_gemm", "fp4_quant", "moe", "scaled_mm", "marlin", "attention")
 # Families that serve only chips with FP4 tensor cores (Hopper runs NVFP4 through Marlin).
@@ -45,19 +50,19 @@ class Target:
 @dataclass(frozen=True)
 class Check:
     family: str
-    status: str
+    status: AuditStatus
     message: str
 
 
 @dataclass(frozen=True)
 class Verdict:
     target: Target
-    status: str
+    status: AuditStatus
     message: str
     checks: tuple[Check, ...]
 
 
-def worst(statuses: Sequence[str]) -> str:
+def worst(statuses: Sequence[AuditStatus]) -> AuditStatus:
     return max(statuses, key=_RANK.__getitem__, default=PASS)
 
 

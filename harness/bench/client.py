@@ -39,7 +39,7 @@ from harness.bench.metrics import (
     parse_snapshot,
     server_figures,
 )
-from harness.bench.result import BenchResult, LevelResult, ServerFigures
+from harness.bench.result import BenchResult, LevelResult, ServerFigures, Spread
 from harness.bench.stats import median, percentile, spread
 from harness.bench.stream import RequestRecord, stream_raw, stream_request
 from harness.bench.wire import Connection, HTTPError, Target, request
@@ -249,7 +249,7 @@ def _level_result(
         requests=len(all_recs),
         failed=len(all_recs) - len(ok),
         errors=tuple(errors),
-        spread={k: spread(v) for k, v in samples.items()},
+        spread=Spread.model_validate({k: spread(v) for k, v in samples.items()}),
         samples=samples,
         diversity_min=min(scores) if scores else None,
         degenerate=any(health.is_degenerate(s) for s in scores),
@@ -428,9 +428,10 @@ async def run_bench(
     timed = [r for _, rounds, *_ in measured for recs in rounds for r in recs]
     counts, source = await _count_tokens(run, timed, tokenizer)
     if counts:
-        fixed = {id(r): replace(r, counted_tokens=counts[id(r)]) for r in timed if id(r) in counts}
+        fixed = {id(r): r for r in timed}  # every timed record by id, a counted one as counted
+        fixed.update({id(r): replace(r, counted_tokens=counts[id(r)]) for r in timed if id(r) in counts})
         measured = [
-            (c, [[fixed.get(id(r), r) for r in recs] for recs in rounds], server, cpu, wall)
+            (c, [[fixed[id(r)] for r in recs] for recs in rounds], server, cpu, wall)
             for c, rounds, server, cpu, wall in measured
         ]
     reliable = source != "chunks"
@@ -467,6 +468,7 @@ async def run_bench(
             "((last - first token) / (tokens - 1)); chunk gaps are per message"
         )
     streamed = run.tokens_streamed_records + pre_recs
+    streamed_tokens = {id(r): r.tokens for r in streamed} | counts  # by id; a counted one as counted
     extra: dict[str, object] = {}
     if keep_requests:
         extra["requests"] = [
@@ -491,7 +493,7 @@ async def run_bench(
         token_count_source=source,
         warnings=tuple(run.warnings),
         client_cpu_s=time.process_time() - cpu0,
-        tokens_streamed=sum(counts.get(id(r), r.tokens) for r in streamed if r.ok),
+        tokens_streamed=sum(streamed_tokens[id(r)] for r in streamed if r.ok),
         wall_s=time.perf_counter() - wall0,
         extra=extra,
         token_counts_reliable=reliable,

@@ -183,7 +183,11 @@ def server_figures(before: Snapshot | None, after: Snapshot | None) -> ServerFig
     if after.itl_name:
         out["itl_metric"] = after.itl_name
     # a counter the earlier scrape lacked started at 0 (the server exposes it once it counts)
-    out.update({key: v - before.counters.get(key, 0.0) for key, v in after.counters.items()})
+    grown = dict(after.counters)
+    for key, earlier in before.counters.items():
+        if key in grown:
+            grown[key] -= earlier
+    out.update(grown)
     if not out:
         return None
     deltas = ServerFigures.model_validate(out)

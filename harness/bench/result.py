@@ -73,6 +73,34 @@ class ServerFigures(BaseModel):
         return {k: v for k, v in handler(self).items() if k in given}
 
 
+class Spread(_Figures):
+    """Each figure's (max - min) / median over a level's rounds (harness.bench.stats.spread; None
+    with fewer than two). Written out, it holds the keys it was given, in this order, and keeps
+    any it does not know: a spread stored by another version reads and writes back as it was."""
+
+    per_stream_tok_s: float | None = None
+    aggregate_tok_s: float | None = None
+    ttft_ms_p50: float | None = None
+    ttft_ms_p99: float | None = None
+    itl_ms_p50: float | None = None
+    itl_ms_p99: float | None = None
+    tpot_ms_p50: float | None = None
+    e2e_ms_p50: float | None = None
+
+    @model_validator(mode="after")
+    def _measured_extra(self) -> Spread:
+        """A spread of a figure this version does not name is held to the same rule."""
+        for name, y in (self.model_extra or {}).items():
+            if isinstance(y, int | float) and not isinstance(y, bool) and not (math.isfinite(y) and y >= 0):
+                raise ValueError(f"{name} is {y!r}: times, rates and counts are finite and >= 0")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        given = self.model_fields_set  # extras included
+        return {k: v for k, v in handler(self).items() if k in given}
+
+
 class LevelResult(_Figures):
     """One concurrency level. Latency figures (TTFT, ITL = TPOT, E2E) and per-stream decode
     are over every timed request of the level; the aggregate is the median over rounds.
@@ -90,7 +118,7 @@ class LevelResult(_Figures):
     requests: int = 0  # timed requests sent
     failed: int = 0
     errors: tuple[str, ...] = ()  # the first distinct errors, verbatim
-    spread: dict[str, float | None] = Field(default_factory=dict)
+    spread: Spread = Field(default_factory=Spread)
     samples: dict[str, tuple[float | None, ...]] = Field(default_factory=dict)
     diversity_min: float | None = None
     degenerate: bool = False

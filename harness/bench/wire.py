@@ -119,14 +119,20 @@ class _Response:
         if len(parts) < 2 or not parts[0].startswith("HTTP/"):
             raise HTTPError(f"not an HTTP response: {lines[0][:80]!r}")
         self.status = int(parts[1])
+        connection = transfer_encoding = ""  # the two framing headers, as the last of each says
         for ln in lines[1:]:
             k, sep, v = ln.partition(":")
             if sep:
-                self.headers[k.strip().lower()] = v.strip()
-        self.close = self.headers.get("connection", "").lower() == "close" or parts[0] == "HTTP/1.0"
+                name, value = k.strip().lower(), v.strip()
+                self.headers[name] = value
+                if name == "connection":
+                    connection = value
+                elif name == "transfer-encoding":
+                    transfer_encoding = value
+        self.close = connection.lower() == "close" or parts[0] == "HTTP/1.0"
         if self.status != 200 and self.sink is not None:
             self.sink, self.body = None, []  # an error body is kept whole, not streamed
-        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+        if "chunked" in transfer_encoding.lower():
             self.mode = "chunked"
         elif "content-length" in self.headers:
             self.mode = "length"

@@ -13,6 +13,7 @@ import difflib
 import re
 import shutil
 import tempfile
+from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,10 +72,11 @@ def _hunks(diff: list[str]) -> list[list[str]]:
 def arch_hunks(old: Path, new: Path, label_old: str, label_new: str, context: int = 3) -> str:
     """The unified diff of the CMake files, only the hunks whose changed lines mention an arch
     decision's words; empty when none does."""
-    a, b = cmake_files(old), cmake_files(new)
+    # a file on one side only is compared with an empty one
+    a, b = defaultdict(str, cmake_files(old)), defaultdict(str, cmake_files(new))
     out: list[str] = []
     for name in sorted(set(a) | set(b)):
-        diff = list(difflib.unified_diff(a.get(name, "").splitlines(), b.get(name, "").splitlines(),
+        diff = list(difflib.unified_diff(a[name].splitlines(), b[name].splitlines(),
                                          f"{label_old}/{name}", f"{label_new}/{name}", n=context, lineterm=""))
         keep = [h for h in _hunks(diff[2:])
                 if any(KEYWORDS.search(ln) for ln in h[1:] if ln[:1] in "+-")]

@@ -27,7 +27,7 @@ from harness.bisect.search import BAD, GOOD, SKIP, Verdict
 from harness.build import configure, sources
 from harness.build.probe import ProbeOutcome
 from harness.bundle import sha256_file
-from harness.lock import LockedFile, LockedImage, lock_path, read_lock
+from harness.lock import StackPins, lock_path, read_lock
 from harness.redact import redact_text
 from harness.results.model import CellResult, Open, Status
 from harness.safety import writes
@@ -143,7 +143,7 @@ class ConfigureProbe:
         out = configure.configure(tree, self.arch_list, self.toolchain, log_path=logs, families=self.families)
         detail: dict[str, object] = {"configure_exit": out.returncode, "configure_s": out.seconds, "supported": out.supported,
                   "stopped_at": out.stopped_at, "every_decision": out.every_decision}
-        if missing := out.missing(self.families):
+        if missing := out.missing():
             where = out.stopped_at or f"exit {out.returncode}"
             return _skip(f"the configure printed no decision for {', '.join(missing)} (stopped at {where})",
                          **detail, log_tail=list(out.log_tail))
@@ -171,15 +171,16 @@ def pinned_matrix(matrix: Path, stack: str, source: HistorySpec, point: Point) -
         vllm.update(git=source.repo, commit=point.id)
     entry["vllm"] = vllm
     lock = read_lock(lock_path(matrix))
-    # the lock's [stacks.<stack>] table: a stack locked before has one
-    for key, pin in ((lock.stacks.get(stack) or {}).items() if lock else ()):
-        table = entry.get(key)  # the matrix's own TOML table for that pin, when it has one
+    # the lock's pins of the stack (none for a stack never locked), written into the matrix's
+    # own TOML table for that pin, when it has one
+    pins = lock.pins(stack) if lock else StackPins()
+    for key, table in entry.items():
         if not isinstance(table, dict):
             continue
-        if key == "base_image" and isinstance(pin, LockedImage):
-            table.setdefault("digest", pin.digest)
-        elif key == "flashinfer" and isinstance(pin, LockedFile):
-            table.setdefault("sdist_sha256", pin.sha256)
+        if key == "base_image" and pins.base_image is not None:
+            table.setdefault("digest", pins.base_image.digest)
+        elif key == "flashinfer" and pins.flashinfer is not None:
+            table.setdefault("sdist_sha256", pins.flashinfer.sha256)
     path = matrix.with_name(f".bisect-{point.short}-{matrix.name}")
     writes.write_text(path, tomli_w.dumps(doc), flag="pinned matrix copy")
     return path

@@ -91,8 +91,9 @@ class ConfigureOutcome:
     stopped_at: str | None = None  # the first CMake error, when the configure did not finish
     log_tail: tuple[str, ...] = ()
 
-    def missing(self, families) -> list[str]:
-        return [f for f in families if self.decisions.get(f) is None]
+    def missing(self) -> list[str]:
+        """The families configured (a key each in `decisions`) whose decision the log never printed."""
+        return [f for f, archs in self.decisions.items() if archs is None]
 
 
 def _torch_nvrtc(python: str) -> str | None:

@@ -10,7 +10,7 @@ unpacked and its content sha256 checked again, an sdist its sha256.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,9 +63,9 @@ def needs(matrix, k: str | None = None) -> list[StackNeeds]:
     return out
 
 
-def parse_mirrors(items: list[str]) -> dict[str, str]:
+def parse_mirrors(items: list[str]) -> offline.Mirrors:
     """`URL=PATH` flags: read that git URL from a local git folder (a clone, a bare mirror)."""
-    repos = {}
+    repos = offline.Mirrors()
     for item in items:
         url, sep, path = item.partition("=")
         if not sep or not Path(path).is_dir():
@@ -89,7 +89,7 @@ def check_offline(matrix, wanted: list[StackNeeds]) -> None:
         refuse_unpinned(where, table, list(n.unpinned))
 
 
-def fetch_all(wanted: list[StackNeeds], *, matrix_path: Path | str, repos: dict[str, str] | None = None,
+def fetch_all(wanted: list[StackNeeds], *, matrix_path: Path | str, repos: Mapping[str, str] | None = None,
               from_dir: Path | None = None, say: Callable[[str], None] = lambda _s: None) -> list[Got]:
     """Each sdist (sha256 checked) and each pinned source (content sha256 checked) the stacks
     need, once; a failure names the stack, the source and the fix."""
@@ -129,7 +129,7 @@ def fetch_all(wanted: list[StackNeeds], *, matrix_path: Path | str, repos: dict[
             elif from_dir is not None:
                 how = f"taken from {from_dir}, content sha256 checked"
             else:
-                where = (repos or {}).get(pin.url, pin.url)
+                where = offline.Mirrors(repos or {})[pin.url]
                 say(f"fetching {pin.name} @ {pin.commit[:12]} from {where}")
                 how = f"fetched from {where} and trimmed, content sha256 checked"
             try:

@@ -13,12 +13,12 @@ from harness.audit.archs import CC
 from harness.audit.families import FAMILIES
 from harness.audit.report import IMAGE_PATHS, AuditReport, audit_path
 from harness.audit.scan import arch_sort_key
-from harness.audit.verdict import FAIL, WARN, Target
+from harness.audit.verdict import FAIL, WARN, AuditStatus, Target
 from harness.console import err, out
 from harness.errors import ConfigError
 from harness.tables import Col, show
 
-_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
+_STYLE: dict[AuditStatus, str] = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 
 
 EXIT_CODES = """exit codes:
@@ -253,6 +253,6 @@ def render(report: AuditReport, top: int = 10) -> None:
     )
 
 
-def _status(s: str) -> str:
-    style = _STYLE.get(s, "bold")
+def _status(s: AuditStatus) -> str:
+    style = _STYLE[s]
     return f"[{style}]{s}[/{style}]"

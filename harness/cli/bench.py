@@ -247,8 +247,8 @@ def render(r: BenchResult) -> None:
         srv = lv.server or ServerFigures()
         rows.append([
             str(lv.concurrency),
-            f"{_f(lv.per_stream_tok_s)} {_pct(lv.spread.get('per_stream_tok_s'))}",
-            f"{_f(lv.aggregate_tok_s)} {_pct(lv.spread.get('aggregate_tok_s'))}",
+            f"{_f(lv.per_stream_tok_s)} {_pct(lv.spread.per_stream_tok_s)}",
+            f"{_f(lv.aggregate_tok_s)} {_pct(lv.spread.aggregate_tok_s)}",
             f"{_f(lv.ttft_ms_p50)} / {_f(lv.ttft_ms_p99)}",
             f"{_f(srv.ttft_ms_mean)} / {_f(srv.ttft_ms_p50)}",
             f"{_f(lv.itl_ms_p50, '{:.2f}')} / {_f(lv.itl_ms_p99, '{:.2f}')}",

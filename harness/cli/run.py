@@ -10,10 +10,12 @@ from pathlib import Path
 from harness.cli.plan import add_matrix_args
 from harness.console import err, out
 from harness.errors import CellsFailed, ConfigError
+from harness.results.model import Status
 from harness.safety.grammar import one_line
 
-STATUS_STYLE = {"pass": "green", "fail": "red", "build-failed": "red", "crashed": "red",
-                "hung": "red", "timeout": "red", "error": "magenta", "skipped": "yellow"}
+STATUS_STYLE: dict[Status, str] = {
+    Status.PASS: "green", Status.FAIL: "red", Status.BUILD_FAILED: "red", Status.CRASHED: "red",
+    Status.HUNG: "red", Status.TIMEOUT: "red", Status.ERROR: "magenta", Status.SKIPPED: "yellow"}
 
 
 def register(sub) -> None:
@@ -200,7 +202,7 @@ def _fit(text: str, width: int) -> str:
 
 
 def _print_cell(console, result, prefix: str) -> None:
-    style = STATUS_STYLE.get(result.status.value, "white")
+    style = STATUS_STYLE[result.status]
     lines = cell_lines(result, console.size.width)
     console.print(f"{prefix} ", end="", markup=False)
     console.print(lines[0], style=style, markup=False, highlight=False)

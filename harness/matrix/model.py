@@ -442,6 +442,10 @@ def is_local_checkpoint(checkpoint: str) -> bool:
     return checkpoint.startswith(("/", "./", "../"))
 
 
+# the weight formats a model is served in
+Quantization = Literal["fp8", "nvfp4", "bf16"]
+
+
 class Model(Strict):
     checkpoint: Annotated[str, AfterValidator(_no_option)] = Field(
         description="Hub id (org/name), or a local directory with config.json: an absolute path, or one "
@@ -451,7 +455,7 @@ class Model(Strict):
     allow_outside: bool = Field(
         False, description="Allow a local checkpoint directory outside the matrix's repository."
     )
-    quantization: Literal["fp8", "nvfp4", "bf16"] = Field(description="Weight format served.")
+    quantization: Quantization = Field(description="Weight format served.")
     load_format: Literal["auto", "dummy"] = Field(
         "auto", description="'dummy': random weights from config.json alone (no download)."
     )

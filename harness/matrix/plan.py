@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from harness.errors import ConfigError
 from harness.matrix.load import Matrix
-from harness.matrix.model import Config, Model, Stack
+from harness.matrix.model import Config, Model, Quantization, Stack
 from harness.matrix.pairs import pair_cells
 from harness.matrix.select import SelectionError, compile_expression
 
@@ -32,7 +32,7 @@ class Cell:
     compare_with: str | None = None  # NVFP4: the FP8 cell it is judged against (harness.matrix.pairs)
 
     @property
-    def quantization(self) -> str:
+    def quantization(self) -> Quantization:
         return self.model.quantization
 
     @property

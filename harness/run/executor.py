@@ -218,7 +218,7 @@ class Executor:
         implicit = any(h.host.default for h in self.hosts.values())
         for cell in cells:
             n = cell.config.nodes
-            names = [h for h in self.where.get(cell.id, ()) if self.hosts[h].down is None][:n]
+            names = [h for h in self.where[cell.id] if self.hosts[h].down is None][:n]
             if len(names) < n:
                 self._write_error(cell, ConfigError(
                     f"this cell spans {n} nodes and {len(names)} host(s) can take it"

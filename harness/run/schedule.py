@@ -102,11 +102,11 @@ def hosts_of(matrix: Matrix | MatrixFile) -> tuple[Host, ...]:
     out = []
     for name, h in spec.hosts.items():
         hw_key = h.hardware or hw_name
-        hw = spec.hardware.get(hw_key)
+        hw = spec.hardware[hw_key]  # the load checked that every host's profile is one
         gpus = None if h.gpus == "all" else () if h.gpus == "none" else tuple(str(g) for g in h.gpus)
         slots = h.slots or (len(gpus) if gpus else 1)
         tls = Tls(h.tls.ca_cert, h.tls.client_cert, h.tls.client_key, h.tls.verify) if h.tls else None
-        out.append(Host(name=name, url=h.engine, hardware=hw_key, cc=hw.cc if hw else "", gpus=gpus,
+        out.append(Host(name=name, url=h.engine, hardware=hw_key, cc=hw.cc, gpus=gpus,
                         slots=slots, network=h.network, address=h.address or _address(h.engine),
                         ports=(h.ports[0], h.ports[1]), stacks=tuple(h.stacks), gpu_attach=h.gpu_attach, tls=tls))
     return tuple(out)
@@ -216,7 +216,7 @@ def pick(pending: Sequence[str], host: Host, state: HostState, where: dict[str, 
     """The cell `host` starts next: (cell id or None, whether any pending cell could still run
     here). The first pending cell allowed on this host is taken when it fits, else the host waits."""
     for cid in pending:
-        if host.name in where.get(cid, ()):
+        if host.name in where[cid]:
             return (cid if fits(need[cid], host, state) else None), True
     return None, False
 
@@ -251,8 +251,9 @@ class Placed:
 def simulate(order: Sequence[str], hosts: Sequence[Host], where: dict[str, tuple[str, ...]],
              need: dict[str, int], duration: Callable[[str], float]) -> list[Placed]:
     """What the slot threads would do if cell `c` took `duration(c)`: a pure replay of `pick`.
-    Cells placeable nowhere are left out."""
-    pending = [c for c in order if where.get(c)]
+    `where` is `placement`'s map, a key for every cell of `order`; cells placeable nowhere are
+    left out."""
+    pending = [c for c in order if where[c]]
     states = {h.name: HostState(free=list(h.gpus or ())) for h in hosts}
     free_slots = {h.name: list(range(h.slots)) for h in hosts}
     running: list[tuple[float, int, Placed]] = []
@@ -288,12 +289,13 @@ def simulate(order: Sequence[str], hosts: Sequence[Host], where: dict[str, tuple
 
 
 class Board:
-    """The live schedule: pending cells, free GPUs and slots per host, shared by slot threads."""
+    """The live schedule: pending cells, free GPUs and slots per host, shared by slot threads.
+    `where` is `placement`'s map, a key for every cell of `order`."""
 
     def __init__(self, order: Iterable[str], hosts: Sequence[Host], where: dict[str, tuple[str, ...]],
                  need: dict[str, int]) -> None:
         self._cond = threading.Condition()
-        self._pending = [c for c in order if where.get(c)]
+        self._pending = [c for c in order if where[c]]
         self._hosts = {h.name: h for h in hosts}
         self._where = dict(where)
         self._need = dict(need)
@@ -322,7 +324,7 @@ class Board:
         """A host is gone: it takes nothing more. Returns the pending cells nothing else can run."""
         with self._cond:
             self._where = {c: tuple(h for h in hs if h != name) for c, hs in self._where.items()}
-            orphans = [c for c in self._pending if not self._where.get(c)]
+            orphans = [c for c in self._pending if not self._where[c]]
             self._pending = [c for c in self._pending if c not in orphans]
             self._cond.notify_all()
             return orphans

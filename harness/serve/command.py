@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness.errors import ConfigError
 from harness.fingerprint.tables import kernel_names
-from harness.matrix.model import Serve, is_local_checkpoint
+from harness.matrix.model import Quantization, Serve, is_local_checkpoint
 from harness.matrix.paths import mount_problem
 from harness.matrix.plan import Cell
 
@@ -38,13 +38,18 @@ class ServeCommand:
         return shlex.join([python, *VLLM_MODULE, *self.args])
 
 
-def env_for_kernels(quant: str, moe: str | None, linear: str | None) -> dict[str, str]:
+# the variable that turns FlashInfer's MoE on for a weight format, in older vLLM (none for bf16)
+MOE_USE_VAR: dict[Quantization, str | None] = {"nvfp4": "VLLM_USE_FLASHINFER_MOE_FP4",
+                                              "fp8": "VLLM_USE_FLASHINFER_MOE_FP8", "bf16": None}
+
+
+def env_for_kernels(quant: Quantization, moe: str | None, linear: str | None) -> dict[str, str]:
     """VLLM_* variables that ask an older vLLM for these kernels."""
     names = kernel_names()
     env: dict[str, str] = {}
     flag_of = {v: k for k, v in names.moe_env_backend.items()}  # flag value -> env value
     if moe and moe != "auto":
-        use_var = {"nvfp4": "VLLM_USE_FLASHINFER_MOE_FP4", "fp8": "VLLM_USE_FLASHINFER_MOE_FP8"}.get(quant)
+        use_var = MOE_USE_VAR[quant]
         if moe.startswith("flashinfer") and use_var:
             env[use_var] = "1"
             if moe in flag_of:

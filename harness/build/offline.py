@@ -186,32 +186,23 @@ def _export(repo: str, commit: str, dest: Path, what: str, paths: list[str],
         return links
 
 
-class Mirrors(dict[str, str]):
-    """Git URL -> a local git folder to read it from instead (`--mirror URL=PATH`). A URL
-    without a mirror is read from itself, so a look-up always says where to read."""
-
-    def __missing__(self, url: str) -> str:
-        return url
-
-
 def assemble(pin: Pin, repos: Mapping[str, str], dest: Path) -> None:
     """The trimmed tree of `pin` into dest. `repos` maps a URL to a local mirror to read instead.
     Each submodule's commit must be the one the parent's tree names."""
-    mirrors = Mirrors(repos)
     subs = [path for path, _u, _c in pin.submodules]
 
     def under(rel: str, sub: str) -> bool:
         return rel == sub or rel.startswith(sub + "/")
 
     own = [k for k in pin.keep if not any(under(k, s) for s in subs)]
-    links = _export(mirrors[pin.url], pin.commit, dest, pin.name, own, tuple(subs))
+    links = _export(repos.get(pin.url, pin.url), pin.commit, dest, pin.name, own, tuple(subs))
     for path, url, commit in pin.submodules:
         if links[path] != commit:
             named = f"names {links[path]}" if links[path] else "has no submodule there"
             raise ConfigError(f"{pin.name}: the table pins submodule {path} at {commit}, but {pin.commit[:12]}'s "
                               f"tree {named}", hint="copy the commit from `git ls-tree COMMIT PATH` into the table")
         inner = [k[len(path) + 1:] for k in pin.keep if under(k, path) and k != path]
-        _export(mirrors[url], commit, dest / path, f"{pin.name}/{path}", inner or ["."])
+        _export(repos.get(url, url), commit, dest / path, f"{pin.name}/{path}", inner or ["."])
     for rel in pin.keep:
         if not (dest / rel).exists():
             raise ConfigError(f"{pin.name}: kept path {rel!r} is not in the tree", hint="fix `keep` in the source table")

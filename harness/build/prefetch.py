@@ -63,9 +63,9 @@ def needs(matrix, k: str | None = None) -> list[StackNeeds]:
     return out
 
 
-def parse_mirrors(items: list[str]) -> offline.Mirrors:
+def parse_mirrors(items: list[str]) -> dict[str, str]:
     """`URL=PATH` flags: read that git URL from a local git folder (a clone, a bare mirror)."""
-    repos = offline.Mirrors()
+    repos: dict[str, str] = {}  # git URL -> a local git folder to read it from; other URLs are read as they are
     for item in items:
         url, sep, path = item.partition("=")
         if not sep or not Path(path).is_dir():
@@ -129,7 +129,7 @@ def fetch_all(wanted: list[StackNeeds], *, matrix_path: Path | str, repos: Mappi
             elif from_dir is not None:
                 how = f"taken from {from_dir}, content sha256 checked"
             else:
-                where = offline.Mirrors(repos or {})[pin.url]
+                where = (repos or {}).get(pin.url, pin.url)
                 say(f"fetching {pin.name} @ {pin.commit[:12]} from {where}")
                 how = f"fetched from {where} and trimmed, content sha256 checked"
             try:

@@ -1,5 +1,5 @@
 """Ships the repository's top-level docker/ (Dockerfile templates and the helpers they COPY) inside
-the wheel, as harness/data/docker, where harness.build.render finds them when installed.
+the wheel, as harness/data/docker, where harness.image.render finds them when installed.
 Everything else is in pyproject.toml."""
 
 import shutil

@@ -3,7 +3,7 @@
     build_requirements.py FILE [PIP_ARGS...]
 
 FILE is build-requirements.txt from the build context: one requirement a line, `  # origins`
-after it (harness/build/requirements.py writes it). Each requirement the image already meets is
+after it (harness/image/requirements.py writes it). Each requirement the image already meets is
 kept; the others are installed with `python -m pip install PIP_ARGS REQ...` (PIP_ARGS: none for
 a package index, `--no-index --find-links DIR` for a wheelhouse); then every requirement is
 checked again. Exit 1 names each requirement still unmet, with the file it came from and what

@@ -231,7 +231,7 @@ def _own_git_mirrors(tmp_path, monkeypatch):
     """A repository on disk is read through a bare mirror in the cache (harness/git.py): each
     test keeps its mirrors in its own folder, not in the user's cache."""
     import harness.bisect.history as history
-    import harness.build.offline as offline
+    import harness.image.offline as offline
 
     monkeypatch.setattr(history, "GIT_CACHE", tmp_path / ".git-mirrors")
     monkeypatch.setattr(offline, "MIRRORS", tmp_path / ".git-mirrors")

@@ -338,7 +338,7 @@ def test_the_answer_of_a_cmake_probe_names_the_commits_and_hunks_that_changed_th
 def test_the_cell_probe_pins_the_stack_to_the_point_in_a_copy_of_the_matrix(tmp_path, monkeypatch):
     import hashlib
 
-    from harness.build import sources
+    from harness.image import sources
     from harness.matrix.load import load_matrix
 
     # the sdist the bisect downloaded and checked: its sha256 becomes the copy's pin

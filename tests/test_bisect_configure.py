@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.bisect.cmakediff import arch_hunks
-from harness.build import configure
+from harness.image import configure
 
 LOGS = Path(__file__).resolve().parent.parent / "examples" / "bisect-sm121a" / "run" / "logs"
 
@@ -69,7 +69,7 @@ def _real_toolchain_problem() -> str | None:
         return "set HARNESS_BISECT_PYTHON to a Python with a CUDA build of torch and cmake>=3.26 (CI has none)"
     if not shutil.which("nvcc"):
         return "no nvcc on PATH"
-    from harness.build.sources import SDIST_CACHE
+    from harness.image.sources import SDIST_CACHE
 
     if not (SDIST_CACHE / "vllm-0.33.0.tar.gz").is_file():
         return f"the vLLM 0.33.0 sdist is not in {SDIST_CACHE}"
@@ -80,7 +80,7 @@ def _real_toolchain_problem() -> str | None:
 def test_real_configure_of_the_vllm_0_33_0_sdist(tmp_path):
     import tarfile
 
-    from harness.build.sources import SDIST_CACHE
+    from harness.image.sources import SDIST_CACHE
 
     with tarfile.open(SDIST_CACHE / "vllm-0.33.0.tar.gz") as tar:
         tar.extractall(tmp_path, filter="data")

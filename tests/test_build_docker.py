@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.build.builder import build_stacks
 from harness.errors import ConfigError
+from harness.image.builder import build_stacks
 from harness.matrix.load import load_matrix
 
 pytestmark = pytest.mark.docker

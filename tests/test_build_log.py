@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.build.buildlog import check_build_log, read_decisions
+from harness.image.buildlog import check_build_log, read_decisions
 
 CMAKE = Path(__file__).resolve().parent / "fixtures" / "build" / "cmake"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from harness.build.probe import ProbeReport, ProbeRow, judge, load_units
+from harness.image.probe import ProbeReport, ProbeRow, judge, load_units
 from harness.matrix.archs import ccs_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def test_judge_and_targets():
 def test_the_probe_records_read_the_helpers_files_and_write_probe_json_as_before():
     """probe.json and packaging.json (written in the image) become typed records, unknown keys
     kept; probe-<stack>.json keeps its shape (timings {} when the units probe did not finish)."""
-    from harness.build.probe import PackagingReport, ProbeOutcome, ProbeTimings, judge_packaging
+    from harness.image.probe import PackagingReport, ProbeOutcome, ProbeTimings, judge_packaging
     from harness.results.model import CompileCache
 
     report = ProbeReport.model_validate({

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.build.dockerfile import render
-from harness.build.identity import image_ref
-from harness.build.render import ARG_LINE, DEFAULT_TEMPLATE, PLACEHOLDER, context_tar, fill
 from harness.errors import ConfigError
+from harness.image.dockerfile import render
+from harness.image.identity import image_ref
+from harness.image.render import ARG_LINE, DEFAULT_TEMPLATE, PLACEHOLDER, context_tar, fill
 from harness.matrix.load import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Build requirements read from the pinned sources (harness/build/requirements.py), checked before
+"""Build requirements read from the pinned sources (harness/image/requirements.py), checked before
 any image step; and docker/build_requirements.py, which meets them inside the image.
 
 The real cases read the vLLM 0.33.0 / 0.25.1 and FlashInfer 0.7.2.post1 sdists (cached, or fetched
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from harness import platforms
-from harness.build import requirements, sources
-from harness.build.dockerfile import render
 from harness.errors import ConfigError
+from harness.image import requirements, sources
+from harness.image.dockerfile import render
 from harness.matrix.load import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,7 +162,7 @@ def test_the_packaging_probe_stands_in_for_every_extension_of_vllm_0330(spark, t
 
 
 def test_pyproject_tables_are_read_through_their_model(tmp_path):
-    from harness.build.requirements import read_tree
+    from harness.image.requirements import read_tree
 
     tree = tmp_path / "vllm-0.33.0"
     tree.mkdir()

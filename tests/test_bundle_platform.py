@@ -228,7 +228,7 @@ def test_a_wheel_stack_build_refuses_a_wheelhouse_for_another_cpu(tmp_path):
     before any build step, and named by its key."""
     from test_wheel_stack import wheel_matrix
 
-    from harness.build.wheels import render_wheels
+    from harness.image.wheels import render_wheels
     from harness.matrix.load import load_matrix
 
     dl = tmp_path / "dl"

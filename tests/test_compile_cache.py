@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import compile_cache
-from harness.build.render import DOCKER_DIR
+from harness.image import compile_cache
+from harness.image.render import DOCKER_DIR
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "compile_cache"
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import compile_cache
-from harness.build.builder import build_one
-from harness.build.render import DOCKER_DIR, Rendered
+from harness.image import compile_cache
+from harness.image.builder import build_one
+from harness.image.render import DOCKER_DIR, Rendered
 from harness.results.model import BuildOutcome
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import sources
-from harness.build.sources import Source
+from harness.image import sources
+from harness.image.sources import Source
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import offline
-from harness.build.dockerfile import render
 from harness.cli.build import dry_run
+from harness.image import offline
+from harness.image.dockerfile import render
 from harness.matrix.load import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent

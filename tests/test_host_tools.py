@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from harness import proc
-from harness.build.preflight import apply_series
 from harness.cli.doctor import run_checks
 from harness.errors import EnvironmentProblem, PatchError
+from harness.image.preflight import apply_series
 
 PATCH = Path(__file__).resolve().parent.parent / "patches" / "vllm" / "0001-cmake-sm121a-on-cuda13.patch"
 

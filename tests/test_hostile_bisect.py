@@ -20,8 +20,8 @@ import pytest
 from support.hostile import SECRET, check_after, make_sandbox, run_cli
 
 from harness.bisect import history as history_mod
-from harness.build import sources
 from harness.errors import ConfigError
+from harness.image import sources
 
 CHECK = ["sh", "-c", "grep -q bad state && exit 1; exit 0"]
 

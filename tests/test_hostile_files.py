@@ -314,7 +314,7 @@ def test_add_pr_against_a_silent_server_gives_up_after_two_tries(home, victim, m
     import threading
 
     from harness import http as harness_http
-    from harness.build import addpr
+    from harness.image import addpr
 
     monkeypatch.setattr(harness_http, "ALLOW_LOOPBACK_HTTP", True)
     monkeypatch.setattr(addpr, "ANSWER_TIMEOUT_S", 0.5)

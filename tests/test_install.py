@@ -45,11 +45,10 @@ def installed(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("install")
     src = work / "src"
     anywhere = shutil.ignore_patterns(".git", ".venv", ".cache", "*.egg-info", "__pycache__",
-                                      ".pytest_cache", ".ruff_cache", ".dev12", ".whl")
+                                      ".pytest_cache", ".ruff_cache", ".dev12", ".whl", "build", "dist")
 
     def ignore(folder: str, names: list[str]) -> set[str]:
-        # build/ and dist/ are build output at the top only: harness/build is a package
-        top = {"results", "tests", "examples", "build", "dist"} if Path(folder) == ROOT else set()
+        top = {"results", "tests", "examples"} if Path(folder) == ROOT else set()
         return anywhere(folder, names) | (top & set(names))
 
     shutil.copytree(ROOT, src, ignore=ignore)
@@ -86,7 +85,7 @@ def test_installed_tool_reads_the_templates_it_carries(installed, tmp_path):
     """The templates come from the repository's docker/ into the wheel; the installed package
     reads its own copy, not a checkout's."""
     code = (f"import sys; sys.path.insert(0, {str(installed)!r}); "
-            "from harness.build.render import DOCKER_DIR, DEFAULT_TEMPLATE; "
+            "from harness.image.render import DOCKER_DIR, DEFAULT_TEMPLATE; "
             "print(DOCKER_DIR); print(DEFAULT_TEMPLATE.read_text()[:200])")
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -11,9 +11,9 @@ import pytest
 from pypi_fake import FI_SDIST, RELEASES, VLLM_SDIST, FakePyPI, pypi  # noqa: F401 - pypi is a fixture
 
 from harness import lock, platforms
-from harness.build.dockerfile import render
 from harness.cli import main
 from harness.errors import ConfigError
+from harness.image.dockerfile import render
 from harness.matrix.load import load_matrix
 
 DIGEST_A = "sha256:" + "a" * 64

@@ -23,8 +23,8 @@ import pytest
 from support.gitrepo import make_repo, run_git
 
 from harness import http, lock
-from harness.build import offline, sources
 from harness.cli import main
+from harness.image import offline, sources
 
 VLLM, FI = "0.33.0", "0.7.2.post1"
 

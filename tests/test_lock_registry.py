@@ -24,9 +24,9 @@ import pytest
 from conftest import skip_or_fail_under_ci
 from pypi_fake import FI_SDIST, VLLM_SDIST, pypi  # noqa: F401 - pypi is a fixture
 
-from harness.build.builder import build_stacks
 from harness.cli import main
 from harness.engine import connect
+from harness.image.builder import build_stacks
 from harness.matrix.load import load_matrix
 
 pytestmark = [pytest.mark.docker]

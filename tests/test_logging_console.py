@@ -46,7 +46,7 @@ def test_a_warning_from_engine_py_comes_out_masked_through_the_console():
 
 def test_warning_is_the_default_level_and_debug_lines_need_v():
     body = """
-    logging.getLogger("harness.build").info("an info line")
+    logging.getLogger("harness.image").info("an info line")
     proc.run([sys.executable, "-c", "pass", "--api-key", "s3cr3t-value"], timeout=60)
     """
     quiet = _main(body, "env")
@@ -57,7 +57,7 @@ def test_warning_is_the_default_level_and_debug_lines_need_v():
         # every command the tool runs, with its argv, masked
         assert f"DEBUG harness.proc: run: {sys.executable} -c pass --api-key ***" in loud.stderr, loud.stderr
         assert "s3cr3t-value" not in loud.stderr
-        assert "INFO harness.build: an info line" in loud.stderr
+        assert "INFO harness.image: an info line" in loud.stderr
 
 
 def test_a_real_command_shows_what_it_runs_with_v():

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import sources
 from harness.cli import main
 from harness.errors import ConfigError, EnvironmentProblem, MatrixError
+from harness.image import sources
 from harness.matrix.load import load_matrix
 from harness.matrix.model import docker_size
 
@@ -166,7 +166,7 @@ def test_allow_outside_lets_a_trusted_patch_in(repo, tmp_path):
                                     f'"vllm/ok.patch", {{ path = "{trusted}", allow_outside = true }}] }}'))
     m = load_matrix(path)
     assert [m.patch_path(p) for p in m.spec.stacks["s"].vllm.patches] == [repo / "patches" / "vllm" / "ok.patch", trusted]
-    from harness.build.dockerfile import render
+    from harness.image.dockerfile import render
 
     r = render(m, "s")
     assert [p.data for p in r.patches] == [b"diff --git a/x b/x\n", b"diff --git a/y b/y\n"]
@@ -400,7 +400,7 @@ def test_fetch_source_in_the_image_checks_its_arguments(tmp_path, kind, what, pi
     import subprocess
     import sys
 
-    from harness.build.render import DOCKER_DIR
+    from harness.image.render import DOCKER_DIR
 
     marker = tmp_path / "pwned"
     argv = [sys.executable, str(DOCKER_DIR / "fetch_source.py"), kind, what.format(marker=marker), pin,

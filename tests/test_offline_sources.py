@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from support.gitrepo import make_repo, run_git
 
-from harness.build import offline, sources
-from harness.build.offline_stack import left_out, offline_parts
 from harness.errors import ConfigError, EnvironmentProblem
+from harness.image import offline, sources
+from harness.image.offline_stack import left_out, offline_parts
 from harness.matrix.load import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,8 +190,8 @@ def test_offline_render_errors_name_the_missing_piece_and_the_fix(offline_sdists
 
 @pytest.mark.network
 def test_offline_render_hands_every_input_over_in_the_context(offline_sdists, tmp_path, monkeypatch):
-    from harness.build.dockerfile import render
-    from harness.build.probe import load_units, render_packaging, render_probe
+    from harness.image.dockerfile import render
+    from harness.image.probe import load_units, render_packaging, render_probe
 
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -222,7 +222,7 @@ def test_offline_render_hands_every_input_over_in_the_context(offline_sdists, tm
     for step in (compile_step, install_step):
         assert 'export CMAKE_ARGS="-DFETCHCONTENT_FULLY_DISCONNECTED=ON"' in step
         assert 'TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}" MAX_JOBS="${MAX_JOBS}"' in step
-    # both steps compile through the compile cache (harness/build/compile_cache.py); its helper and
+    # both steps compile through the compile cache (harness/image/compile_cache.py); its helper and
     # ARG sit in the stage's head, which the probes keep
     for step in (compile_step, install_step):
         assert 'eval "$(python /opt/build/compile_cache.py env "${COMPILE_CACHE_URL}")"' in step

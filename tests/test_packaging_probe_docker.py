@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from harness import platforms
-from harness.build.probe import probe_stack
+from harness.image.probe import probe_stack
 from harness.matrix.load import load_matrix
 
 pytestmark = [pytest.mark.docker, pytest.mark.network, pytest.mark.slow]

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from harness import http as harness_http
-from harness.build import addpr
-from harness.build.addpr import add_pr, clean_title
-from harness.build.preflight import apply_series
 from harness.cli import main
 from harness.errors import ConfigError
+from harness.image import addpr
+from harness.image.addpr import add_pr, clean_title
+from harness.image.preflight import apply_series
 
 REAL_PATCH = Path(__file__).resolve().parent.parent / "patches" / "vllm" / "0001-cmake-sm121a-on-cuda13.patch"
 HEAD = "7a96833b3090f237400840808e749b3949d29a9e"  # the `From` line of REAL_PATCH
@@ -111,7 +111,7 @@ def test_added_patch_still_applies(github, tmp_path):
     added = add_pr("vllm", 4242, base_url=base, patches_dir=tmp_path)
     tree = tmp_path / "tree"
     tree.mkdir()
-    from harness.build import sources
+    from harness.image import sources
     from harness.matrix.load import load_matrix
 
     spark = load_matrix(Path(__file__).resolve().parent.parent / "matrix" / "spark.toml")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import sources
-from harness.build.preflight import apply_series, parse_failure, preflight_stack
+from harness.image import sources
+from harness.image.preflight import apply_series, parse_failure, preflight_stack
 from harness.matrix.load import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent

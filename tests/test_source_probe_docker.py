@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import offline
-from harness.build.probe import Unit, probe_stack
+from harness.image import offline
+from harness.image.probe import Unit, probe_stack
 from harness.matrix.load import load_matrix
 
 pytestmark = [pytest.mark.docker, pytest.mark.nvcc, pytest.mark.slow, pytest.mark.network]

@@ -17,8 +17,8 @@ import pytest
 
 from harness.bisect.store import BisectSpec
 from harness.bisect.upstream_report import bisect_command
-from harness.build import sources
-from harness.build.sources import Source
+from harness.image import sources
+from harness.image.sources import Source
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = ROOT / "examples" / "upstream-reports"

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from harness import bundle, platforms
-from harness.build.builder import unpinned
-from harness.build.dockerfile import render
-from harness.build.preflight import preflight_stack
 from harness.errors import ConfigError, HarnessError
+from harness.image.builder import unpinned
+from harness.image.dockerfile import render
+from harness.image.preflight import preflight_stack
 from harness.matrix.load import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent

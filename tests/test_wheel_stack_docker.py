@@ -10,8 +10,8 @@ import pytest
 from conftest import skip_or_fail_under_ci
 
 from harness import bundle
-from harness.build.builder import build_stacks
 from harness.engine import connect
+from harness.image.builder import build_stacks
 from harness.matrix.load import load_matrix
 from tests.test_wheel_stack import GUARD, PATCH, spec_file, wheel, wheel_matrix  # noqa: F401 (fixture helpers)
 

@@ -46,14 +46,14 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("harness.serve.signals", "file"): "reads /proc/PID/environ of a process before signalling it",
     ("harness.cli.doctor", "walk"): _HOST,
     ("harness.engine", "walk"): _HOST,
-    ("harness.build.configure", "walk"): "lists the libnvrtc of the Python the user named (--python)",
+    ("harness.image.configure", "walk"): "lists the libnvrtc of the Python the user named (--python)",
     ("harness.engine", "tarfile"): "docker-py's put_archive/get_archive speak tar: the archive is built "
                                    "in memory from the tool's own bytes, and read back one named member",
-    ("harness.build.render", "tarfile"): "the Docker build context, built in memory from rendered files",
+    ("harness.image.render", "tarfile"): "the Docker build context, built in memory from rendered files",
     ("harness.stages.measure", "file"): "package data (importlib.resources), shipped with the tool",
-    ("harness.build.render", "file"): "the Dockerfile templates shipped with the tool (harness/data/docker)",
-    ("harness.build.wheels", "file"): "the Dockerfile templates shipped with the tool (harness/data/docker)",
-    ("harness.build.probe", "file"): "the probe-build helper shipped with the tool (harness/data/docker)",
+    ("harness.image.render", "file"): "the Dockerfile templates shipped with the tool (harness/data/docker)",
+    ("harness.image.wheels", "file"): "the Dockerfile templates shipped with the tool (harness/data/docker)",
+    ("harness.image.probe", "file"): "the probe-build helper shipped with the tool (harness/data/docker)",
     ("harness.fingerprint.kernel_table", "file"): "a maintainer's tool (python -m) over the tool's own "
                                                   "sources and tables",
     ("harness.fingerprint.kernel_table", "print"): "a maintainer's tool (python -m), run from a checkout",
@@ -63,13 +63,13 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("harness.fingerprint.tables", "file"): "the fingerprint tables shipped with the tool",
     ("harness.audit.scan", "walk"): "os.walk never descends a link (followlinks=False), each link met is skipped "
                                     "and each file is opened through harness.safety.paths (regular files only)",
-    ("harness.build.compile_cache", "walk"): "sizes and prunes the tool's own compile cache: scandir and is_dir/is_file "
+    ("harness.image.compile_cache", "walk"): "sizes and prunes the tool's own compile cache: scandir and is_dir/is_file "
                                              "with follow_symlinks=False, a link is neither descended nor counted",
-    ("harness.build.offline", "tarfile"): "packs a tree the tool assembled itself in its own temporary folder "
+    ("harness.image.offline", "tarfile"): "packs a tree the tool assembled itself in its own temporary folder "
                                           "(reading archives goes through harness.safety.readers)",
-    ("harness.build.offline", "walk"): "digests and packs a tree the tool assembled itself (links recorded as "
+    ("harness.image.offline", "walk"): "digests and packs a tree the tool assembled itself (links recorded as "
                                        "links, never followed)",
-    ("harness.build.offline", "file"): "digests the files of a tree the tool unpacked itself with the data filter",
+    ("harness.image.offline", "file"): "digests the files of a tree the tool unpacked itself with the data filter",
     ("harness.bundle", "tarfile"): "`bundle make` packs the wheelhouse pip wrote into the tool's own temporary "
                                    "folder (reading a bundle goes through harness.safety.readers)",
 }

@@ -28,7 +28,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("owner",),
     ("engine",),
     ("lock", "serve", "report"),
-    ("build",),
+    ("image",),
     ("stages", "bisect"),
     ("run",),
     ("cli",),

@@ -4,7 +4,7 @@
 
 Each source is exported at its commit (from a local git mirror given as URL=PATH, else from
 its URL), its submodules put in place, trimmed to `keep`, and digested as
-harness.build.offline.tree_sha256 does. The `sha256 = "..."` line of each [[sources]] entry is
+harness.image.offline.tree_sha256 does. The `sha256 = "..."` line of each [[sources]] entry is
 rewritten; nothing else in the file changes. Run it after changing a commit or a keep list;
 `--only` pins the named sources and leaves the others as they are (their trees need not be
 reachable).
@@ -16,7 +16,7 @@ import tempfile
 import tomllib
 from pathlib import Path
 
-from harness.build.offline import Pin, assemble, tree_sha256
+from harness.image.offline import Pin, assemble, tree_sha256
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ PY=${PYTHON:-python3}
 # checks them and, with no index (an offline stack), cannot install what is missing.
 reqs=$("$PY" - <<'PYEOF'
 from harness import platforms
-from harness.build.requirements import for_stack
+from harness.image.requirements import for_stack
 from harness.matrix.load import load_matrix
 m = load_matrix("matrix/h200-source.toml")
 print(for_stack("src-0251", m.spec.stacks["src-0251"], platforms.host()).file_text(), end="")

@@ -16,7 +16,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from harness.bisect.history import Point, ReleaseHistory, Unavailable
-from harness.build import configure
+from harness.image import configure
 
 
 def main(python: str, good: str, bad: str, arch: str = "12.1a") -> None:

@@ -199,7 +199,7 @@ class AuditSummary(BaseModel):
 
     Written in three shapes, all read here: the flat `audit.*` pairs of `AuditReport.summary()`
     (also the image's labels), those pairs with `status`, `cubins` and `verdicts` beside them
-    (harness.build.builder.audit_image), and the full `AuditReport.to_json()` (a local stack).
+    (harness.image.builder.audit_image), and the full `AuditReport.to_json()` (a local stack).
     Every key is kept (`extra="allow"`); the fields are what readers use."""
 
     model_config = ConfigDict(frozen=True, extra="allow")

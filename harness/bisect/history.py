@@ -21,8 +21,8 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BeforeValidator, ValidationError
 
 from harness import git, http
-from harness.build.sources import CACHE_ROOT, SDIST_CACHE, SDIST_MAX_BYTES
 from harness.errors import ConfigError, EnvironmentProblem
+from harness.image.sources import CACHE_ROOT, SDIST_CACHE, SDIST_MAX_BYTES
 from harness.results.model import Open
 from harness.safety import grammar, paths, readers
 from harness.safety.roots import Root

@@ -24,9 +24,9 @@ from pydantic import TypeAdapter, ValidationError
 from harness import proc
 from harness.bisect.history import HistorySpec, Point
 from harness.bisect.search import BAD, GOOD, SKIP, Verdict
-from harness.build import configure, sources
-from harness.build.probe import ProbeOutcome
 from harness.bundle import sha256_file
+from harness.image import configure, sources
+from harness.image.probe import ProbeOutcome
 from harness.lock import StackPins, lock_path, read_lock
 from harness.redact import redact_text
 from harness.results.model import CellResult, Open, Status

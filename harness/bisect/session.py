@@ -23,8 +23,8 @@ from harness.bisect.history import History, Point, Unavailable
 from harness.bisect.probes import Decision, Observation, Probe
 from harness.bisect.search import BAD, GOOD, SKIP, Verdict, narrow, next_point
 from harness.bisect.store import BisectResult, BisectStore, Side, Step, StepLine, Suspect
-from harness.build.preflight import apply_series
 from harness.errors import ConfigError
+from harness.image.preflight import apply_series
 from harness.results.store import utc_now
 from harness.safety import writes
 

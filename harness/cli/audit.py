@@ -133,7 +133,7 @@ def audit_image(ref: str, targets: list[Target], *, sass_check: bool, paths=IMAG
     labels = {"harness.role": "audit-export"}
     with tempfile.TemporaryDirectory(prefix="harness-audit-image-") as tmp:
         if paths == IMAGE_PATHS:  # no --image-path: where the image's build said it installed vLLM
-            from harness.build.builder import export_packages, image_site_packages, stack_packages
+            from harness.image.builder import export_packages, image_site_packages, stack_packages
 
             site = image_site_packages(engine, ref, labels)
             if site is not None:

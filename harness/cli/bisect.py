@@ -149,7 +149,7 @@ def _lacks(what: str, key: str) -> ConfigError:
 
 def _probe(spec: ProbeSpec, history_spec: HistorySpec) -> CommandProbe | ConfigureProbe | BuildProbe | CellProbe:
     from harness.bisect import probes
-    from harness.build import configure
+    from harness.image import configure
 
     kind = spec.probe
     if kind == "command":
@@ -178,7 +178,7 @@ def _probe(spec: ProbeSpec, history_spec: HistorySpec) -> CommandProbe | Configu
 def _new_spec(args) -> tuple[HistorySpec, ProbeSpec, list[tuple[str, Path]]]:
     from harness.bisect.history import HistorySpec
     from harness.bisect.probes import ProbeSpec
-    from harness.build import configure
+    from harness.image import configure
 
     if not (args.source and args.good and args.bad):
         raise ConfigError("harness bisect needs SOURCE, --good and --bad (or --resume DIR)",

@@ -14,14 +14,14 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from harness.build import compile_cache
-from harness.build.builder import BuildEvent, build_stacks, unpinned
-from harness.build.dockerfile import render
-from harness.build.preflight import preflight_stack
-from harness.build.probe_cli import cache_line
 from harness.cli.plan import add_matrix_args
 from harness.console import err, out
 from harness.errors import CellsFailed, ConfigError, HarnessError, PatchError
+from harness.image import compile_cache
+from harness.image.builder import BuildEvent, build_stacks, unpinned
+from harness.image.dockerfile import render
+from harness.image.preflight import preflight_stack
+from harness.image.probe_cli import cache_line
 from harness.matrix.load import load_matrix
 from harness.matrix.plan import expand, group_by_stack
 from harness.safety.writes import write_text
@@ -67,7 +67,7 @@ def _engine_or_none():
 
 def _requirement_lines(r) -> list[str]:
     """Each build requirement with the files it came from (merged per package), torch with its check."""
-    from harness.build.requirements import merged
+    from harness.image.requirements import merged
 
     if r.requirements is None:
         return ["(not read)"]
@@ -122,7 +122,7 @@ def _check_patches(matrix, stacks: list[str]) -> None:
 
 
 def _probe_parts(value: str) -> tuple[str, ...]:
-    from harness.build.probe import PARTS
+    from harness.image.probe import PARTS
 
     parts = tuple(p.strip() for p in value.split(",") if p.strip())
     if not parts or any(p not in PARTS for p in parts):
@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     engine = connect()
     platform = asked or engine.platform()
     if args.probe or args.probe_first:
-        from harness.build.probe_cli import run_probes
+        from harness.image.probe_cli import run_probes
 
         passed = run_probes(matrix, stacks, engine=engine, log_dir=Path(args.log_dir), force=args.force,
                             platform=platform, parts=_probe_parts(args.probe_parts))

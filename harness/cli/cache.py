@@ -1,4 +1,4 @@
-"""`harness cache`: the compile cache every source build shares (harness/build/compile_cache.py).
+"""`harness cache`: the compile cache every source build shares (harness/image/compile_cache.py).
 
     harness cache show
     harness cache prune [--max-gib N] [--folder NAME]
@@ -29,8 +29,8 @@ def _gib(n: int) -> str:
 
 
 def run_show(args) -> int:
-    from harness.build import compile_cache as cc
     from harness.console import out
+    from harness.image import compile_cache as cc
 
     root = cc.cache_root()
     folders = cc.usage(root)
@@ -46,9 +46,9 @@ def run_show(args) -> int:
 
 
 def run_prune(args) -> int:
-    from harness.build import compile_cache as cc
     from harness.console import out
     from harness.errors import ConfigError
+    from harness.image import compile_cache as cc
 
     if args.max_gib is not None and args.max_gib < 0:
         raise ConfigError(f"--max-gib {args.max_gib}: a size is not negative", hint="give 0 or more GiB")

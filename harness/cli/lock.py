@@ -2,7 +2,7 @@
 
 For every `offline = true` stack it then fetches into the cache (or checks, when cached) what
 that build reads from the network: the sdists and each pinned source vLLM's CMake would clone,
-minus what the stack's patches leave out (harness/build/prefetch.py). After `harness lock` the
+minus what the stack's patches leave out (harness/image/prefetch.py). After `harness lock` the
 build needs no network.
 """
 
@@ -70,7 +70,7 @@ def run(args) -> int:
 def _offline_needs(matrix, args) -> list:
     """The offline stacks' needs, refused now (before anything is resolved) where their build
     would be: no source table, or a source vLLM fetches that the table does not pin."""
-    from harness.build.prefetch import check_offline, needs, parse_mirrors
+    from harness.image.prefetch import check_offline, needs, parse_mirrors
 
     parse_mirrors(args.mirror)  # a bad flag is bad input before any network
     wanted = [n for n in needs(matrix) if n.offline]
@@ -80,7 +80,7 @@ def _offline_needs(matrix, args) -> list:
 
 
 def _prefetch(matrix, wanted: list, args) -> None:
-    from harness.build.prefetch import fetch_all, needs, parse_mirrors
+    from harness.image.prefetch import fetch_all, needs, parse_mirrors
 
     names = {n.stack for n in wanted}
     wanted = [n for n in needs(matrix) if n.stack in names]  # now with the lock's sdist sha256s

@@ -1,12 +1,12 @@
-"""`harness patches add-pr`: take an upstream PR as a pinned patch (harness/build/addpr.py)."""
+"""`harness patches add-pr`: take an upstream PR as a pinned patch (harness/image/addpr.py)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from harness.build.addpr import API, PATCHES_DIR, REPOS, add_pr, snippet
 from harness.console import out
+from harness.image.addpr import API, PATCHES_DIR, REPOS, add_pr, snippet
 
 
 def _cmd(args: argparse.Namespace) -> int:

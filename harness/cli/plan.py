@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from harness.build.identity import image_ref
 from harness.console import out
 from harness.errors import ConfigError
+from harness.image.identity import image_ref
 from harness.matrix.load import load_matrix
 from harness.matrix.plan import expand, group_by_stack
 

@@ -36,9 +36,9 @@ def register(sub) -> None:
 
 
 def run_list(args) -> int:
-    from harness.build import offline
-    from harness.build.prefetch import needs
     from harness.console import out
+    from harness.image import offline
+    from harness.image.prefetch import needs
     from harness.matrix.load import load_matrix
 
     matrix = load_matrix(Path(args.matrix))
@@ -61,8 +61,8 @@ def run_list(args) -> int:
 
 
 def run_fetch(args) -> int:
-    from harness.build.prefetch import fetch_all, needs, parse_mirrors
     from harness.console import err, out
+    from harness.image.prefetch import fetch_all, needs, parse_mirrors
     from harness.lock import locked_matrix
     from harness.matrix.load import load_matrix
     from harness.safety.roots import Root

@@ -168,7 +168,7 @@ def _image(cell: CellResult, build: BuildOutcome | None) -> tuple[str | None, st
 
 
 class HarnessLabels(BaseModel):
-    """The image labels a harness build writes (harness.build.render, `harness.*`) that the
+    """The image labels a harness build writes (harness.image.render, `harness.*`) that the
     report shows; an image the harness did not build has none. Other labels ignored."""
 
     vllm_source: str = Field("", alias="harness.vllm.source")

@@ -552,7 +552,7 @@ class PartialCell(Open):
 
 
 class CompileCache(Open):
-    """What the compile cache did in one build (harness/build/compile_cache.py)."""
+    """What the compile cache did in one build (harness/image/compile_cache.py)."""
 
     hits: int = Field(0, description="compiles answered from the cache")
     misses: int = Field(0, description="compiles run and stored")

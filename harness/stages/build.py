@@ -16,7 +16,7 @@ from typing import Any
 from harness import proc
 from harness.audit import IMAGE_PATHS, Target, audit_path
 from harness.audit.report import AuditSummary
-from harness.build.builder import audit_image, build_stacks
+from harness.image.builder import audit_image, build_stacks
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell, group_by_stack
 from harness.results.model import BuildOutcome

@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.build import offline, sources
-from harness.build.offline import Pin, Table
-from harness.build.offline_stack import left_out, refuse_unpinned, require_release, require_table
-from harness.build.render import patch_files
 from harness.errors import ConfigError, EnvironmentProblem
+from harness.image import offline, sources
+from harness.image.offline import Pin, Table
+from harness.image.offline_stack import left_out, refuse_unpinned, require_release, require_table
+from harness.image.render import patch_files
 from harness.matrix.plan import expand, group_by_stack
 from harness.safety.roots import Root
 
@@ -82,7 +82,7 @@ def air_gap_hint(matrix_path: Path | str) -> str:
 
 def check_offline(matrix, wanted: list[StackNeeds]) -> None:
     """What an offline build would refuse, refused before anything is fetched (the same checks as
-    the build's, harness.build.offline_stack)."""
+    the build's, harness.image.offline_stack)."""
     for n in wanted:
         where = f"stacks.{n.stack}"
         table = require_table(where, require_release(where, matrix.spec.stacks[n.stack]))

@@ -31,8 +31,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from harness.build.sources import CACHE_ROOT
 from harness.errors import ConfigError
+from harness.image.sources import CACHE_ROOT
 from harness.results.model import CompileCache
 from harness.safety.roots import Root
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.build.dockerfile import render
-from harness.build.render import DEFAULT_TEMPLATE, DOCKER_DIR, IMAGE_REPO
+from harness.image.dockerfile import render
+from harness.image.render import DEFAULT_TEMPLATE, DOCKER_DIR, IMAGE_REPO
 from harness.matrix.load import Matrix
 from harness.platforms import Platform
 

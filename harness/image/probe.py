@@ -23,11 +23,11 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.audit import Target, audit_path
-from harness.build.builder import audit_ccs, build_one, local_base_id
-from harness.build.dockerfile import render
-from harness.build.offline_stack import offline_parts
-from harness.build.render import DOCKER_DIR, Rendered, content_hash
 from harness.errors import ConfigError, EngineError
+from harness.image.builder import audit_ccs, build_one, local_base_id
+from harness.image.dockerfile import render
+from harness.image.offline_stack import offline_parts
+from harness.image.render import DOCKER_DIR, Rendered, content_hash
 from harness.matrix.archs import ccs_of
 from harness.platforms import Platform
 from harness.results.model import CompileCache, Open

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import git, proc
-from harness.build import sources
-from harness.build.wheels import read_lock
 from harness.errors import ConfigError
+from harness.image import sources
+from harness.image.wheels import read_lock
 from harness.safety import paths
 from harness.safety.roots import Root
 

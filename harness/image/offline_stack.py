@@ -15,10 +15,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.build import offline, sources
 from harness.bundle import LOCK, wheelhouse_files
 from harness.bundle import read_lock as read_bundle_lock
 from harness.errors import ConfigError
+from harness.image import offline, sources
 from harness.matrix.model import Stack
 from harness.safety.roots import Root
 

@@ -19,11 +19,11 @@ from typing import Literal
 
 from harness.audit import Target, audit_path
 from harness.audit.report import AuditSummary
-from harness.build import compile_cache, offline
-from harness.build.buildlog import check_build_log
-from harness.build.dockerfile import render
-from harness.build.render import Rendered, context_tar
 from harness.errors import BuildFailed, ConfigError, EngineError
+from harness.image import compile_cache, offline
+from harness.image.buildlog import check_build_log
+from harness.image.dockerfile import render
+from harness.image.render import Rendered, context_tar
 from harness.lock import locked_matrix
 from harness.matrix.archs import ccs_of
 from harness.matrix.load import Matrix

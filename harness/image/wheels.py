@@ -17,7 +17,10 @@ import re
 from pathlib import Path
 
 from harness import platforms
-from harness.build.render import (
+from harness.bundle import LOCK, WheelLock, refuse_other_cpu, wheelhouse_files
+from harness.bundle import read_lock as read_bundle_lock
+from harness.errors import ConfigError
+from harness.image.render import (
     LABEL,
     NO_SYNTAX,
     WHEELS_TEMPLATE,
@@ -27,9 +30,6 @@ from harness.build.render import (
     content_hash,
     fill,
 )
-from harness.bundle import LOCK, WheelLock, refuse_other_cpu, wheelhouse_files
-from harness.bundle import read_lock as read_bundle_lock
-from harness.errors import ConfigError
 from harness.platforms import Platform
 from harness.safety.paths import read_bytes
 

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from harness import platforms
-from harness.build.offline_stack import offline_parts, online
-from harness.build.requirements import REQUIREMENTS_FILE, StackRequirements, for_stack
 from harness.errors import ConfigError
+from harness.image.offline_stack import offline_parts, online
+from harness.image.requirements import REQUIREMENTS_FILE, StackRequirements, for_stack
 from harness.matrix.load import Matrix
 from harness.matrix.model import Stack
 from harness.platforms import Platform
@@ -222,7 +222,7 @@ def render_source(matrix: Matrix, stack_name: str, *, template: Path | None = No
                   extra: dict[str, str] | None = None, platform: Platform | None = None,
                   requirements: bool = True) -> Rendered:
     """The Dockerfile, build args, labels and context of a docker stack built from source
-    (harness.build.dockerfile.render chooses between this and a wheel stack); touches no engine.
+    (harness.image.dockerfile.render chooses between this and a wheel stack); touches no engine.
 
     `platform`: the CPU the image is for (default: this host's). `requirements`: read the build
     requirements from the pinned sources (the sdist is fetched into the cache if missing);

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import proc
-from harness.build.buildlog import SUPPORTED
+from harness.image.buildlog import SUPPORTED
 from harness.matrix.archs import split_arch_list
 from harness.safety import writes
 

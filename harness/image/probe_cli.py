@@ -8,8 +8,8 @@ from pathlib import Path
 
 from rich.table import Table
 
-from harness.build.probe import PARTS, ProbeOutcome, probe_stack
 from harness.console import out
+from harness.image.probe import PARTS, ProbeOutcome, probe_stack
 from harness.platforms import Platform
 from harness.results.model import CompileCache
 from harness.safety.roots import Root

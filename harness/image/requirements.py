@@ -34,8 +34,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from harness.build import sources
 from harness.errors import ConfigError
+from harness.image import sources
 from harness.matrix.model import Stack
 from harness.platforms import Platform
 from harness.safety.paths import read_bytes
@@ -73,7 +73,7 @@ class StackRequirements:
         """build-requirements.txt for the image: merged per package, each line with its origins."""
         # no stack name: stacks with the same sources share the image layer this file starts
         lines = [f"# build requirements for {self.platform}, Python {self.python}, read from the pinned",
-                 "# sources by harness/build/requirements.py (torch is installed apart)"]
+                 "# sources by harness/image/requirements.py (torch is installed apart)"]
         for name, spec, origins in merged(self.items):
             lines.append(f"{name}{spec}  # {', '.join(origins)}")
         return "\n".join(lines) + "\n"

@@ -1,14 +1,14 @@
-"""The Dockerfile of one docker stack, rendered: from source (harness/build/render.py) or, for a
-stack that installs prebuilt wheels, from its sibling template (harness/build/wheels.py).
+"""The Dockerfile of one docker stack, rendered: from source (harness/image/render.py) or, for a
+stack that installs prebuilt wheels, from its sibling template (harness/image/wheels.py).
 Touches no engine."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.build.render import DEFAULT_TEMPLATE, Rendered, render_source
-from harness.build.wheels import render_wheels
 from harness.errors import ConfigError
+from harness.image.render import DEFAULT_TEMPLATE, Rendered, render_source
+from harness.image.wheels import render_wheels
 from harness.matrix.load import Matrix
 from harness.platforms import Platform
 

@@ -28,8 +28,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness import git
-from harness.build.sources import CACHE_ROOT
 from harness.errors import ConfigError, EnvironmentProblem
+from harness.image.sources import CACHE_ROOT
 from harness.safety import paths as paths_mod
 from harness.safety import readers
 from harness.safety.paths import MiB

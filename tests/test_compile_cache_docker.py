@@ -288,3 +288,22 @@ def folder_machine(store: Path) -> str:
     with compile_cache.open_store(store, create=False) as held:
         (folder,) = compile_cache.usage(held)
         return folder.toolchain.machine
+
+
+def test_a_header_change_still_hits_after_its_first_build_without_store_errors(engine, store, served, tmp_path):
+    # A changed header keeps a unit's ccache manifest key and adds a result to it: ccache 4.7.5
+    # PUTs the manifest again under the same key, which the store keeps as it was (200, dropped).
+    # The next build finds no entry for the new header in the old manifest, preprocesses, and hits
+    # the result stored by the build before (a preprocessed hit): no store error either time.
+    sources = {"h.h": b"#define K 3\n", "a.c": b'#include "h.h"\nint a(int x) { return x * K; }\n',
+               "b.c": SOURCES["b.c"]}
+    first = _build(engine, tmp_path, "cc-h1", sources=sources).compile_cache
+    assert (first.hits, first.misses) == (0, 2)
+    changed = {**sources, "h.h": b"#define K 4\n"}
+    second = _build(engine, tmp_path, "cc-h2", sources=changed).compile_cache
+    assert (second.hits, second.misses, second.remote_errors) == (1, 1, 0) and second.missed == ("a.c",)
+    # kept: the toolchain.json every build's step offers, and a.c's manifest in its second version
+    assert (served[0].counts["kept"], served[1].counts["kept"]) == (0, 2)
+    third = _build(engine, tmp_path, "cc-h3", sources=changed).compile_cache
+    assert (third.hits, third.misses, third.remote_errors) == (2, 0, 0), third
+    assert third.store_errors == ()

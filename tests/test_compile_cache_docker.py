@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.errors import ConfigError
 from harness.image import builder, cache_store, compile_cache
 from harness.image.builder import build_one
 from harness.image.render import DOCKER_DIR, Rendered
@@ -307,3 +308,26 @@ def test_a_header_change_still_hits_after_its_first_build_without_store_errors(e
     third = _build(engine, tmp_path, "cc-h3", sources=changed).compile_cache
     assert (third.hits, third.misses, third.remote_errors) == (2, 0, 0), third
     assert third.store_errors == ()
+
+
+def test_a_bad_setting_or_a_folder_that_is_not_a_store_stops_before_the_build(engine, store, tmp_path, monkeypatch):
+    class NoBuild:
+        def __getattr__(self, name):
+            return getattr(engine, name)
+
+        def build(self, *a, **k):
+            raise AssertionError("the engine's build was called")
+
+    docs = tmp_path / "documents"
+    docs.mkdir()
+    (docs / "notes.txt").write_text("mine")
+    for var, value, says in (("HARNESS_COMPILE_CACHE", "OFF ", "HARNESS_COMPILE_CACHE="),
+                             ("HARNESS_COMPILE_CACHE_MAX_GIB", "nan", "HARNESS_COMPILE_CACHE_MAX_GIB"),
+                             ("HARNESS_COMPILE_CACHE_PORT", "\u0664\u0667\u0663\u0662\u0660", "HARNESS_COMPILE_CACHE_PORT"),
+                             ("HARNESS_COMPILE_CACHE_DIR", str(docs), "not a compile cache the harness made")):
+        with monkeypatch.context() as m:
+            m.setenv(var, value)
+            with pytest.raises(ConfigError, match=says):
+                build_one(_rendered("cc-bad-setting", "-O2", SOURCES), engine=NoBuild(), log_dir=tmp_path / "logs",
+                          audit=False)
+    assert sorted(p.name for p in docs.iterdir()) == ["notes.txt"]

@@ -34,7 +34,9 @@ import hmac
 import json
 import re
 import secrets
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -230,6 +232,7 @@ class _Server(ThreadingHTTPServer):
         self._lock = threading.Lock()
         self._in_flight = 0
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._open: set[socket.socket] = set()
         super().__init__(addr, _Handler)
 
     def count(self, what: str) -> None:
@@ -254,17 +257,44 @@ class _Server(ThreadingHTTPServer):
         if not self._slots.acquire(blocking=False):
             self.shutdown_request(request)  # more connections than a build makes: closed unanswered
             return
+        with self._lock:
+            self._open.add(request)
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self._done(request)
             raise
 
     def process_request_thread(self, request, client_address):
         try:
             super().process_request_thread(request, client_address)
         finally:
+            self._done(request)
+
+    def _done(self, request) -> None:
+        with self._lock:
+            self._open.discard(request)
+        self._slots.release()
+
+    def drain(self, timeout: float = 10) -> bool:
+        """Stop serving, cut every open connection, and wait for their handlers: True when none
+        is left, so the store's descriptor can be closed without a late handler using its number
+        for another folder."""
+        self.shutdown()
+        with self._lock:
+            for conn in self._open:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + timeout
+        for taken in range(MAX_CONNECTIONS):
+            if not self._slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                for _ in range(taken):
+                    self._slots.release()
+                return False
+        for _ in range(MAX_CONNECTIONS):
             self._slots.release()
+        self.server_close()
+        return True
 
 
 @dataclass(frozen=True)
@@ -309,18 +339,20 @@ def serving(root: Path | None = None, port: int | None = None) -> Iterator[Serve
     port = compile_cache.port() if port is None else port
     store = compile_cache.open_store(root, create=True)
     assert store is not None  # made when missing
-    with store:
-        secret = secrets.token_hex(SECRET_BYTES)
-        try:
-            server = _bind(store, secret, port)
-        except OSError as exc:
-            yield Served(f"port {port} of 127.0.0.1 cannot be served ({exc.strerror}): something else holds it "
-                         "(HARNESS_COMPILE_CACHE_PORT picks another; unset, a free one is picked at random)")
-            return
-        thread = threading.Thread(target=server.serve_forever, name="compile-cache", daemon=True)
-        thread.start()
-        try:
-            yield Served(port=server.server_address[1], secret=secret, store=store, counts=server.counts)
-        finally:
-            server.shutdown()
-            server.server_close()
+    secret = secrets.token_hex(SECRET_BYTES)
+    try:
+        server = _bind(store, secret, port)
+    except OSError as exc:
+        store.close()
+        yield Served(f"port {port} of 127.0.0.1 cannot be served ({exc.strerror}): something else holds it "
+                     "(HARNESS_COMPILE_CACHE_PORT picks another; unset, a free one is picked at random)")
+        return
+    thread = threading.Thread(target=server.serve_forever, name="compile-cache", daemon=True)
+    thread.start()
+    try:
+        yield Served(port=server.server_address[1], secret=secret, store=store, counts=server.counts)
+    finally:
+        if server.drain():
+            store.close()
+        # else a handler outlived its cut connection: the descriptor stays open (one fd) rather
+        # than be closed under it

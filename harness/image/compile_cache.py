@@ -49,8 +49,7 @@ _COUNT = 10**9  # more compiles than any build makes: a line claiming more is no
 
 
 # --- settings ------------------------------------------------------------------------------------
-# (a strict parser of their own: the one finite-number parser of the CLI and the environment comes
-# with issue 40's item 3)
+# read strictly: float() and int() would take nan, inf, 1e999, signs, spaces and non-ASCII digits
 
 
 def cache_root() -> Path:

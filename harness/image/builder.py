@@ -198,8 +198,16 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
     emit(BuildEvent(name, "start", ref, 0.0))
 
     with open_new(log_path, flag="--log-dir file") as log:  # never through a planted link
-        def on_line(line: str) -> None:
+        hidden: list[str] = []  # the compile cache's secret, should a step print it
+
+        def masked(line: str) -> str:
             line = redact_text(line)  # a git URL or a build arg may carry a credential
+            for secret in hidden:
+                line = line.replace(secret, "***")
+            return line
+
+        def on_line(line: str) -> None:
+            line = masked(line)
             log.write(line + "\n")
             log.flush()
             tail.append(line)
@@ -220,6 +228,8 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
             # the store's port and secret reach the RUN steps as an /etc/hosts entry of theirs:
             # not a build argument (the image's history keeps those, and they are part of the
             # layer cache's key), so the image and its content hash are the same with or without
+            if served and served.on:
+                hidden.append(served.secret)
             try:
                 image_id = engine.build(context_tar(rendered), ref, labels=rendered.labels,
                                         buildargs=rendered.buildargs, on_line=on_build_line,
@@ -229,9 +239,11 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
             except BuildFailed as exc:
                 took = time.monotonic() - start
                 emit(BuildEvent(name, "done", "failed", took))
+                # the engine's own lines and error (which may quote the build's URL, extra hosts
+                # included) are masked as the log is
                 return BuildOutcome(stack=name, image_ref=ref, status="failed", log_path=str(log_path),
-                                    log_tail=tuple(exc.log_tail[-40:] or tail), duration_s=took,
-                                    labels=rendered.labels, reason=exc.message,
+                                    log_tail=tuple(masked(x) for x in exc.log_tail[-40:]) or tuple(tail),
+                                    duration_s=took, labels=rendered.labels, reason=masked(exc.message),
                                     compile_cache=compile_cache.from_build_output(marks, served.why_off)
                                     if served else None)
             finally:

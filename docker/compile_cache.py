@@ -1,7 +1,7 @@
 """Inside a build step: point ccache at the harness's compile cache, and say what it did.
 
-    eval "$(python /opt/build/compile_cache.py env "$COMPILE_CACHE_URL")"   # before the compile
-    python /opt/build/compile_cache.py stats compile                        # after it
+    eval "$(python /opt/build/compile_cache.py env)"    # before the compile
+    python /opt/build/compile_cache.py stats compile    # after it
 
 `env` prints the shell exports that send every C++ and CUDA compile through ccache (CMake reads
 CMAKE_<LANG>_COMPILER_LAUNCHER from the environment, here a launcher that leaves CMake's configure
@@ -10,8 +10,17 @@ with the harness's HTTP store as ccache's only storage, under a folder named by 
 the machine, the ccache version and the content of every compiler program (gcc, g++, nvcc and
 the CUDA programs nvcc runs). ccache's own key adds the flags (arch list included), the sources
 and every header they read, so a hit is the same object a compile would give; another platform
-or toolchain never shares a folder. Without ccache in the image, without a URL, or when the
-store does not answer, it prints why on stderr and no exports: the build compiles uncached.
+or toolchain never shares a folder. Without ccache in the image, without a store, or when the
+store does not prove it is this build's, it prints why on stderr and no exports: the build
+compiles uncached.
+
+The store (harness/image/cache_store.py) is served to this build alone: its port and a secret
+made for this build come as one entry of the step's /etc/hosts, `harness-compile-cache.<port>.
+<secret>` (the engine's extra hosts: never a build argument, which the image's history would
+keep, nor a file of a layer). Before the secret is sent anywhere, the store must answer a fresh
+challenge with its HMAC under the secret; then ccache sends the secret with every request
+(`bearer-token`, ccache 4.7.5), from its environment only: never on a command line, which every
+user of the host can read in /proc.
 
 `stats STEP` prints one line `harness-compile-cache: {json}` (the step's name, hits, misses,
 uncacheable compiles, seconds since `env`, and which translation units were compiled rather than
@@ -22,19 +31,26 @@ build output. Python's standard library only: this runs in the image being built
 from __future__ import annotations
 
 import hashlib
+import hmac
+import http.client
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 MARK = "harness-compile-cache:"
+HOSTS = "/etc/hosts"
+# the store's protocol, as harness/image/cache_store.py serves it (tests/test_compile_cache.py
+# holds the two to the same values)
+IDENTITY = "/.harness-compile-cache"
+PROOF_CONTEXT = b"harness-compile-cache identity v1\0"
+ENTRY = re.compile(r"harness-compile-cache\.([0-9]{1,5})\.([0-9a-f]{48})")
 LOCAL = "/tmp/harness-ccache"  # ccache's counters only: objects live in the harness's store
 STARTED = Path(LOCAL) / "harness-started"
 LAUNCHER = f"{LOCAL}/launcher"
@@ -129,32 +145,87 @@ def _off(why: str) -> int:
     return 0
 
 
-def cmd_env(url: str) -> int:
-    if not url:
-        return _off("no store given (COMPILE_CACHE_URL is empty: `harness build` without a compile cache)")
+def store_entry(text: str) -> tuple[int, str] | None:
+    """The store's port and this build's secret, from the text of /etc/hosts."""
+    for line in text.splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) < 2 or fields[0] != "127.0.0.1":
+            continue
+        for name in fields[1:]:
+            m = ENTRY.fullmatch(name)
+            if m and 0 < int(m.group(1)) < 65536:
+                return int(m.group(1)), m.group(2)
+    return None
+
+
+def request(port: int, method: str, path: str, *, secret: str = "", body: bytes | None = None,
+            timeout: float = 10) -> tuple[int, bytes]:
+    """One request to the store on 127.0.0.1 (http.client: no proxy of the environment applies)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers={"Authorization": f"Bearer {secret}"} if secret else {})
+        resp = conn.getresponse()
+        return resp.status, resp.read(65536)
+    finally:
+        conn.close()
+
+
+def identify(port: int, secret: str) -> str | None:
+    """None when the server on `port` proves it holds `secret` (an HMAC of a fresh challenge,
+    asked without sending the secret); else why not."""
+    challenge = os.urandom(16).hex()
+    try:
+        status, body = request(port, "GET", f"{IDENTITY}?challenge={challenge}", timeout=5)
+    except (OSError, http.client.HTTPException) as exc:
+        return f"it does not answer ({exc}); is the build on the host's network?"
+    if status != 200:
+        return f"it answered the identity challenge with HTTP {status}"
+    try:
+        got = json.loads(body)["proof"]
+    except (ValueError, KeyError, TypeError):
+        return "its answer to the identity challenge holds no proof"
+    want = hmac.new(secret.encode(), PROOF_CONTEXT + challenge.encode(), hashlib.sha256).hexdigest()
+    if not isinstance(got, str) or not hmac.compare_digest(got.encode(), want.encode()):
+        return "its proof is wrong: it is not this build's store"
+    return None
+
+
+def _read_hosts(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read(1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def cmd_env(hosts: str = HOSTS) -> int:
+    entry = store_entry(_read_hosts(hosts))
+    if entry is None:
+        return _off("no store given (this build has no compile cache: HARNESS_COMPILE_CACHE=off, "
+                    "or the image is not built by `harness build`)")
     if not shutil.which("ccache"):
         return _off("no ccache in this image (install it in the base: Debian/Ubuntu package `ccache`)")
-    try:
-        with urllib.request.urlopen(url.rstrip("/") + "/.harness-compile-cache", timeout=5) as r:
-            r.read(4096)
-    except (urllib.error.URLError, OSError) as exc:
-        return _off(f"the store at {url} does not answer ({exc}); is the build on the host's network?")
+    port, secret = entry
+    url = f"http://127.0.0.1:{port}"
+    if (why := identify(port, secret)) is not None:
+        return _off(f"the store at {url} is not used: {why}")
     tools = toolchain()
     ns = namespace(tools)
-    folder = f"{url.rstrip('/')}/{ns}"
-    try:  # what the folder holds, for `harness cache show`
-        req = urllib.request.Request(folder + "/toolchain.json", data=json.dumps(tools, indent=1).encode(),
-                                     method="PUT")
-        urllib.request.urlopen(req, timeout=10).read()
-    except (urllib.error.URLError, OSError) as exc:
+    try:  # what the folder holds, for `harness cache show` (a folder's first one stays)
+        status, _ = request(port, "PUT", f"/{ns}/toolchain.json", secret=secret,
+                            body=json.dumps(tools, indent=1).encode())
+    except (OSError, http.client.HTTPException) as exc:
         return _off(f"the store at {url} refused a write ({exc})")
+    if status not in (200, 201):
+        return _off(f"the store at {url} refused a write (HTTP {status})")
     os.makedirs(LOCAL, exist_ok=True)
     Path(LAUNCHER).write_text(LAUNCHER_TEXT)
     os.chmod(LAUNCHER, 0o755)
     Path(STATS_LOG).write_text("")  # this step's compiles only
     env = {
         "CCACHE_DIR": LOCAL,
-        "CCACHE_REMOTE_STORAGE": f"{folder}|connect-timeout={CONNECT_MS}|operation-timeout={OPERATION_MS}",
+        "CCACHE_REMOTE_STORAGE": f"{url}/{ns}|bearer-token={secret}|connect-timeout={CONNECT_MS}"
+                                 f"|operation-timeout={OPERATION_MS}",
         "CCACHE_STATSLOG": STATS_LOG,
         "CCACHE_REMOTE_ONLY": "true",
         # sources are unpacked by an earlier step of the same build; nothing edits them during it
@@ -165,7 +236,7 @@ def cmd_env(url: str) -> int:
     }
     subprocess.run(["ccache", "--zero-stats"], env={**os.environ, **env}, capture_output=True, check=False)
     STARTED.write_text(f"{time.time():.3f}\n{ns}\n")
-    print(f"{MARK} on: {folder} ({tools.get('ccache')})", file=sys.stderr)
+    print(f"{MARK} on: {url}/{ns} ({tools.get('ccache')})", file=sys.stderr)
     print("export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()))
     return 0
 
@@ -231,11 +302,11 @@ def cmd_stats(step: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["env"]:
-        return cmd_env(argv[1] if len(argv) > 1 else "")
+    if argv == ["env"]:
+        return cmd_env()
     if argv[:1] == ["stats"]:
         return cmd_stats(argv[1] if len(argv) > 1 else "compile")
-    print("usage: compile_cache.py env URL | stats STEP", file=sys.stderr)
+    print("usage: compile_cache.py env | stats STEP", file=sys.stderr)
     return 2
 
 

@@ -362,13 +362,15 @@ class Engine:
         timeout: int = 6 * 3600,
         network_mode: str | None = None,
         platform: str | None = None,
+        extra_hosts: dict[str, str] | None = None,
     ) -> str:
         """Build from a tar context through the streaming API; returns the image id.
 
         `on_line` sees every line of build output as it arrives (progress, log file). A failed
         step raises BuildFailed with the last lines; intermediate containers are removed.
         `network_mode="host"` puts the RUN steps on the host's network (the compile cache's
-        store listens on the host's loopback address).
+        store listens on the host's loopback address); `extra_hosts` are /etc/hosts entries of
+        the RUN steps alone (never in a layer or the image's history: the store's secret).
         """
         tail: list[str] = []
         image_id: str | None = None
@@ -380,7 +382,7 @@ class Engine:
                 on_line(line)
 
         stream = self._start_build(context, tag, labels, buildargs or {}, dockerfile, timeout, platform,
-                                   network_mode)
+                                   network_mode, extra_hosts)
         try:
             for raw in stream:
                 chunk = _answer(BuildChunk, raw, f"docker build {tag}")
@@ -406,7 +408,7 @@ class Engine:
 
     @retry_transient
     def _start_build(self, context, tag, labels, buildargs, dockerfile, timeout, platform=None,
-                     network_mode=None) -> Iterator[dict]:
+                     network_mode=None, extra_hosts=None) -> Iterator[dict]:
         # `platform` picks the base image's variant; its RUN steps then run that CPU's binaries
         # (natively, or through the host's binfmt emulation: qemu-user-static for arm64 on amd64)
         extra = {"platform": platform} if platform else {}
@@ -416,7 +418,7 @@ class Engine:
         return self.api.build(
             fileobj=io.BytesIO(context), custom_context=True, tag=tag, labels=labels or None,
             buildargs=buildargs, dockerfile=dockerfile, rm=True, forcerm=True, decode=True,
-            timeout=timeout, pull=False, network_mode=network_mode, **extra,
+            timeout=timeout, pull=False, network_mode=network_mode, extra_hosts=extra_hosts or None, **extra,
         )
 
     def export_path(self, ref: str, path: str, dest: Path, labels: dict[str, str]) -> Path:

@@ -1,20 +1,20 @@
-"""The compile cache without an engine: the store's HTTP answers (a real server on loopback),
-its keying (docker/compile_cache.py's folder per platform and toolchain), the figures read from
-real build output and from real `ccache --print-stats`, prune, and `harness cache`."""
+"""The compile cache without an engine: the store's HTTP answers (a real server on loopback, asked
+by the step's own client), the settings, its keying (docker/compile_cache.py's folder per platform
+and toolchain), the figures read from real build output and from real `ccache --print-stats`,
+prune, and `harness cache`. The hostile cases are in tests/test_compile_cache_hostile.py."""
 
 from __future__ import annotations
 
-import http.client
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from harness.image import compile_cache
+from harness.errors import ConfigError
+from harness.image import cache_store, compile_cache
 from harness.image.render import DOCKER_DIR
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "compile_cache"
@@ -26,55 +26,83 @@ step = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(step)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+NS = "x86_64-" + "ab" * 12  # a toolchain folder's name as docker/compile_cache.py makes it
+KEY = f"/{NS}/ab/cdefghijklmnop"  # a ccache key in its `subdirs` layout
 
 
-def _req(port: int, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        conn.request(method, path, body=body)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
+def test_the_store_answers_ccache_with_the_build_secret_and_nothing_else(tmp_path):
+    with cache_store.serving(tmp_path / "store") as served:
+        assert served.on and served.secret not in repr(served)
+        port, secret = served.port, served.secret
+        assert step.request(port, "GET", KEY, secret=secret)[0] == 404
+        assert step.request(port, "PUT", KEY, secret=secret, body=b"object bytes")[0] == 201
+        assert step.request(port, "GET", KEY, secret=secret) == (200, b"object bytes")
+        assert step.request(port, "HEAD", KEY, secret=secret)[0] == 200
+        assert step.request(port, "PUT", f"/{NS}/toolchain.json", secret=secret, body=b"{}")[0] == 201
+        for bad in ("/../escape", f"/{NS}/../../escape", "/.hidden", f"/{NS}/ab/c/d/e", "/top-level-object",
+                    f"/{NS}/ab/UPPERCASE123", f"/{NS}/abc/defghijklm", f"{KEY}?x=1"):
+            assert step.request(port, "PUT", bad, secret=secret, body=b"no")[0] == 400, bad
+        # no listing: a folder is not an object
+        assert step.request(port, "GET", f"/{NS}/ab", secret=secret)[0] == 404
+        assert step.request(port, "GET", f"/{NS}", secret=secret)[0] == 404
+        assert step.identify(port, secret) is None
+    store = tmp_path / "store"
+    assert (store / NS / "ab" / "cdefghijklmnop").read_bytes() == b"object bytes"
+    assert (store / compile_cache.MARKER).is_file()
+    assert oct(store.stat().st_mode & 0o777) == "0o700"
+    assert oct((store / NS / "ab" / "cdefghijklmnop").stat().st_mode & 0o777) == "0o600"
+    assert not (tmp_path / "escape").exists() and not (store / ".hidden").exists()
 
 
-def test_the_store_answers_what_ccache_asks_and_nothing_outside_its_folder(tmp_path):
-    port = _free_port()
-    with compile_cache.serving(tmp_path / "store", port) as served:
-        assert served.url == f"http://127.0.0.1:{port}"
-        assert _req(port, "GET", "/x86_64-abc/ab/cdef")[0] == 404
-        assert _req(port, "PUT", "/x86_64-abc/ab/cdef", b"object bytes")[0] == 201
-        assert _req(port, "GET", "/x86_64-abc/ab/cdef") == (200, b"object bytes")
-        assert _req(port, "HEAD", "/x86_64-abc/ab/cdef")[0] == 200
-        for bad in ("/../escape", "/x86_64-abc/../../escape", "/.hidden", "/a/b/c/d/e"):
-            assert _req(port, "PUT", bad, b"no")[0] == 400, bad
-        assert _req(port, "GET", "/.harness-compile-cache")[0] == 200
-    assert (tmp_path / "store" / "x86_64-abc" / "ab" / "cdef").read_bytes() == b"object bytes"
-    assert not (tmp_path / "escape").exists() and not (tmp_path / "store" / ".hidden").exists()
+def test_the_step_and_the_store_speak_the_same_protocol():
+    served = cache_store.Served(port=40001, secret="5e" * 24)
+    ((name, ip),) = served.extra_hosts().items()
+    assert ip == "127.0.0.1" and step.ENTRY.fullmatch(name)
+    assert step.IDENTITY == cache_store.IDENTITY and step.PROOF_CONTEXT == cache_store.PROOF_CONTEXT
+    # /etc/hosts as the engine (Debian's docker.io 20.10, legacy builder, network host) wrote it in a
+    # RUN step given that extra host: once with a tab, once with spaces
+    hosts = ("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+             f"127.0.0.1\t{name}\n127.0.0.1       {name}\n")
+    assert step.store_entry(hosts) == (40001, "5e" * 24)
+    for other in (f"10.0.0.1\t{name}\n", f"# 127.0.0.1 {name}\n", f"127.0.0.1 {name}x\n",
+                  "127.0.0.1 harness-compile-cache.99999." + "5e" * 24 + "\n",
+                  "127.0.0.1 harness-compile-cache.4000\u0661." + "5e" * 24 + "\n", ""):
+        assert step.store_entry(other) is None, other
 
 
-def test_a_second_harness_shares_the_store_and_another_folder_or_program_turns_it_off(tmp_path):
-    port = _free_port()
-    with compile_cache.serving(tmp_path / "a", port) as first:
-        with compile_cache.serving(tmp_path / "a", port) as same:
-            assert same.url == first.url  # the same folder: shared
-        with compile_cache.serving(tmp_path / "b", port) as other:
-            assert other.url is None and "a store of" in other.why_off
-    with socket.socket() as held:
-        held.bind(("127.0.0.1", 0))
-        held.listen()
-        with compile_cache.serving(tmp_path / "a", held.getsockname()[1]) as off:
-            assert off.url is None and "another program" in off.why_off
-
-
-def test_off_by_setting(tmp_path, monkeypatch):
+def test_off_by_setting_and_only_exact_values(tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESS_COMPILE_CACHE", "off")
-    with compile_cache.serving(tmp_path) as served:
-        assert served.url is None and "HARNESS_COMPILE_CACHE=off" in served.why_off
+    with cache_store.serving(tmp_path) as served:
+        assert not served.on and "HARNESS_COMPILE_CACHE=off" in served.why_off and served.extra_hosts() == {}
+    assert not (tmp_path / compile_cache.MARKER).exists()  # off: the folder is not even opened
+    for bad in ("OFF ", "OFF", " off", "of", "nein", "off\n", ""):
+        monkeypatch.setenv("HARNESS_COMPILE_CACHE", bad)
+        with pytest.raises(ConfigError, match="HARNESS_COMPILE_CACHE="):
+            compile_cache.enabled()
+    for good, on in (("on", True), ("1", True), ("no", False), ("false", False)):
+        monkeypatch.setenv("HARNESS_COMPILE_CACHE", good)
+        assert compile_cache.enabled() is on
+
+
+def test_numbers_are_finite_ascii_and_bounded(monkeypatch):
+    assert compile_cache.gib("0", "--max-gib") == 0 and compile_cache.gib("0.5", "--max-gib") == 1 << 29
+    assert compile_cache.gib("40", "--max-gib") == 40 << 30
+    for bad in ("nan", "inf", "-inf", "1e999", "1e3", "-1", "+1", "", " 1", "1 ", "\u0664\u0660", "0x10", "1_0",
+                "10000000", "1.", ".5", "NaN", "\uff14\uff10"):
+        with pytest.raises(ConfigError, match="--max-gib"):
+            compile_cache.gib(bad, "--max-gib")
+    for bad in ("nan", "inf", "1e999", "\u0664"):
+        monkeypatch.setenv("HARNESS_COMPILE_CACHE_MAX_GIB", bad)
+        with pytest.raises(ConfigError, match="HARNESS_COMPILE_CACHE_MAX_GIB"):
+            compile_cache.max_bytes()
+    monkeypatch.delenv("HARNESS_COMPILE_CACHE_PORT", raising=False)
+    assert compile_cache.port() is None  # a random port per build
+    for bad in ("\u0664\u0667\u0663\u0662\u0660", "0", "65536", "-1", "47320 ", "4.7e4", "99999999999"):
+        monkeypatch.setenv("HARNESS_COMPILE_CACHE_PORT", bad)
+        with pytest.raises(ConfigError, match="HARNESS_COMPILE_CACHE_PORT"):
+            compile_cache.port()
+    monkeypatch.setenv("HARNESS_COMPILE_CACHE_PORT", "47320")
+    assert compile_cache.port() == 47320
 
 
 TOOLS = {"machine": "x86_64", "ccache": "ccache version 4.9.1", "gcc": "/usr/bin/x86_64-linux-gnu-gcc-13 aa",
@@ -171,33 +199,85 @@ def _fill(folder: Path, names: list[str], size: int, start: int = 0) -> None:
         os.utime(p, (1_000_000 + i, 1_000_000 + i))  # oldest first
 
 
-def test_prune_drops_the_least_recently_used_first(tmp_path):
-    _fill(tmp_path / "x86_64-a", ["aa1", "aa2", "aa3"], 100)
-    _fill(tmp_path / "aarch64-b", ["bb1"], 100, start=10)  # used after every aa
-    (tmp_path / "x86_64-a" / "toolchain.json").write_text('{"machine": "x86_64"}')
-    assert [(f.name, f.objects, f.bytes) for f in compile_cache.usage(tmp_path)] == [
-        ("aarch64-b", 1, 100), ("x86_64-a", 3, 300)]
-    assert compile_cache.prune(250, tmp_path) == (2, 200)  # the two oldest objects: aa1, aa2
-    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["aa3", "bb1", "toolchain.json"]
-    assert compile_cache.prune(0, tmp_path, only="aarch64-b") == (1, 100)
-    with pytest.raises(Exception, match="no folder"):
-        compile_cache.prune(0, tmp_path, only="nope")
+def _store(path: Path) -> Path:
+    path.mkdir(mode=0o700)
+    (path / compile_cache.MARKER).write_bytes(compile_cache.MARKER_TEXT)
+    return path
+
+
+def test_prune_drops_the_least_recently_used_first_and_counts_every_file(tmp_path):
+    root = _store(tmp_path / "store")
+    _fill(root / "x86_64-a", ["aa1", "aa2", "aa3"], 100)
+    _fill(root / "aarch64-b", ["bb1"], 100, start=10)  # used after every aa
+    (root / "stray").write_bytes(b"y" * 100)  # a file at the top: counted and pruned like any other
+    os.utime(root / "stray", (1_000_020, 1_000_020))
+    (root / "x86_64-a" / "toolchain.json").write_text('{"machine": "x86_64"}')
+    os.utime(root / "x86_64-a" / "toolchain.json", (1_000_030, 1_000_030))
+    with compile_cache.open_store(root, create=False) as store:
+        assert [(f.name, f.objects, f.bytes) for f in compile_cache.usage(store)] == [
+            (compile_cache.TOP, 1, 100), ("aarch64-b", 1, 100), ("x86_64-a", 4, 321)]
+        assert compile_cache.usage(store)[2].toolchain.machine == "x86_64"
+        assert compile_cache.prune(250, store) == (3, 300)  # the three oldest: aa1, aa2, aa3
+        assert sorted(p.name for p in root.rglob("*") if p.is_file()) == [
+            compile_cache.MARKER, "bb1", "stray", "toolchain.json"]
+        assert compile_cache.prune(0, store, only="aarch64-b") == (1, 100)
+        with pytest.raises(ConfigError, match="no folder"):
+            compile_cache.prune(0, store, only="nope")
+        assert compile_cache.prune(0, store) == (2, 121)  # the top-level file too; the marker stays
+    assert [p.name for p in root.rglob("*") if p.is_file()] == [compile_cache.MARKER]
+
+
+def test_only_a_folder_the_harness_made_is_a_store(tmp_path):
+    assert compile_cache.open_store(tmp_path / "none", create=False) is None
+    with compile_cache.open_store(tmp_path / "new", create=True) as store:  # made: marked
+        assert store.exists((compile_cache.MARKER,))
+    empty = tmp_path / "empty"
+    empty.mkdir(mode=0o700)
+    with compile_cache.open_store(empty, create=False):  # empty: nothing to lose, adopted
+        assert (empty / compile_cache.MARKER).is_file()
+    docs = tmp_path / "documents"  # a user's folder named by HARNESS_COMPILE_CACHE_DIR
+    docs.mkdir(mode=0o700)
+    (docs / "thesis.tex").write_text("years of work")
+    for create in (False, True):
+        with pytest.raises(ConfigError, match="not a compile cache the harness made"):
+            compile_cache.open_store(docs, create=create)
+    assert not (docs / compile_cache.MARKER).exists()
+    os.symlink(tmp_path / "new" / compile_cache.MARKER, docs / compile_cache.MARKER)  # a marker by link
+    with pytest.raises(ConfigError, match="link"):
+        compile_cache.open_store(docs, create=False)
+    shared = _store(tmp_path / "shared")
+    shared.chmod(0o777)
+    with pytest.raises(ConfigError, match="others can write into it"):
+        compile_cache.open_store(shared, create=False)
 
 
 def test_harness_cache_show_and_prune(tmp_path):
-    _fill(tmp_path / "x86_64-a", ["aa1", "aa2"], 1000)
-    env = {**os.environ, "HARNESS_COMPILE_CACHE_DIR": str(tmp_path)}
+    root = _store(tmp_path / "store")
+    _fill(root / "x86_64-a", ["aa1", "aa2"], 1000)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "letter.txt").write_text("keep me")
+    env = {**os.environ, "HARNESS_COMPILE_CACHE_DIR": str(root)}
+    env.pop("HARNESS_COMPILE_CACHE_MAX_GIB", None)
 
-    def harness(*args: str) -> subprocess.CompletedProcess:
+    def harness(*args: str, **extra: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
-                              env=env, cwd=ROOT, timeout=120)
+                              env={**env, **extra}, cwd=ROOT, timeout=120)
 
     shown = harness("cache", "show")
     assert shown.returncode == 0 and "x86_64-a  2 objects" in shown.stdout, shown.stdout + shown.stderr
+    for bad in ("nan", "inf", "1e999", "-1", "\u0664"):
+        r = harness("cache", "prune", "--max-gib", bad)
+        assert r.returncode == 2 and "--max-gib" in r.stderr and "Traceback" not in r.stderr, (bad, r.stderr)
+    for bad in ("nan", "inf"):
+        r = harness("cache", "show", HARNESS_COMPILE_CACHE_MAX_GIB=bad)
+        assert r.returncode == 2 and "HARNESS_COMPILE_CACHE_MAX_GIB" in r.stderr and "Traceback" not in r.stderr
     pruned = harness("cache", "prune", "--max-gib", "0")
     assert pruned.returncode == 0 and "removed 2 object(s)" in pruned.stdout
-    bad = harness("cache", "prune", "--max-gib", "-1")
-    assert bad.returncode == 2 and "Traceback" not in bad.stderr
-    env["HARNESS_COMPILE_CACHE_MAX_GIB"] = "lots"
-    bad = harness("cache", "show")
-    assert bad.returncode == 2 and "HARNESS_COMPILE_CACHE_MAX_GIB" in bad.stderr and "Traceback" not in bad.stderr
+    # a folder that is not a store: refused whole, nothing under it removed
+    for verb in (("show",), ("prune", "--max-gib", "0")):
+        r = harness("cache", *verb, HARNESS_COMPILE_CACHE_DIR=str(docs))
+        assert r.returncode == 2 and "not a compile cache the harness made" in " ".join(r.stderr.split()), r.stderr
+    assert (docs / "letter.txt").read_text() == "keep me"
+    gone = harness("cache", "show", HARNESS_COMPILE_CACHE_DIR=str(tmp_path / "nothing"))
+    assert gone.returncode == 0 and "none yet" in gone.stdout and not (tmp_path / "nothing").exists()

@@ -1,5 +1,6 @@
 """The compile cache on a real engine: the harness's store on this host's loopback address, a
-legacy-builder build on the host's network, ccache (Debian's) in the step, real gcc compiles.
+legacy-builder build on the host's network, ccache (Debian's 4.7.5) in the step, real gcc
+compiles, the store's secret carried by the steps' /etc/hosts and sent by ccache itself.
 
 Needs harness-test/ccache:bookworm (tools/base-images.sh: Debian + gcc + ccache). Each build
 changes an ARG the step reads, so the engine's layer cache never answers for the step: every
@@ -8,6 +9,7 @@ build really runs its compiles, and only the compile cache decides what is compi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -17,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.image import compile_cache
+from harness.errors import ConfigError
+from harness.image import builder, cache_store, compile_cache
 from harness.image.builder import build_one
 from harness.image.render import DOCKER_DIR, Rendered
 from harness.results.model import BuildOutcome
@@ -35,9 +38,8 @@ COPY compile_cache.py /opt/build/compile_cache.py
 COPY src /opt/build/src
 ARG CFLAGS
 ARG NOTE
-ARG COMPILE_CACHE_URL
 RUN cd /opt/build/src && echo "build $NOTE" \\
- && eval "$(python3 /opt/build/compile_cache.py env "${{COMPILE_CACHE_URL}}")" \\
+ && eval "$(python3 /opt/build/compile_cache.py env)" \\
  && for f in *.c; do $CMAKE_C_COMPILER_LAUNCHER gcc $CFLAGS -c "$f" -o "${{f%.c}}.o"; done \\
  && python3 /opt/build/compile_cache.py stats compile
 """
@@ -55,12 +57,25 @@ def engine():
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
-    with socket.socket() as s:  # a port of our own: other sessions may build on this engine
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    monkeypatch.setenv("HARNESS_COMPILE_CACHE_PORT", str(port))
+    monkeypatch.delenv("HARNESS_COMPILE_CACHE_PORT", raising=False)  # a port picked at random per build
     monkeypatch.setenv("HARNESS_COMPILE_CACHE_DIR", str(tmp_path / "store"))
     return tmp_path / "store"
+
+
+@pytest.fixture
+def served(monkeypatch) -> list[cache_store.Served]:
+    """What each build was served (the real store; kept to learn the secret it was given)."""
+    seen: list[cache_store.Served] = []
+    real = cache_store.serving
+
+    @contextlib.contextmanager
+    def spy(*a, **k):
+        with real(*a, **k) as s:
+            seen.append(s)
+            yield s
+
+    monkeypatch.setattr(builder.cache_store, "serving", spy)
+    return seen
 
 
 def _rendered(name: str, cflags: str, sources: dict[str, bytes]) -> Rendered:
@@ -111,12 +126,13 @@ def test_second_build_compiles_nothing_and_other_flags_or_sources_miss(engine, s
     assert first.missed == ("a.c", "b.c", "c.c") and again.missed == ()
 
     # the store: one folder for this toolchain, named by it; `harness cache` reads it
-    (folder,) = compile_cache.usage(store)
-    assert folder.name == first.namespace and folder.objects > 0 and folder.bytes > 0
-    assert folder.toolchain.machine in folder.name and "gcc" in folder.toolchain.program("gcc")
-    removed, freed = compile_cache.prune(0, store)
-    assert removed == folder.objects and freed == folder.bytes
-    assert compile_cache.usage(store)[0].objects == 0
+    with compile_cache.open_store(store, create=False) as held:
+        (folder,) = compile_cache.usage(held)
+        assert folder.name == first.namespace and folder.objects > 0 and folder.bytes > 0
+        assert folder.toolchain.machine in folder.name and "gcc" in folder.toolchain.program("gcc")
+        removed, freed = compile_cache.prune(0, held)
+        assert removed == folder.objects and freed == folder.bytes
+        assert compile_cache.usage(held)[0].objects == 0
     after = _build(engine, tmp_path, "cc-after-prune").compile_cache
     assert (after.hits, after.misses) == (0, 3)
 
@@ -125,9 +141,8 @@ PARALLEL = """FROM {base}
 COPY compile_cache.py /opt/build/compile_cache.py
 COPY src /opt/build/src
 ARG NOTE
-ARG COMPILE_CACHE_URL
 RUN cd /opt/build/src && echo "build $NOTE" \\
- && eval "$(python3 /opt/build/compile_cache.py env "${{COMPILE_CACHE_URL}}")" \\
+ && eval "$(python3 /opt/build/compile_cache.py env)" \\
  && ls *.c | xargs -P 48 -I@ "$CMAKE_C_COMPILER_LAUNCHER" gcc -O2 -c @ -o @.o \\
  && python3 /opt/build/compile_cache.py stats compile
 """
@@ -180,7 +195,7 @@ def test_a_build_record_carries_the_figures_and_a_held_port_turns_the_cache_off(
     engine.remove_image(off.image_ref)
     assert off.status == "built"  # the build goes on, uncached, and says why
     assert off.compile_cache is not None and off.compile_cache.off
-    assert "held by another program" in off.compile_cache.off
+    assert "something else holds it" in off.compile_cache.off
 
 
 def test_a_base_without_ccache_builds_uncached_and_says_so(engine, store, tmp_path):
@@ -192,3 +207,129 @@ def test_a_base_without_ccache_builds_uncached_and_says_so(engine, store, tmp_pa
     assert o.status == "built", o.log_tail
     assert o.compile_cache is not None and "no ccache in this image" in (o.compile_cache.off or "")
     assert Path(o.log_path or "").read_text().count("harness-compile-cache: off:") == 1
+
+
+PROBE = r'''
+import importlib.util, json
+spec = importlib.util.spec_from_file_location("step", "/opt/build/compile_cache.py")
+step = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(step)
+with open("/etc/hosts") as f:
+    port, secret = step.store_entry(f.read())
+ns = open("/tmp/harness-ccache/harness-started").read().split()[1]
+key = f"/{ns}/toolchain.json"
+out = {
+    "put_anonymous": step.request(port, "PUT", f"/{ns}/ab/zzzzzzzzzzzzzzzz", body=b"x")[0],
+    "get_wrong_bearer": step.request(port, "GET", key, secret="0" * 48)[0],
+    "delete": step.request(port, "DELETE", key, secret=secret)[0],
+    "overwrite": step.request(port, "PUT", key, secret=secret, body=b'{"machine": "evil"}')[0],
+    "after": json.loads(step.request(port, "GET", key, secret=secret)[1])["machine"],
+}
+print("store-probe: " + json.dumps(out, sort_keys=True))
+print("hosts line, as hostile build code could print it: " + open("/etc/hosts").read().splitlines()[-1])
+'''
+HOSTILE = """FROM {base}
+COPY compile_cache.py /opt/build/compile_cache.py
+COPY probe_store.py /opt/build/probe_store.py
+COPY src /opt/build/src
+ARG CFLAGS
+ARG NOTE
+RUN cd /opt/build/src && echo "build $NOTE" \\
+ && eval "$(python3 /opt/build/compile_cache.py env)" \\
+ && for f in *.c; do $CMAKE_C_COMPILER_LAUNCHER gcc $CFLAGS -c "$f" -o "${{f%.c}}.o"; done \\
+ && python3 /opt/build/probe_store.py \\
+ && python3 /opt/build/compile_cache.py stats compile
+"""
+
+
+def _holds(engine, ref: str, needle: bytes) -> bool:
+    """Whether `needle` is anywhere in `docker save` of `ref` (layers, config, history)."""
+    tail = b""
+    for chunk in engine.client.api.get_image(ref):
+        buf = tail + chunk
+        if needle in buf:
+            return True
+        tail = buf[-len(needle):]
+    return False
+
+
+def test_the_secret_dies_with_the_build_and_the_build_cannot_overwrite_or_delete(engine, store, served, tmp_path):
+    r = _rendered("cc-secret", "-O2", SOURCES)
+    r = replace(r, dockerfile=HOSTILE.format(base=BASE), files=(*r.files, ("probe_store.py", PROBE.encode())))
+    o = build_one(r, engine=engine, log_dir=tmp_path / "logs", audit=False)
+    try:
+        assert o.status == "built", (o.reason, o.log_tail)
+        assert o.compile_cache is not None and o.compile_cache.off is None and o.compile_cache.misses == 3
+        (s,) = served
+        assert s.on and len(s.secret) == 48 and s.secret not in repr(s)
+        # code running in the build (an sdist's setup.py) reads the secret as ccache does; even so
+        # the store refuses a request without it, DELETE, and a second object under a key (the
+        # probe's names hold no word the build log's masking would hide)
+        log = Path(o.log_path or "").read_text()
+        line = next(x for x in log.splitlines() if x.startswith("store-probe: "))
+        assert json.loads(line.split(": ", 1)[1]) == {
+            "put_anonymous": 401, "get_wrong_bearer": 401, "delete": 405,
+            "overwrite": 200, "after": folder_machine(store)}
+        assert s.counts["refused"] >= 2 and s.counts["kept"] >= 1
+        # where build arguments end up (the image's history, in `docker save`): the NOTE is there,
+        # the secret is nowhere in the image (layers, config, history, labels), nor in the build's log
+        history = " ".join(h["CreatedBy"] for h in engine.client.api.history(o.image_ref))
+        assert r.buildargs["NOTE"] in history and s.secret not in history
+        assert _holds(engine, o.image_ref, r.buildargs["NOTE"].encode())
+        assert not _holds(engine, o.image_ref, s.secret.encode())
+        assert s.secret not in json.dumps(engine.client.api.inspect_image(o.image_ref))
+        assert s.secret not in log  # masked where a step printed it
+        assert f"harness-compile-cache.{s.port}.***" in log
+    finally:
+        engine.remove_image(o.image_ref)
+    # and once the build is over, nothing answers on that port with that secret
+    with socket.socket() as c:
+        assert c.connect_ex(("127.0.0.1", s.port)) != 0
+
+
+def folder_machine(store: Path) -> str:
+    with compile_cache.open_store(store, create=False) as held:
+        (folder,) = compile_cache.usage(held)
+        return folder.toolchain.machine
+
+
+def test_a_header_change_still_hits_after_its_first_build_without_store_errors(engine, store, served, tmp_path):
+    # A changed header keeps a unit's ccache manifest key and adds a result to it: ccache 4.7.5
+    # PUTs the manifest again under the same key, which the store keeps as it was (200, dropped).
+    # The next build finds no entry for the new header in the old manifest, preprocesses, and hits
+    # the result stored by the build before (a preprocessed hit): no store error either time.
+    sources = {"h.h": b"#define K 3\n", "a.c": b'#include "h.h"\nint a(int x) { return x * K; }\n',
+               "b.c": SOURCES["b.c"]}
+    first = _build(engine, tmp_path, "cc-h1", sources=sources).compile_cache
+    assert (first.hits, first.misses) == (0, 2)
+    changed = {**sources, "h.h": b"#define K 4\n"}
+    second = _build(engine, tmp_path, "cc-h2", sources=changed).compile_cache
+    assert (second.hits, second.misses, second.remote_errors) == (1, 1, 0) and second.missed == ("a.c",)
+    # kept: the toolchain.json every build's step offers, and a.c's manifest in its second version
+    assert (served[0].counts["kept"], served[1].counts["kept"]) == (0, 2)
+    third = _build(engine, tmp_path, "cc-h3", sources=changed).compile_cache
+    assert (third.hits, third.misses, third.remote_errors) == (2, 0, 0), third
+    assert third.store_errors == ()
+
+
+def test_a_bad_setting_or_a_folder_that_is_not_a_store_stops_before_the_build(engine, store, tmp_path, monkeypatch):
+    class NoBuild:
+        def __getattr__(self, name):
+            return getattr(engine, name)
+
+        def build(self, *a, **k):
+            raise AssertionError("the engine's build was called")
+
+    docs = tmp_path / "documents"
+    docs.mkdir()
+    (docs / "notes.txt").write_text("mine")
+    for var, value, says in (("HARNESS_COMPILE_CACHE", "OFF ", "HARNESS_COMPILE_CACHE="),
+                             ("HARNESS_COMPILE_CACHE_MAX_GIB", "nan", "HARNESS_COMPILE_CACHE_MAX_GIB"),
+                             ("HARNESS_COMPILE_CACHE_PORT", "\u0664\u0667\u0663\u0662\u0660", "HARNESS_COMPILE_CACHE_PORT"),
+                             ("HARNESS_COMPILE_CACHE_DIR", str(docs), "not a compile cache the harness made")):
+        with monkeypatch.context() as m:
+            m.setenv(var, value)
+            with pytest.raises(ConfigError, match=says):
+                build_one(_rendered("cc-bad-setting", "-O2", SOURCES), engine=NoBuild(), log_dir=tmp_path / "logs",
+                          audit=False)
+    assert sorted(p.name for p in docs.iterdir()) == ["notes.txt"]

@@ -222,13 +222,14 @@ def test_offline_render_hands_every_input_over_in_the_context(offline_sdists, tm
     for step in (compile_step, install_step):
         assert 'export CMAKE_ARGS="-DFETCHCONTENT_FULLY_DISCONNECTED=ON"' in step
         assert 'TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}" MAX_JOBS="${MAX_JOBS}"' in step
-    # both steps compile through the compile cache (harness/image/compile_cache.py); its helper and
-    # ARG sit in the stage's head, which the probes keep
+    # both steps compile through the compile cache (harness/image/compile_cache.py); its helper
+    # sits in the stage's head, which the probes keep; the store and its secret come with the
+    # build (the steps' /etc/hosts), never as a build argument
     for step in (compile_step, install_step):
-        assert 'eval "$(python /opt/build/compile_cache.py env "${COMPILE_CACHE_URL}")"' in step
+        assert 'eval "$(python /opt/build/compile_cache.py env)"' in step
     assert "compile_cache.py stats compile" in compile_step and "compile_cache.py stats install" in install_step
     head = text.split("--- vLLM build")[0].split("AS vllm")[1]
-    assert "COPY compile_cache.py /opt/build/compile_cache.py" in head and "ARG COMPILE_CACHE_URL" in head
+    assert "COPY compile_cache.py /opt/build/compile_cache.py" in head and "COMPILE_CACHE" not in text
     assert "apt-get" not in text and "--index-url" not in text  # a local base: nothing from an index
     assert "python -m flashinfer.aot" not in text  # aot = false
     assert r.labels["harness.vllm.left-out"] == "deepgemm,flash-attention,flashmla,fmha_sm100,qutlass,triton_kernels"

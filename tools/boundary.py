@@ -63,8 +63,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("harness.fingerprint.tables", "file"): "the fingerprint tables shipped with the tool",
     ("harness.audit.scan", "walk"): "os.walk never descends a link (followlinks=False), each link met is skipped "
                                     "and each file is opened through harness.safety.paths (regular files only)",
-    ("harness.image.compile_cache", "walk"): "sizes and prunes the tool's own compile cache: scandir and is_dir/is_file "
-                                             "with follow_symlinks=False, a link is neither descended nor counted",
     ("harness.image.offline", "tarfile"): "packs a tree the tool assembled itself in its own temporary folder "
                                           "(reading archives goes through harness.safety.readers)",
     ("harness.image.offline", "walk"): "digests and packs a tree the tool assembled itself (links recorded as "

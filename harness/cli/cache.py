@@ -4,9 +4,12 @@
     harness cache prune [--max-gib N] [--folder NAME]
 
 `show` lists the store's folders, one per platform and toolchain (machine, then a digest of the
-compiler programs), with their objects, size and last use. `prune` removes the least recently
-used objects until the store (or one folder) holds at most N GiB (default: the bound every
-build keeps, HARNESS_COMPILE_CACHE_MAX_GIB, 40 unless set); `--max-gib 0` empties it.
+compiler programs), with their files, size and last use; files lying at the store's top level
+are one more row. `prune` removes the least recently used files until the store (or one folder)
+holds at most N GiB (default: the bound every build keeps, HARNESS_COMPILE_CACHE_MAX_GIB, 40
+unless set); `--max-gib 0` empties it. Both act only on a folder the harness made (it holds
+`.harness-compile-cache`), and prune removes through the folder held open, never by a path
+looked up again.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ def register(sub) -> None:
     verbs.required = True
     verbs.add_parser("show", help="the store's folders: objects, size, last use").set_defaults(func=run_show)
     pr = verbs.add_parser("prune", help="drop the least recently used objects down to a size")
-    pr.add_argument("--max-gib", type=float, default=None, metavar="N",
+    # a string, read by compile_cache.gib: float() would take nan, inf, 1e999 and non-ASCII digits
+    pr.add_argument("--max-gib", default=None, metavar="N",
                     help="keep at most N GiB (default: HARNESS_COMPILE_CACHE_MAX_GIB, else 40); 0 empties it")
     pr.add_argument("--folder", default=None, metavar="NAME", help="only this folder (`harness cache show`)")
     pr.set_defaults(func=run_prune)
@@ -33,26 +37,34 @@ def run_show(args) -> int:
     from harness.image import compile_cache as cc
 
     root = cc.cache_root()
-    folders = cc.usage(root)
+    bound = cc.max_bytes()
+    store = cc.open_store(root, create=False)
+    if store is None:
+        out.print(f"compile cache {root}: none yet (the first source build makes it)", markup=False)
+        return 0
+    with store:
+        folders = cc.usage(store)
     total = sum(f.bytes for f in folders)
-    out.print(f"compile cache {root}: {len(folders)} folder(s), {_gib(total)} of {_gib(cc.max_bytes())}",
-              markup=False)
+    out.print(f"compile cache {root}: {len(folders)} folder(s), {_gib(total)} of {_gib(bound)}", markup=False)
     for f in folders:
         tools = f.toolchain
         out.print(f"  {f.name}  {f.objects} objects  {_gib(f.bytes)}  last used {cc.age(f.last_used)}", markup=False)
-        out.print(f"    {tools.ccache or '?'}; gcc {tools.program('gcc') or '?'}; {tools.program('nvcc') or 'no nvcc'}",
-                  markup=False)
+        if f.name != cc.TOP:
+            out.print(f"    {tools.ccache or '?'}; gcc {tools.program('gcc') or '?'}; "
+                      f"{tools.program('nvcc') or 'no nvcc'}", markup=False)
     return 0
 
 
 def run_prune(args) -> int:
     from harness.console import out
-    from harness.errors import ConfigError
     from harness.image import compile_cache as cc
 
-    if args.max_gib is not None and args.max_gib < 0:
-        raise ConfigError(f"--max-gib {args.max_gib}: a size is not negative", hint="give 0 or more GiB")
-    limit = cc.max_bytes() if args.max_gib is None else int(args.max_gib * (1 << 30))
-    removed, freed = cc.prune(limit, only=args.folder)
+    limit = cc.max_bytes() if args.max_gib is None else cc.gib(args.max_gib, "--max-gib")
+    store = cc.open_store(create=False)
+    if store is None:
+        out.print(f"compile cache {cc.cache_root()}: none yet, nothing to prune", markup=False)
+        return 0
+    with store:
+        removed, freed = cc.prune(limit, store, only=args.folder)
     out.print(f"compile cache: removed {removed} object(s), {_gib(freed)}", markup=False)
     return 0

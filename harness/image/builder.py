@@ -20,7 +20,7 @@ from typing import Literal
 from harness.audit import Target, audit_path
 from harness.audit.report import AuditSummary
 from harness.errors import BuildFailed, ConfigError, EngineError
-from harness.image import compile_cache, offline
+from harness.image import cache_store, compile_cache, offline
 from harness.image.buildlog import check_build_log
 from harness.image.dockerfile import render
 from harness.image.render import Rendered, context_tar
@@ -198,8 +198,16 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
     emit(BuildEvent(name, "start", ref, 0.0))
 
     with open_new(log_path, flag="--log-dir file") as log:  # never through a planted link
-        def on_line(line: str) -> None:
+        hidden: list[str] = []  # the compile cache's secret, should a step print it
+
+        def masked(line: str) -> str:
             line = redact_text(line)  # a git URL or a build arg may carry a credential
+            for secret in hidden:
+                line = line.replace(secret, "***")
+            return line
+
+        def on_line(line: str) -> None:
+            line = masked(line)
             log.write(line + "\n")
             log.flush()
             tail.append(line)
@@ -214,27 +222,33 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
                 marks.append(line)
             on_line(line)
 
-        uses_cache = f"ARG {compile_cache.ARG}" in rendered.dockerfile
+        uses_cache = compile_cache.STEP in rendered.dockerfile
         keep = compile_cache.max_bytes() if uses_cache else 0  # a bad setting stops here, not after the build
-        with compile_cache.serving() if uses_cache else contextlib.nullcontext(None) as served:
-            # the store's URL is not an input of the image: it stays out of the content hash
-            extra = {compile_cache.ARG: served.url or ""} if served else {}
+        with cache_store.serving() if uses_cache else contextlib.nullcontext(None) as served:
+            # the store's port and secret reach the RUN steps as an /etc/hosts entry of theirs:
+            # not a build argument (the image's history keeps those, and they are part of the
+            # layer cache's key), so the image and its content hash are the same with or without
+            if served and served.on:
+                hidden.append(served.secret)
             try:
                 image_id = engine.build(context_tar(rendered), ref, labels=rendered.labels,
-                                        buildargs={**rendered.buildargs, **extra}, on_line=on_build_line,
-                                        network_mode="host" if served and served.url else None,
+                                        buildargs=rendered.buildargs, on_line=on_build_line,
+                                        network_mode="host" if served and served.on else None,
+                                        extra_hosts=served.extra_hosts() if served else None,
                                         platform=rendered.platform.docker)
             except BuildFailed as exc:
                 took = time.monotonic() - start
                 emit(BuildEvent(name, "done", "failed", took))
+                # the engine's own lines and error (which may quote the build's URL, extra hosts
+                # included) are masked as the log is
                 return BuildOutcome(stack=name, image_ref=ref, status="failed", log_path=str(log_path),
-                                    log_tail=tuple(exc.log_tail[-40:] or tail), duration_s=took,
-                                    labels=rendered.labels, reason=exc.message,
+                                    log_tail=tuple(masked(x) for x in exc.log_tail[-40:]) or tuple(tail),
+                                    duration_s=took, labels=rendered.labels, reason=masked(exc.message),
                                     compile_cache=compile_cache.from_build_output(marks, served.why_off)
                                     if served else None)
             finally:
-                if served and served.url:
-                    compile_cache.prune(keep)
+                if served and served.store is not None:
+                    compile_cache.prune(keep, served.store)
     took = time.monotonic() - start
     cache_record = compile_cache.from_build_output(marks, served.why_off) if served else None
     labels = engine.image_labels(ref) or rendered.labels

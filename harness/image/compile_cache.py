@@ -1,32 +1,28 @@
-"""The compile cache: ccache's objects in a folder on this host, served to the build steps over
-HTTP on the loopback address, so that every source build (the stacks of a matrix, later builds,
-`harness build --probe`, bisect points) reuses what an earlier one compiled.
+"""The compile cache: ccache's objects in a folder on this host (the store), its settings, its
+upkeep (`harness cache show` / `prune`) and what a build's compile steps say it did.
 
-Why this way (docs/building.md says more): the engine API drives the legacy builder, which has
-no `RUN --mount`, so nothing on the host can be mounted into a compile step; ccache's remote
-storage over HTTP needs only that the step reaches the host (the build runs on the host's
-network), works alike on Docker 20.10 and on a current Docker with BuildKit, and needs no image
-from a registry. The step side is docker/compile_cache.py: it names the folder by its toolchain
-(machine + compiler programs by content), so no object crosses platforms or toolchains; ccache
-keys each object by flags, arch list, source and headers.
+Every source build (the stacks of a matrix, later builds, `harness build --probe`, bisect points)
+reuses what an earlier one compiled. The engine API drives the legacy builder, which has no
+`RUN --mount`, so the store is served to each build over HTTP on the loopback address, private to
+that build (harness/image/cache_store.py); the step side is docker/compile_cache.py, which names a
+folder of the store by its toolchain (machine + compiler programs by content), so no object
+crosses platforms or toolchains; ccache keys each object by flags, arch list, source and headers.
 
-The store is a folder per toolchain under `cache_root()`; each object is one file whose mtime
-is its last use (a hit touches it), so `prune` drops the least recently used first.
+The store is a folder the harness made (it holds MARKER; a folder without it is never served,
+counted or pruned), owned by this user and writable by nobody else, held open while it is used
+(harness/safety/held.py): each object is one file whose mtime is its last use (a hit touches
+it), so `prune` drops the least recently used first, through the held folder.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import http.client
-import json
+import io
 import os
 import re
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from decimal import Decimal
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -34,188 +30,107 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from harness.errors import ConfigError
 from harness.image.sources import CACHE_ROOT
 from harness.results.model import CompileCache
-from harness.safety.roots import Root
+from harness.safety.held import Entry, Held
 
-DEFAULT_PORT = 47320
-DEFAULT_MAX_GIB = 40.0
+DEFAULT_MAX_GIB = 40
+MAX_GIB = 1_000_000  # a bound above this is a typo, not a disk
 MARK = "harness-compile-cache:"
-ARG = "COMPILE_CACHE_URL"  # the build ARG the template's compile steps read
-IDENTITY = "/.harness-compile-cache"
-MAX_OBJECT = 2 << 30
-_PATH = re.compile(r"^(/[A-Za-z0-9_][A-Za-z0-9._-]{0,127}){1,4}$")
+STEP = "/opt/build/compile_cache.py env"  # what a Dockerfile's compile step runs to use the cache
+MARKER = ".harness-compile-cache"
+MARKER_TEXT = (b"A compile cache of vllm-bw-harness (harness/image/compile_cache.py): `harness cache show`\n"
+               b"and `harness cache prune` act only on a folder that holds this file.\n")
+TOP = "(top level)"  # the row of files lying directly in the store, outside any toolchain folder
+_ON = {"on": True, "1": True, "yes": True, "true": True, "off": False, "0": False, "no": False, "false": False}
+_GIB = re.compile(r"[0-9]{1,7}(?:\.[0-9]{1,9})?")  # ASCII digits only: no nan, inf, exponent or sign
+_PORT = re.compile(r"[0-9]{1,5}")
 # a translation unit's path as the build named it (relative to the source tree, or absolute)
 _SOURCE = re.compile(r"[A-Za-z0-9_./+=@-]{1,300}")
+_COUNT = 10**9  # more compiles than any build makes: a line claiming more is not a step's
+
+
+# --- settings ------------------------------------------------------------------------------------
+# read strictly: float() and int() would take nan, inf, 1e999, signs, spaces and non-ASCII digits
 
 
 def cache_root() -> Path:
     return Path(os.environ.get("HARNESS_COMPILE_CACHE_DIR") or CACHE_ROOT / "compile")
 
 
-def port() -> int:
-    raw = os.environ.get("HARNESS_COMPILE_CACHE_PORT", str(DEFAULT_PORT))
-    if not raw.isdigit() or not 0 < int(raw) < 65536:
+def gib(raw: str, name: str) -> int:
+    """`raw` GiB as bytes: a plain decimal number of ASCII digits, 0 to MAX_GIB; `name` (the
+    option or variable) is named when it is not one."""
+    if not _GIB.fullmatch(raw) or Decimal(raw) > MAX_GIB:
+        raise ConfigError(f"{name} {raw!r} is not a size in GiB",
+                          hint=f"give a plain decimal number of GiB from 0 to {MAX_GIB}, e.g. 40 or 0.5 "
+                               "(0 keeps nothing)")
+    return int(Decimal(raw) * (1 << 30))
+
+
+def port() -> int | None:
+    """HARNESS_COMPILE_CACHE_PORT, or None: a port picked at random for each build."""
+    raw = os.environ.get("HARNESS_COMPILE_CACHE_PORT")
+    if raw is None or raw == "":
+        return None
+    if not _PORT.fullmatch(raw) or not 0 < int(raw) < 65536:
         raise ConfigError(f"HARNESS_COMPILE_CACHE_PORT={raw!r} is not a port",
-                          hint="give a free TCP port number (1-65535), or unset it")
+                          hint="give a TCP port number of ASCII digits (1-65535), or unset it for a random one")
     return int(raw)
 
 
 def max_bytes() -> int:
-    raw = os.environ.get("HARNESS_COMPILE_CACHE_MAX_GIB", str(DEFAULT_MAX_GIB))
-    try:
-        gib = float(raw)
-    except ValueError:
-        gib = -1.0
-    if gib < 0:
-        raise ConfigError(f"HARNESS_COMPILE_CACHE_MAX_GIB={raw!r} is not a size",
-                          hint="give the cache's bound in GiB, e.g. 40 (0 keeps nothing)")
-    return int(gib * (1 << 30))
+    return gib(os.environ.get("HARNESS_COMPILE_CACHE_MAX_GIB", str(DEFAULT_MAX_GIB)), "HARNESS_COMPILE_CACHE_MAX_GIB")
 
 
 def enabled() -> bool:
-    return os.environ.get("HARNESS_COMPILE_CACHE", "on").lower() not in ("off", "0", "no")
+    raw = os.environ.get("HARNESS_COMPILE_CACHE", "on")
+    if raw not in _ON:
+        raise ConfigError(f"HARNESS_COMPILE_CACHE={raw!r} is neither on nor off",
+                          hint="give one of: " + ", ".join(_ON) + " (lower case, nothing around it), or unset it")
+    return _ON[raw]
 
 
-# --- the store, served ---------------------------------------------------------------------------
+# --- the store's folder --------------------------------------------------------------------------
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def log_message(self, format, *args):  # noqa: A002 - the base class's name
-        pass  # a line per object would bury the build's own output
-
-    def _path(self) -> Path | None:
-        path = self.path.split("?", 1)[0]
-        if path == IDENTITY or not _PATH.match(path) or ".." in path:
-            return None
-        return self.server.root / path.lstrip("/")
-
-    def _store(self) -> Root:
-        # the store is a root: an object path through a link planted in it is refused, never followed
-        return Root(self.server.root, what="compile cache")
-
-    def _answer(self, code: int, body: bytes = b"", head_only: bool = False) -> None:
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if body and not head_only:
-            self.wfile.write(body)
-
-    def _read(self, head_only: bool) -> None:
-        if self.path == IDENTITY:
-            self._answer(200, json.dumps({"root": str(self.server.root)}).encode(), head_only)
-            return
-        path = self._path()
-        try:
-            data = self._store().load_bytes(str(path.relative_to(self.server.root)), limit=MAX_OBJECT) if path else None
-        except (OSError, ConfigError):
-            data = None
-        if data is None or path is None:
-            self.server.count("misses")
-            self._answer(404, head_only=head_only)
-            return
-        with contextlib.suppress(OSError):
-            os.utime(path)  # last use, for prune
-        self.server.count("hits")
-        self._answer(200, data, head_only)
-
-    def do_GET(self):  # noqa: N802 - http.server's names
-        self._read(False)
-
-    def do_HEAD(self):  # noqa: N802
-        self._read(True)
-
-    def do_PUT(self):  # noqa: N802
-        path = self._path()
-        length = self.headers.get("Content-Length", "")
-        if path is None or not length.isdigit() or int(length) > MAX_OBJECT:
-            self.close_connection = True
-            self._answer(400)
-            return
-        data = self.rfile.read(int(length))
-        try:  # whole or not at all, never through a link
-            self._store().save_bytes(str(path.relative_to(self.server.root)), data)
-        except ConfigError:
-            self._answer(400)
-            return
-        self.server.count("writes")
-        self._answer(201)
-
-    def do_DELETE(self):  # noqa: N802
-        path = self._path()
-        if path is not None:
-            with contextlib.suppress(OSError):
-                path.unlink()
-        self._answer(204)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    # every core's compile asks at once; socketserver's default backlog of 5 drops the rest of a
-    # burst of connections, which ccache then waits a second for (or gives up on)
-    request_queue_size = 128
-
-    def __init__(self, addr, root: Path):
-        self.root = root
-        self.counts = {"hits": 0, "misses": 0, "writes": 0}
-        self._lock = threading.Lock()
-        super().__init__(addr, _Handler)
-
-    def count(self, what: str) -> None:
-        with self._lock:
-            self.counts[what] += 1
-
-
-@dataclass(frozen=True)
-class Served:
-    url: str | None  # what the build steps get (COMPILE_CACHE_URL); None: the cache is off
-    why_off: str = ""
-
-
-def _theirs(port_: int) -> str | None:
-    """The root of a compile-cache store already serving on the loopback port, if one is."""
-    conn = http.client.HTTPConnection("127.0.0.1", port_, timeout=3)
+def open_store(root: Path | None = None, *, create: bool) -> Held | None:
+    """The store, held open (close it, or use it as a context manager); None when it does not
+    exist and `create` is false. A new or empty folder gets MARKER; a folder without it is
+    refused (exit 2), as is one another user owns or can write into."""
+    root = root or cache_root()
     try:
-        conn.request("GET", IDENTITY)
-        resp = conn.getresponse()
-        return _Identity.model_validate_json(resp.read(4096)).root if resp.status == 200 else None
-    except (OSError, ValueError, http.client.HTTPException):
+        store = Held(root, what="compile cache", create_mode=0o700 if create else None)
+    except FileNotFoundError:
         return None
-    finally:
-        conn.close()
+    try:
+        _check_ours(store)
+    except BaseException:
+        store.close()
+        raise
+    return store
 
 
-@contextlib.contextmanager
-def serving(root: Path | None = None, port_: int | None = None) -> Iterator[Served]:
-    """The store served on 127.0.0.1 for the length of a build. Another harness on this host
-    already serving the same folder on that port is shared; a port held by anything else turns
-    the cache off for this build (recorded, never an error: the build compiles uncached)."""
-    if not enabled():
-        yield Served(None, "HARNESS_COMPILE_CACHE=off")
+def _check_ours(store: Held) -> None:
+    root = store.path
+    st = store.stat()
+    if st.st_uid != os.geteuid():
+        raise ConfigError(f"compile cache {root}: belongs to another user (uid {st.st_uid})",
+                          hint="point HARNESS_COMPILE_CACHE_DIR at a folder of your own")
+    if st.st_mode & 0o022:
+        raise ConfigError(f"compile cache {root}: others can write into it (mode {st.st_mode & 0o777:o})",
+                          hint=f"chmod go-w {root}, or point HARNESS_COMPILE_CACHE_DIR at a folder of your own")
+    with contextlib.suppress(FileNotFoundError):
+        store.open_file((MARKER,))[0].close()  # a link or a FIFO in its place is refused here
         return
-    root = (root or cache_root()).resolve()
-    port_ = port() if port_ is None else port_
-    root.mkdir(parents=True, exist_ok=True)
-    try:
-        server = _Server(("127.0.0.1", port_), root)
-    except OSError as exc:
-        if exc.errno != errno.EADDRINUSE:
-            raise
-        other = _theirs(port_)
-        if other == str(root):
-            yield Served(f"http://127.0.0.1:{port_}")
-        else:
-            yield Served(None, f"port {port_} is held by {'a store of ' + other if other else 'another program'}"
-                               " (HARNESS_COMPILE_CACHE_PORT picks another)")
-        return
-    thread = threading.Thread(target=server.serve_forever, name="compile-cache", daemon=True)
-    thread.start()
-    try:
-        yield Served(f"http://127.0.0.1:{port_}")
-    finally:
-        server.shutdown()
-        server.server_close()
+    if store.listing():
+        raise ConfigError(f"compile cache {root}: not a compile cache the harness made (no {MARKER} in it); "
+                          "nothing in it is served, counted or removed",
+                          hint="point HARNESS_COMPILE_CACHE_DIR at a new or empty folder (or unset it); a cache "
+                               f"an earlier harness made can be kept with `touch {root / MARKER}`")
+    store.create((MARKER,), io.BytesIO(MARKER_TEXT), len(MARKER_TEXT))
+
+
+def _objects(store: Held) -> list[Entry]:
+    return [e for e in store.scan() if e.folder or e.name != MARKER]
 
 
 # --- what a build did ---------------------------------------------------------------------------
@@ -232,12 +147,12 @@ class StepFigures(BaseModel):
 
     step: str = Field("compile", max_length=40)
     off: bool = False
-    hits: int = Field(0, ge=0)
-    misses: int = Field(0, ge=0)
-    uncacheable: int = Field(0, ge=0)
-    failed: int = Field(0, ge=0)
-    remote_errors: int = Field(0, ge=0)
-    seconds: float = Field(0.0, ge=0)
+    hits: int = Field(0, ge=0, le=_COUNT)
+    misses: int = Field(0, ge=0, le=_COUNT)
+    uncacheable: int = Field(0, ge=0, le=_COUNT)
+    failed: int = Field(0, ge=0, le=_COUNT)
+    remote_errors: int = Field(0, ge=0, le=_COUNT)
+    seconds: float = Field(0.0, ge=0, le=1e7, allow_inf_nan=False)
     namespace: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,80}$")
     missed: tuple[str, ...] = ()
     store_errors: tuple[str, ...] = ()
@@ -312,73 +227,51 @@ class Toolchain(BaseModel):
         return {"gcc": self.gcc, "nvcc": self.nvcc}[name].split(" ")[0]
 
 
-class _Identity(BaseModel):
-    root: str
-
 
 @dataclass(frozen=True)
 class Folder:
-    name: str  # <machine>-<digest of the toolchain>
-    objects: int
+    name: str  # <machine>-<digest of the toolchain>, or TOP
+    objects: int  # every regular file in it (toolchain.json and a write's leftovers too)
     bytes: int
     last_used: float  # epoch seconds; 0 when empty
     toolchain: Toolchain
 
 
-def _objects(folder: Path) -> Iterator[os.DirEntry]:
-    stack = [folder]
-    while stack:
-        with os.scandir(stack.pop()) as it:
-            for entry in it:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
-                elif entry.is_file(follow_symlinks=False) and entry.name != "toolchain.json":
-                    yield entry
-
-
-def usage(root: Path | None = None) -> list[Folder]:
-    root = root or cache_root()
-    if not root.is_dir():
-        return []
+def usage(store: Held) -> list[Folder]:
+    """Each folder of the store (and the files lying at its top, as TOP), every file counted."""
+    by: dict[str, list[Entry]] = {name: [] for name, is_dir in store.listing() if is_dir}
+    for e in _objects(store):
+        by.setdefault(e.folder[0] if e.folder else TOP, []).append(e)
     out = []
-    for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
-        n = size = 0
-        last = 0.0
-        for e in _objects(d):
-            st = e.stat(follow_symlinks=False)
-            n, size, last = n + 1, size + st.st_size, max(last, st.st_mtime)
+    for name, entries in sorted(by.items()):
         tools = Toolchain()
-        with contextlib.suppress(OSError, ValueError):  # pydantic's ValidationError is one
-            tools = Toolchain.model_validate_json(
-                Root(d, what="compile cache folder").load_text("toolchain.json", limit=65536))
-        out.append(Folder(d.name, n, size, last, tools))
+        if name != TOP:
+            with contextlib.suppress(OSError, ValueError, ConfigError):  # pydantic's ValidationError is a ValueError
+                tools = Toolchain.model_validate_json(store.load((name, "toolchain.json"), limit=65536))
+        out.append(Folder(name, len(entries), sum(e.size for e in entries),
+                          max((e.mtime for e in entries), default=0.0), tools))
     return out
 
 
-def prune(limit: int, root: Path | None = None, only: str | None = None) -> tuple[int, int]:
-    """Remove the least recently used objects until the store (or the folder `only`) holds at
-    most `limit` bytes; returns (objects removed, bytes freed)."""
-    root = root or cache_root()
-    folders = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and (only is None or p.name == only)
-               ] if root.is_dir() else []
-    if only is not None and not folders:
-        raise ConfigError(f"harness cache: no folder {only!r} in {root}",
-                          hint="`harness cache show` lists the folders")
-    entries = []
-    for d in folders:
-        for e in _objects(d):
-            st = e.stat(follow_symlinks=False)
-            entries.append((st.st_mtime, st.st_size, e.path))
-    entries.sort()
-    size = sum(s for _, s, _ in entries)
-    removed = freed = 0
-    for _, s, path in entries:
+def prune(limit: int, store: Held, only: str | None = None, *, before_folder=None) -> tuple[int, int]:
+    """Remove the least recently used files until the store (or its folder `only`) holds at
+    most `limit` bytes, through the held folder (harness/safety/held.py: a folder swapped for a
+    link or another folder meanwhile loses nothing); returns (files removed, bytes freed)."""
+    entries = _objects(store)
+    if only is not None:
+        if only not in {name for name, is_dir in store.listing() if is_dir}:
+            raise ConfigError(f"harness cache: no folder {only!r} in {store.path}",
+                              hint="`harness cache show` lists the folders")
+        entries = [e for e in entries if e.folder[:1] == (only,)]
+    entries.sort(key=lambda e: (e.mtime, e.folder, e.name))
+    size = sum(e.size for e in entries)
+    victims = []
+    for e in entries:
         if size <= limit:
             break
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-            removed, freed, size = removed + 1, freed + s, size - s
-    return removed, freed
+        victims.append(e)
+        size -= e.size
+    return store.remove(victims, before_folder=before_folder)
 
 
 def age(seconds_since_epoch: float) -> str:

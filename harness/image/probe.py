@@ -76,7 +76,7 @@ def render_probe(rendered: Rendered, matrix, units: tuple[Unit, ...]) -> Rendere
     probe = "\n".join([
         CUT.replace("replaces everything from here on", "stops here: the probe step instead"),
         "COPY probe_build.py /opt/build/probe_build.py",
-        'RUN eval "$(python /opt/build/compile_cache.py env "${COMPILE_CACHE_URL}")" \\',
+        'RUN eval "$(python /opt/build/compile_cache.py env)" \\',
         offline_env,
         ' && TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}" MAX_JOBS="${MAX_JOBS}" NVCC_THREADS="${NVCC_THREADS}" \\',
         f"      python /opt/build/probe_build.py --units '{units_json}' --patched /opt/build/src/vllm \\",

@@ -1,6 +1,6 @@
 """`harness audit`: prove from the binaries which GPU archs were really compiled."""
 
-from harness.audit.archs import CC, CudaArch, Load
+from harness.archs import CC, CudaArch, Load
 from harness.audit.report import DEFAULT_TARGETS, IMAGE_PATHS, AuditReport, audit_path
 from harness.audit.verdict import Target
 

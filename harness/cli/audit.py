@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.text import Text
 
-from harness.audit.archs import CC
+from harness.archs import CC
 from harness.audit.families import FAMILIES
 from harness.audit.report import IMAGE_PATHS, AuditReport, audit_path
 from harness.audit.scan import arch_sort_key

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness.cli.plan import add_matrix_args
 from harness.console import err, out
-from harness.errors import CellsFailed, ConfigError
+from harness.errors import CellsFailed, ConfigError, MatrixError
 from harness.results.model import Status
 from harness.safety.grammar import one_line
 
@@ -265,6 +265,10 @@ def run(args) -> int:
                   "cells already finished", markup=False)
     matrix = load_matrix(matrix_path)
     from harness.lock import locked_matrix
+    from harness.run.schedule import arch_refusals
+
+    if problems := arch_refusals(expand(matrix, k), matrix):  # before a lock is resolved or written
+        raise MatrixError(str(matrix.path), problems)
     from harness.matrix.plan import group_by_stack
 
     # Pins first: a stale lock is refused before anything starts; no lock yet is written now.

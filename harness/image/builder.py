@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from harness.archs import CC, ArchList
 from harness.audit import Target, audit_path
 from harness.audit.report import AuditSummary
 from harness.errors import BuildFailed, ConfigError, EngineError
@@ -25,7 +26,6 @@ from harness.image.buildlog import check_build_log
 from harness.image.dockerfile import render
 from harness.image.render import Rendered, context_tar
 from harness.lock import locked_matrix
-from harness.matrix.archs import ccs_of
 from harness.matrix.load import Matrix
 from harness.platforms import Platform
 from harness.redact import redact_text
@@ -156,7 +156,7 @@ def audit_stack_image(engine, ref: str, labels: dict[str, str], ccs: tuple[str, 
     return audit_image(engine, ref, {"harness.role": "audit"}, vllm, ccs, also=also)
 
 
-def build_log_problems(engine, ref: str, torch_cuda_arch_list: str, labels: dict[str, str]) -> tuple[str, ...]:
+def build_log_problems(engine, ref: str, torch_cuda_arch_list: ArchList, labels: dict[str, str]) -> tuple[str, ...]:
     with tempfile.TemporaryDirectory(prefix="harness-buildlog-") as tmp:
         try:
             dest = engine.export_path(ref, VLLM_BUILD_LOG, Path(tmp), labels=labels)
@@ -172,7 +172,7 @@ def build_log_problems(engine, ref: str, torch_cuda_arch_list: str, labels: dict
 
 def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
               on_event: Callable[[BuildEvent], None] | None = None, audit: bool = True,
-              torch_cuda_arch_list: str | None = None, audit_ccs: tuple[str, ...] = ()) -> BuildOutcome:
+              torch_cuda_arch_list: ArchList | None = None, audit_ccs: tuple[str, ...] = ()) -> BuildOutcome:
     emit = on_event or (lambda _e: None)
     name, ref = rendered.stack_name, rendered.image_ref
     start = time.monotonic()
@@ -240,7 +240,7 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
     labels = engine.image_labels(ref) or rendered.labels
     summary = audit_stack_image(engine, ref, rendered.labels, audit_ccs) if audit else None
     problems = (build_log_problems(engine, ref, torch_cuda_arch_list, {"harness.role": "audit"})
-                if torch_cuda_arch_list else ())
+                if torch_cuda_arch_list is not None else ())
     rust = image_rust_frontend(engine, ref, {"harness.role": "audit"}) if audit else None
     emit(BuildEvent(name, "done", "built", took))
     return BuildOutcome(stack=name, image_ref=ref, image_id=image_id, status="built",
@@ -280,7 +280,8 @@ def audit_ccs(matrix: Matrix, stack_name: str) -> tuple[str, ...]:
     (a stack built for 12.1a on an H200 is judged for the GB10 it targets too)."""
     stack = matrix.spec.stacks[stack_name]
     hw = matrix.spec.hardware[matrix.spec.matrix.hardware].cc
-    return tuple(sorted({hw} | ccs_of(stack.torch_cuda_arch_list or ""), key=lambda c: tuple(map(int, c.split(".")))))
+    built_for = stack.torch_cuda_arch_list.ccs if stack.torch_cuda_arch_list is not None else frozenset()
+    return tuple(str(c) for c in sorted({CC.parse(hw)} | built_for))
 
 
 def name_fetch_attempts(matrix: Matrix, name: str, outcome: BuildOutcome) -> BuildOutcome:

@@ -22,13 +22,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness.archs import ArchList
 from harness.audit import Target, audit_path
 from harness.errors import ConfigError, EngineError
 from harness.image.builder import audit_ccs, build_one, local_base_id
 from harness.image.dockerfile import render
 from harness.image.offline_stack import offline_parts
 from harness.image.render import DOCKER_DIR, Rendered, content_hash
-from harness.matrix.archs import ccs_of
 from harness.platforms import Platform
 from harness.results.model import CompileCache, Open
 from harness.safety.paths import tail_text, under
@@ -313,7 +313,8 @@ def collect(engine, ref: str, labels: dict[str, str], units: tuple[Unit, ...], c
         archs = "not compiled"
         verdicts: tuple[str, ...] = ()
         # judged for the chips the unit was built for (an SM12x kernel has nothing for a 9.0 chip)
-        targets = [Target.from_cc(cc) for cc in sorted(ccs_of(row.patched or "") & set(ccs)) or ccs]
+        built_for = {str(c) for c in ArchList.read(row.patched or "").ccs}
+        targets = [Target.from_cc(cc) for cc in sorted(built_for & set(ccs)) or ccs]
         if row.object:
             with tempfile.TemporaryDirectory() as one:
                 # the name comes out of the probe image: a plain file name inside objects/, nothing else

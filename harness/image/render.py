@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from harness import platforms
+from harness.archs import split
 from harness.errors import ConfigError
 from harness.image.offline_stack import offline_parts, online
 from harness.image.requirements import REQUIREMENTS_FILE, StackRequirements, for_stack
@@ -142,7 +143,7 @@ def buildargs_for(stack: Stack) -> dict[str, str]:
     vllm_args, _ = vllm_source(stack)
     fi = _part("flashinfer", stack.flashinfer)
     torch = _part("torch", stack.torch)
-    archs = _part("torch_cuda_arch_list", stack.torch_cuda_arch_list)
+    archs = str(_part("torch_cuda_arch_list", stack.torch_cuda_arch_list))
     return {
         "BASE_IMAGE": _part("base_image", stack.base_image).reference,
         "PYTHON_VERSION": stack.python,
@@ -150,8 +151,7 @@ def buildargs_for(stack: Stack) -> dict[str, str]:
         "TORCH_INDEX_URL": torch.index_url,
         "FLASHINFER_SOURCE": fi_args,
         "FLASHINFER_SDIST_SHA256": fi.sdist_sha256 or "",
-        "FLASHINFER_CUDA_ARCH_LIST": " ".join((stack.flashinfer_cuda_arch_list or archs)
-                                              .replace(";", " ").split()),
+        "FLASHINFER_CUDA_ARCH_LIST": " ".join(split(str(stack.flashinfer_cuda_arch_list or archs))),
         "FLASHINFER_CUBIN_SPEC": f"flashinfer-cubin=={fi.version}" if fi.cubin and fi.version else "",
         "VLLM_SOURCE": vllm_args,
         "VLLM_SDIST_SHA256": _part("vllm", stack.vllm).sdist_sha256 or "",
@@ -168,7 +168,7 @@ def labels_for(stack_name: str, stack: Stack, patches: list[PatchFile], content_
     base = _part("base_image", stack.base_image)
     torch = _part("torch", stack.torch)
     fi = _part("flashinfer", stack.flashinfer)
-    archs = _part("torch_cuda_arch_list", stack.torch_cuda_arch_list)
+    archs = str(_part("torch_cuda_arch_list", stack.torch_cuda_arch_list))
     # a local base brings its own torch (the base stage checks its version); no index is used
     torch_from = "from the base image" if base.brings_python else torch.index_url
     labels = {
@@ -181,7 +181,7 @@ def labels_for(stack_name: str, stack: Stack, patches: list[PatchFile], content_
         f"{LABEL}.python": stack.python,
         f"{LABEL}.torch": f"{torch.version} {torch_from}",
         f"{LABEL}.torch-cuda-arch-list": archs,
-        f"{LABEL}.flashinfer-cuda-arch-list": stack.flashinfer_cuda_arch_list or archs,
+        f"{LABEL}.flashinfer-cuda-arch-list": str(stack.flashinfer_cuda_arch_list or archs),
         f"{LABEL}.max-jobs": str(stack.max_jobs),
         f"{LABEL}.nvcc-threads": str(stack.nvcc_threads),
         f"{LABEL}.vllm.source": vllm_label,

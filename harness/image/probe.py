@@ -29,6 +29,7 @@ from harness.image.builder import audit_ccs, build_one, local_base_id
 from harness.image.dockerfile import render
 from harness.image.offline_stack import offline_parts
 from harness.image.render import DOCKER_DIR, Rendered, content_hash
+from harness.labels import CONTENT_HASH, PROBE, ROLE, Role
 from harness.platforms import Platform
 from harness.results.model import CompileCache, Open
 from harness.safety.paths import tail_text, under
@@ -98,7 +99,7 @@ def _as_probe(rendered: Rendered, stack, dockerfile: str, helper: str, labels: d
     with the tool), its own content hash, and the probe's labels."""
     files = rendered.files + ((helper, (DOCKER_DIR / helper).read_bytes()),)
     digest = content_hash(dockerfile, rendered.buildargs, files, stack, rendered.platform)
-    labels = {**rendered.labels, "harness.role": "probe", **labels, "harness.content-hash": digest}
+    labels = {**rendered.labels, ROLE: Role.PROBE.value, **labels, CONTENT_HASH: digest}
     return replace(rendered, dockerfile=dockerfile, files=files, content_hash=digest, labels=labels)
 
 
@@ -123,7 +124,7 @@ def render_packaging(rendered: Rendered, matrix) -> Rendered:
         f"RUN python /opt/build/packaging_probe.py report {OUT} /opt/build/src/vllm",
         "",
     ])
-    return _as_probe(rendered, stack, dockerfile, "packaging_probe.py", {"harness.probe": "packaging"})
+    return _as_probe(rendered, stack, dockerfile, "packaging_probe.py", {PROBE: "packaging"})
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TypeVar
 
+from harness import labels as label
 from harness import platforms
 from harness.archs import split
 from harness.errors import ConfigError
@@ -55,7 +56,6 @@ def _docker_dir() -> Path:
 DOCKER_DIR = _docker_dir()
 DEFAULT_TEMPLATE = DOCKER_DIR / "Dockerfile.vllm.in"
 WHEELS_TEMPLATE = DOCKER_DIR / "Dockerfile.wheels.in"  # the wheel-stack sibling
-LABEL = "harness"
 
 PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
 ARG_LINE = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
@@ -172,28 +172,28 @@ def labels_for(stack_name: str, stack: Stack, patches: list[PatchFile], content_
     # a local base brings its own torch (the base stage checks its version); no index is used
     torch_from = "from the base image" if base.brings_python else torch.index_url
     labels = {
-        f"{LABEL}.role": "image",
-        f"{LABEL}.stack": stack_name,
-        f"{LABEL}.content-hash": content_hash,
-        f"{LABEL}.platform": platform.docker,
-        f"{LABEL}.base-image": base.reference,
-        f"{LABEL}.cuda": base.tag,
-        f"{LABEL}.python": stack.python,
-        f"{LABEL}.torch": f"{torch.version} {torch_from}",
-        f"{LABEL}.torch-cuda-arch-list": archs,
-        f"{LABEL}.flashinfer-cuda-arch-list": str(stack.flashinfer_cuda_arch_list or archs),
-        f"{LABEL}.max-jobs": str(stack.max_jobs),
-        f"{LABEL}.nvcc-threads": str(stack.nvcc_threads),
-        f"{LABEL}.vllm.source": vllm_label,
-        f"{LABEL}.vllm.patches": ",".join(Path(p.rel).name for p in patches if p.series == "vllm"),
-        f"{LABEL}.flashinfer.source": fi_label,
-        f"{LABEL}.flashinfer.version": fi.version or "",
-        f"{LABEL}.flashinfer.commit": fi.commit or "",
-        f"{LABEL}.flashinfer.prs": ",".join(f"#{p.pr_number}@{p.head_sha}" for p in patches
-                                            if p.series == "flashinfer"),
+        label.ROLE: label.Role.IMAGE.value,
+        label.STACK: stack_name,
+        label.CONTENT_HASH: content_hash,
+        label.PLATFORM: platform.docker,
+        label.BASE_IMAGE: base.reference,
+        label.CUDA: base.tag,
+        label.PYTHON: stack.python,
+        label.TORCH: f"{torch.version} {torch_from}",
+        label.TORCH_CUDA_ARCH_LIST: archs,
+        label.FLASHINFER_CUDA_ARCH_LIST: str(stack.flashinfer_cuda_arch_list or archs),
+        label.MAX_JOBS: str(stack.max_jobs),
+        label.NVCC_THREADS: str(stack.nvcc_threads),
+        label.VLLM_SOURCE: vllm_label,
+        label.VLLM_PATCHES: ",".join(Path(p.rel).name for p in patches if p.series == "vllm"),
+        label.FLASHINFER_SOURCE: fi_label,
+        label.FLASHINFER_VERSION: fi.version or "",
+        label.FLASHINFER_COMMIT: fi.commit or "",
+        label.FLASHINFER_PRS: ",".join(f"#{p.pr_number}@{p.head_sha}" for p in patches
+                                       if p.series == "flashinfer"),
     }
     for p in patches:
-        labels[f"{LABEL}.{p.series}.patch.{Path(p.rel).name}.sha256"] = p.sha256
+        labels[label.patch_sha256(p.series, Path(p.rel).name)] = p.sha256
     return labels
 
 
@@ -254,7 +254,7 @@ def render_source(matrix: Matrix, stack_name: str, *, template: Path | None = No
     digest = content_hash(dockerfile, buildargs, files, stack, platform)
     labels = {**labels_for(stack_name, stack, patches, digest, platform), **parts.labels}
     if not fi_aot:
-        labels[f"{LABEL}.flashinfer.aot"] = "false"
+        labels[label.FLASHINFER_AOT] = "false"
     reqs = None
     if requirements and REQUIREMENTS_FILE in dockerfile:  # a template that installs none needs none read
         reqs = for_stack(stack_name, stack, platform)

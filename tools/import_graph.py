@@ -106,21 +106,17 @@ def arrows(root: Path) -> list[Arrow]:
 
 
 def _imports(tree: ast.AST) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import, with whether it sits in a function. Imports under `if TYPE_CHECKING:` count
+    as module-level ones: they never run, but they are arrows all the same (a reader, the type
+    checker and outside viewers follow them), and a circle drawn with them is a circle."""
     def walk(node: ast.AST, late: bool) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.Import | ast.ImportFrom):
                 yield child, late
-            elif isinstance(child, ast.If) and _is_type_checking(child.test):
-                continue  # for the type checker only: never runs
             else:
                 inner = late or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
                 yield from walk(child, inner)
     return walk(tree, False)
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def room(module: str) -> str:

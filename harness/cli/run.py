@@ -308,7 +308,7 @@ def run(args) -> int:
 def rejudge(args) -> int:
     """Every verdict of a stored run derived again from its stored logs and figures, with the
     fingerprint and rules of this version; the cross-cell rule applied last."""
-    from harness.matrix.model import Expect
+    from harness.matrix.model import Bench, Expect
     from harness.results.store import RunStore
     from harness.run.outcome import apply_format_rule
     from harness.stages.judge import rejudge as rejudge_cell
@@ -316,16 +316,19 @@ def rejudge(args) -> int:
     store = RunStore.open(Path(args.run_dir))
     try:
         expect = Expect.model_validate(store.run.matrix.expect.model_dump(exclude_unset=True))
+        bench = Bench.model_validate(store.run.matrix.bench.model_dump(exclude_unset=True))
     except ValueError as exc:
-        raise ConfigError(f"{store.dir}/run.json: matrix.expect is not valid ({exc})",
+        raise ConfigError(f"{store.dir}/run.json: matrix.expect or matrix.bench is not valid ({exc})",
                           hint="re-run the matrix") from None
+    if not store.run.matrix.ratio_recorded:  # a run from before the rule: it is not judged by it now
+        expect = expect.model_copy(update={"nvfp4_over_fp8_min_ratio": None})
     before = {c.id: c for c in store.cells()}
     for cell in before.values():
         text = store.read_log(cell.serve.log) if cell.serve and cell.serve.log else None
         after = rejudge_cell(cell, expect, text)
         if after != cell:
             store.write_cell(after)
-    apply_format_rule(store)
+    apply_format_rule(store, expect, bench)
     changed = 0
     for c in store.cells():
         old = before[c.id]

@@ -53,8 +53,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 from support.fakeserver import VOCAB  # noqa: E402
 from support.local import fake_server  # noqa: E402
 
-from harness.bench import BenchSettings, bench  # noqa: E402
+from harness.bench.client import bench  # noqa: E402
 from harness.bench.prompts import WORDS  # noqa: E402
+from harness.bench.settings import BenchSettings  # noqa: E402
 from harness.bench.stats import percentile  # noqa: E402
 
 MODEL = "fake-model"

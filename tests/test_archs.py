@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from harness.archs import CC, FAMILY, ArchEntry, ArchList, CudaArch, Load
-from harness.audit import Target, audit_path
+from harness.audit.report import audit_path
+from harness.audit.verdict import Target
 from harness.cli import main
 from harness.image.buildlog import check_build_log
 from harness.matrix.load import load_matrix

@@ -16,7 +16,8 @@ import urllib.request
 import pytest
 from support.local import fake_server
 
-from harness.bench import BenchSettings, bench
+from harness.bench.client import bench
+from harness.bench.settings import BenchSettings
 from harness.bench.stats import percentile
 from harness.bench.stream import SSEReader
 from harness.cli import main as harness_main

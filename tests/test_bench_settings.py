@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench import BenchSettings, bench
+from harness.bench.client import bench
+from harness.bench.settings import BenchSettings
 from harness.matrix.load import load_matrix
 from harness.stages.measure import SOAK, settings_of
 

@@ -71,3 +71,16 @@ def test_an_outside_viewer_draws_the_same_arrows_and_no_circle():
     ours = {(a.src, a.dst) for a in import_graph.arrows(ROOT)}
     assert theirs == ours
     assert import_graph.circles(theirs) == []
+
+
+def test_a_package_init_importing_its_own_modules_is_a_circle(tmp_path):
+    """Python runs a package's __init__ before any module of it: an __init__ that re-exports its
+    modules sits on a circle with each of them (pydeps draws it so too)."""
+    pkg = tmp_path / "harness" / "audit"
+    pkg.mkdir(parents=True)
+    (tmp_path / "harness" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from harness.audit.report import audit_path\n")
+    (pkg / "report.py").write_text("def audit_path():\n    pass\n")
+    assert import_graph.summary(tmp_path)["circles"] == [["harness.audit", "harness.audit.report"]]
+    (pkg / "__init__.py").write_text('"""The audit."""\n')
+    assert import_graph.summary(tmp_path)["circles"] == []

@@ -188,6 +188,17 @@ def upward(all_arrows: list[Arrow]) -> list[Arrow]:
     return list({(a.src, a.dst, a.line): a for a in bad}.values())
 
 
+def package_arrows(mods: dict[str, Path]) -> set[tuple[str, str]]:
+    """A module to each package above it: Python runs a package's `__init__` before any module
+    of it, so an `__init__` that imports a module of its own package closes a circle (outside
+    viewers such as pydeps draw these arrows too)."""
+    out = set()
+    for m in mods:
+        parts = m.split(".")
+        out |= {(m, ".".join(parts[:i])) for i in range(1, len(parts)) if ".".join(parts[:i]) in mods}
+    return out
+
+
 def summary(root: Path) -> dict:
     mods = modules(root)
     all_arrows = arrows(root)
@@ -198,7 +209,7 @@ def summary(root: Path) -> dict:
         "modules": len(mods), "rooms": len(rooms),
         "arrows": len(edges),
         "room_arrows": len({(room(a), room(b)) for a, b in edges if room(a) != room(b)}),
-        "circles": circles(edges),
+        "circles": circles(edges | package_arrows(mods)),
         "upward": upward(all_arrows),
         "late": late,
         "late_unexplained": [a for a in late if not allowed_late(a)],

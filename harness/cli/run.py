@@ -289,7 +289,7 @@ def run(args) -> int:
         f"{sum(1 for c in cells if c.status == s)} {s.value}"
         for s in dict.fromkeys(c.status for c in cells)), markup=False)
     if not args.no_report:
-        from harness.report import write_report
+        from harness.report.write import write_report
 
         paths = write_report(store.dir)
         err.print(f"report: {', '.join(str(p) for p in paths)}", markup=False)

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Literal
 
 from harness.archs import CC, ArchList
-from harness.audit import Target, audit_path
-from harness.audit.report import AuditSummary
+from harness.audit.report import AuditSummary, audit_path
+from harness.audit.verdict import Target
 from harness.errors import BuildFailed, ConfigError, EngineError
 from harness.image import compile_cache, offline
 from harness.image.buildlog import check_build_log

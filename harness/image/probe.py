@@ -23,7 +23,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.archs import ArchList
-from harness.audit import Target, audit_path
+from harness.audit.report import audit_path
+from harness.audit.verdict import Target
 from harness.errors import ConfigError, EngineError
 from harness.image.builder import audit_ccs, build_one, local_base_id
 from harness.image.dockerfile import render

@@ -14,7 +14,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from harness.errors import StorageError
-from harness.fingerprint import fingerprint
+from harness.fingerprint.parse import fingerprint
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell
 from harness.results.memwatch import MemWatch

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import proc
-from harness.audit import IMAGE_PATHS, Target, audit_path
-from harness.audit.report import AuditSummary
+from harness.audit.report import IMAGE_PATHS, AuditSummary, audit_path
+from harness.audit.verdict import Target
 from harness.image.builder import audit_image, build_stacks
 from harness.labels import LOCAL_VLLM_DIR, Role, role
 from harness.matrix.load import Matrix

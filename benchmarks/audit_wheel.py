@@ -20,7 +20,8 @@ import time
 import zipfile
 from pathlib import Path
 
-from harness.audit import audit_path, crosscheck
+from harness.audit import crosscheck
+from harness.audit.report import audit_path
 
 _CANDIDATE_RE = re.compile(r"\.so(?:\.\d+)*$")
 

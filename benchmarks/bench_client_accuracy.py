@@ -53,8 +53,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 from support.fakeserver import VOCAB  # noqa: E402
 from support.local import fake_server  # noqa: E402
 
-from harness.bench import bench  # noqa: E402
+from harness.bench.client import bench  # noqa: E402
 from harness.bench.prompts import WORDS  # noqa: E402
+from harness.bench.settings import BenchSettings  # noqa: E402
 from harness.bench.stats import percentile  # noqa: E402
 
 MODEL = "fake-model"
@@ -116,12 +117,14 @@ def run_ours(url: str, c: int) -> dict:
     r = bench(
         url,
         MODEL,
-        concurrency=(c,),
-        max_tokens=MAX_TOKENS,
-        repeats=PER_C,
-        warmup=True,
-        prefill=False,
-        keep_requests=True,
+        BenchSettings(
+            concurrency=(c,),
+            max_tokens=MAX_TOKENS,
+            repeats=PER_C,
+            warmup=True,
+            prefill=False,
+            keep_requests=True,
+        ),
     )
     cpu = time.process_time() - cpu0
     lv = r.level(c)

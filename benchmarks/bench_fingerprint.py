@@ -24,11 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.fingerprint import (  # noqa: E402
-    failure,
-    fingerprint,  # noqa: E402
-    tables,
-)
+from harness.fingerprint import failure, tables  # noqa: E402
+from harness.fingerprint.parse import fingerprint  # noqa: E402
 
 TARGET_S = 0.2
 

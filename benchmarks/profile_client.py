@@ -33,17 +33,25 @@ def main() -> int:
 
     import harness.bench.client as client
 
+    try:
+        from harness.bench.settings import BenchSettings
+
+        def run(url: str, **kw):
+            return client.bench(url, "fake-model", BenchSettings(**kw))
+    except ImportError:  # a --code-root from before the typed entry point took keywords
+
+        def run(url: str, **kw):
+            return client.bench(url, "fake-model", **kw)
+
     flags = ("--tokens-per-s", "400", "--tokens-per-chunk", "2", "--ttft-ms", "50")
     print(f"client code: {client.__file__}")
     with fake_server(*flags) as url:
-        client.bench(url, "fake-model", concurrency=(64,), max_tokens=16, repeats=1, prefill=False)
+        run(url, concurrency=(64,), max_tokens=16, repeats=1, prefill=False)
         prof = cProfile.Profile()
         cpu0, wall0 = time.process_time(), time.perf_counter()
         if a.profile:
             prof.enable()
-        r = client.bench(
-            url, "fake-model", concurrency=(64,), max_tokens=256, repeats=3, prefill=False
-        )
+        r = run(url, concurrency=(64,), max_tokens=256, repeats=3, prefill=False)
         if a.profile:
             prof.disable()
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0

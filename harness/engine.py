@@ -37,15 +37,11 @@ from tenacity import (
 from harness import owner as owners
 from harness import platforms
 from harness.errors import BuildFailed, EngineError, EnvironmentProblem
+from harness.labels import CONTROLLER_HOST, RUN_ID
 from harness.platforms import Platform
 from harness.safety import readers
 
 log = logging.getLogger("harness.engine")
-
-LABEL_PREFIX = "harness"
-LABEL_RUN = f"{LABEL_PREFIX}.run-id"
-LABEL_ROLE = f"{LABEL_PREFIX}.role"
-
 
 def _transient(exc: BaseException) -> bool:
     """Connection resets, timeouts and 5xx answers may pass; anything else will not."""
@@ -161,7 +157,7 @@ class BuildChunk(_Answer):
 class ContainerLabels(owners.ControllerLabels):
     """A container's labels: its run id and its controller read by name, the others kept."""
 
-    run: str | None = Field(None, alias=LABEL_RUN, description="The run that started it.")
+    run: str | None = Field(None, alias=RUN_ID, description="The run that started it.")
 
 
 class ListedContainer(_Answer):
@@ -495,7 +491,7 @@ class Engine:
         whose controller (host + pid + start time) is no longer alive on this host, or every
         container of `run_id`. Returns the names removed."""
 
-        filters = {"label": [f"{LABEL_RUN}={run_id}"] if run_id else [owners.LABEL_HOST]}
+        filters = {"label": [f"{RUN_ID}={run_id}"] if run_id else [CONTROLLER_HOST]}
         removed = []
         for c in self._listed(filters):
             labels = c.labels or ContainerLabels()

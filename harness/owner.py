@@ -15,12 +15,9 @@ from functools import cache
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.labels import CONTROLLER_HOST, CONTROLLER_PID, CONTROLLER_STARTED
 from harness.proc import start_ticks
 from harness.results.model import Controller
-
-LABEL_HOST = "harness.controller.host"
-LABEL_PID = "harness.controller.pid"
-LABEL_STARTED = "harness.controller.started"
 
 
 @cache
@@ -31,7 +28,7 @@ def me() -> Controller:
 
 def labels() -> dict[str, str]:
     c = me()
-    return {LABEL_HOST: c.host, LABEL_PID: str(c.pid), LABEL_STARTED: str(c.started or "")}
+    return {CONTROLLER_HOST: c.host, CONTROLLER_PID: str(c.pid), CONTROLLER_STARTED: str(c.started or "")}
 
 
 def alive(c: Controller) -> bool | None:
@@ -57,9 +54,9 @@ class ControllerLabels(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
 
-    host: str | None = Field(None, alias=LABEL_HOST)
-    pid: str | None = Field(None, alias=LABEL_PID)
-    started: str | None = Field(None, alias=LABEL_STARTED)
+    host: str | None = Field(None, alias=CONTROLLER_HOST)
+    pid: str | None = Field(None, alias=CONTROLLER_PID)
+    started: str | None = Field(None, alias=CONTROLLER_STARTED)
 
     def controller(self) -> Controller | None:
         """The controller these labels name; None when they name none (or not readably)."""

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.audit import Target, audit_path
+from harness.audit.report import audit_path
 from harness.audit.scan import audit_bytes
+from harness.audit.verdict import Target
 from harness.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.audit import audit_path, fatbin
+from harness.audit import fatbin
+from harness.audit.report import audit_path
 from harness.audit.source import MAX_MEMBER
 from harness.cli import main
 
@@ -226,7 +227,7 @@ def test_a_real_zip_bomb_is_read_in_bounded_memory(tmp_path: Path) -> None:
         f"""
         import resource, sys
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-        from harness.audit import audit_path
+        from harness.audit.report import audit_path
         r = audit_path({str(whl)!r}, sass_check=False, jobs=1)
         print(r.unreadable[0].reason if r.unreadable else "complete")
         """

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.audit import audit_path
-from harness.audit.report import DEFAULT_TARGETS
+from harness.audit.report import DEFAULT_TARGETS, audit_path
 from harness.cli.audit import audit_image
 from harness.engine import connect
 from harness.errors import EngineError

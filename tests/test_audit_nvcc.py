@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness import proc
-from harness.audit import audit_path, crosscheck, tools
+from harness.audit import crosscheck, tools
+from harness.audit.report import audit_path
 from harness.audit.sass import scan_cubin
 
 CUBINS = Path(__file__).parent / "fixtures" / "cubins"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.archs import CudaArch
 from harness.audit import elf, fatbin
-from harness.audit.archs import CudaArch
 from harness.audit.scan import NO_SASS, SassPolicy, ScanStats, audit_bytes, audit_tree
 from harness.audit.source import BytesReader, Unreadable
 

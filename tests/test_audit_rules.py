@@ -1,4 +1,5 @@
-"""Arch naming and loading rules, and the kernel family table (real vLLM 0.25.1 names)."""
+"""Arch naming, and the kernel family table (real vLLM 0.25.1 names); the loading rule is
+tests/test_archs.py's."""
 
 from __future__ import annotations
 
@@ -6,38 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.audit.archs import CC, CudaArch, Load
+from harness.archs import CudaArch
 from harness.audit.families import FAMILIES, family_of
 
 NAMES = Path(__file__).parent / "fixtures" / "cubins" / "vllm-0.25.1-kernel-names.tsv"
-
-
-@pytest.mark.parametrize(
-    ("arch", "cc", "load"),
-    [
-        ("sm_120", "12.0", Load.NATIVE),
-        ("sm_120", "12.1", Load.NATIVE),  # plain SASS: same major, minor >= 0
-        ("sm_121", "12.0", Load.NO),
-        ("sm_120a", "12.0", Load.NATIVE),
-        ("sm_120a", "12.1", Load.NO),  # arch-specific: exactly 12.0
-        ("sm_121a", "12.1", Load.NATIVE),
-        ("sm_121a", "12.0", Load.NO),
-        ("sm_120f", "12.1", Load.NATIVE),  # family: the 12.x members at minor >= 0
-        ("sm_121f", "12.0", Load.NO),
-        ("sm_100f", "10.3", Load.NATIVE),
-        ("sm_100f", "12.0", Load.NO),
-        ("sm_80", "9.0", Load.NO),  # SASS never crosses a major
-        ("sm_90a", "9.0", Load.NATIVE),
-        ("compute_80", "9.0", Load.JIT),
-        ("compute_80", "12.1", Load.JIT),
-        ("compute_120", "9.0", Load.NO),
-        ("compute_120f", "12.1", Load.JIT),
-        ("compute_120f", "13.0", Load.NO),
-        ("compute_120a", "12.1", Load.NO),
-    ],
-)
-def test_load_rules(arch: str, cc: str, load: Load) -> None:
-    assert CudaArch.parse(arch).load_on(CC.parse(cc)) is load
 
 
 @pytest.mark.parametrize("name", ["sm_120f", "sm_90a", "compute_120f", "sm_75", "compute_100"])

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.audit import Target, audit_path, tools
+from harness.audit import tools
+from harness.audit.report import audit_path
 from harness.audit.sass import parse_disassembly
+from harness.audit.verdict import Target
 from harness.cli import main
 
 CUBINS = Path(__file__).parent / "fixtures" / "cubins"

@@ -16,7 +16,8 @@ import urllib.request
 import pytest
 from support.local import fake_server
 
-from harness.bench import bench
+from harness.bench.client import bench
+from harness.bench.settings import BenchSettings
 from harness.bench.stats import percentile
 from harness.bench.stream import SSEReader
 from harness.cli import main as harness_main
@@ -70,12 +71,14 @@ def test_counts_match_the_servers_record_and_times_obey_causality():
         r = bench(
             url,
             "fake-model",
-            concurrency=(1, 4),
-            max_tokens=24,
-            repeats=2,
-            warmup=False,
-            prefill=False,
-            keep_requests=True,
+            BenchSettings(
+                concurrency=(1, 4),
+                max_tokens=24,
+                repeats=2,
+                warmup=False,
+                prefill=False,
+                keep_requests=True,
+            ),
         )
         sent = server_record(url)
     reqs = timed(r)
@@ -135,11 +138,13 @@ def test_a_server_that_closes_every_connection_is_reconnected_outside_the_timing
         r = bench(
             url,
             "fake-model",
-            concurrency=(4,),
-            max_tokens=10,
-            repeats=3,
-            prefill=False,
-            keep_requests=True,
+            BenchSettings(
+                concurrency=(4,),
+                max_tokens=10,
+                repeats=3,
+                prefill=False,
+                keep_requests=True,
+            ),
         )
         sent = server_record(url)
     lv = r.level(4)
@@ -156,11 +161,13 @@ def test_multi_token_messages_without_usage_are_counted_by_the_servers_tokenize(
         r = bench(
             url,
             "fake-model",
-            concurrency=(2,),
-            max_tokens=22,
-            repeats=1,
-            prefill=False,
-            keep_requests=True,
+            BenchSettings(
+                concurrency=(2,),
+                max_tokens=22,
+                repeats=1,
+                prefill=False,
+                keep_requests=True,
+            ),
         )
         sent = server_record(url)
     assert r.token_count_source == "tokenize" and r.token_counts_reliable
@@ -188,15 +195,17 @@ def test_without_usage_or_tokenize_a_tokenizer_file_counts_else_chunks_marked_un
         counted = bench(
             url,
             "fake-model",
-            concurrency=(2,),
-            max_tokens=10,
-            repeats=1,
-            prefill=False,
-            tokenizer=str(tmp_path / "tokenizer.json"),
-            keep_requests=True,
+            BenchSettings(
+                concurrency=(2,),
+                max_tokens=10,
+                repeats=1,
+                prefill=False,
+                tokenizer=str(tmp_path / "tokenizer.json"),
+                keep_requests=True,
+            ),
         )
         chunked = bench(
-            url, "fake-model", concurrency=(2,), max_tokens=10, repeats=1, prefill=False
+            url, "fake-model", BenchSettings(concurrency=(2,), max_tokens=10, repeats=1, prefill=False)
         )
     assert counted.token_count_source == "tokenizer" and counted.token_counts_reliable
     assert counted.level(2).output_tokens == 20
@@ -208,7 +217,7 @@ def test_without_usage_or_tokenize_a_tokenizer_file_counts_else_chunks_marked_un
 
 def test_server_errors_are_counted_and_the_rest_measured():
     with fake_server(*FAST, "--error-every", "3") as url:
-        r = bench(url, "fake-model", concurrency=(4,), max_tokens=20, repeats=2, prefill=False)
+        r = bench(url, "fake-model", BenchSettings(concurrency=(4,), max_tokens=20, repeats=2, prefill=False))
     lv = r.level(4)
     # 12 requests in all (4 warm-up, 8 timed): every third fails, 3, 6, 9 and 12.
     assert lv.requests == 8 and lv.failed == 3
@@ -221,12 +230,14 @@ def test_stalled_request_times_out_and_is_reported():
         r = bench(
             url,
             "fake-model",
-            concurrency=(4,),
-            max_tokens=20,
-            repeats=1,
-            prefill=False,
-            timeout_s=1.0,
-            keep_requests=True,
+            BenchSettings(
+                concurrency=(4,),
+                max_tokens=20,
+                repeats=1,
+                prefill=False,
+                timeout_s=1.0,
+                keep_requests=True,
+            ),
         )
     lv = r.level(4)  # requests 1-4 warm up, 5-8 timed: request 6 stalls and never ends
     assert lv.failed == 1 and lv.errors[0].startswith("timeout: no byte for 1 s")
@@ -242,7 +253,7 @@ def test_prefill_rate_and_prefix_cache_hit_rate_from_metrics(legacy):
     flags = [*FAST, "--prefill-tok-s", "10000", *(["--legacy-metrics"] if legacy else [])]
     with fake_server(*flags) as url:
         r = bench(
-            url, "fake-model", concurrency=(1,), max_tokens=10, repeats=1, long_prompt_tokens=2000
+            url, "fake-model", BenchSettings(concurrency=(1,), max_tokens=10, repeats=1, long_prompt_tokens=2000)
         )
     assert r.prefill_prompt_tokens == 2002  # the server's own count ("[run nonce]" + 2000)
     assert r.prefill_tok_s == pytest.approx(2002 / (r.cold_ttft_ms / 1000), rel=1e-9)
@@ -256,14 +267,14 @@ def test_prefill_rate_and_prefix_cache_hit_rate_from_metrics(legacy):
 def test_prefill_prompt_tokens_from_tokenize_without_usage():
     with fake_server(*FAST, "--no-usage") as url:
         r = bench(
-            url, "fake-model", concurrency=(1,), max_tokens=4, repeats=1, long_prompt_tokens=300
+            url, "fake-model", BenchSettings(concurrency=(1,), max_tokens=4, repeats=1, long_prompt_tokens=300)
         )
     assert r.prefill_prompt_tokens == 302
 
 
 def test_degenerate_output_is_flagged():
     with fake_server(*FAST, "--degenerate") as url:
-        r = bench(url, "fake-model", concurrency=(2,), max_tokens=60, repeats=1, prefill=False)
+        r = bench(url, "fake-model", BenchSettings(concurrency=(2,), max_tokens=60, repeats=1, prefill=False))
     lv = r.level(2)
     assert lv.degenerate and lv.degenerate_count == 2 and lv.diversity_min < 0.1
 
@@ -273,12 +284,14 @@ def test_chat_endpoint():
         r = bench(
             url + "/v1",
             "fake-model",
-            concurrency=(2,),
-            max_tokens=20,
-            repeats=1,
-            endpoint="chat",
-            prefill=False,
-            keep_requests=True,
+            BenchSettings(
+                concurrency=(2,),
+                max_tokens=20,
+                repeats=1,
+                endpoint="chat",
+                prefill=False,
+                keep_requests=True,
+            ),
         )
         sent = server_record(url, full=True)
     assert r.endpoint == "chat" and r.level(2).failed == 0
@@ -292,11 +305,13 @@ def test_a_character_cut_across_two_network_reads_survives():
         r = bench(
             url,
             "fake-model",
-            concurrency=(2,),
-            max_tokens=40,
-            repeats=1,
-            prefill=False,
-            keep_requests=True,
+            BenchSettings(
+                concurrency=(2,),
+                max_tokens=40,
+                repeats=1,
+                prefill=False,
+                keep_requests=True,
+            ),
         )
         sent = server_record(url, full=True)
     texts = [q["text"] for q in timed(r)]

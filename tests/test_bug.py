@@ -13,7 +13,7 @@ from conftest import FIXTURES, ROOT, make_runs_module
 
 from harness.cli import main as cli_main
 from harness.errors import ConfigError
-from harness.fingerprint import Fingerprint
+from harness.fingerprint.model import Fingerprint
 from harness.results.bug import bug_report, stack_kind, symptom, trackers
 from harness.results.model import (
     BuildOutcome,

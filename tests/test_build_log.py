@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.archs import ArchList
 from harness.image.buildlog import check_build_log, read_decisions
 
 CMAKE = Path(__file__).resolve().parent / "fixtures" / "build" / "cmake"
@@ -35,7 +36,7 @@ def test_real_configure_logs(fixture, asked, supported, nvfp4, kinds):
     d = read_decisions(text)
     assert d.supported == supported
     assert d.nvfp4_sm12x == nvfp4
-    problems = check_build_log(text, asked)
+    problems = check_build_log(text, ArchList.parse(asked))
     assert [p.kind for p in problems] == kinds
     for p in problems:
         assert "0001-cmake-sm121a-on-cuda13.patch" in p.message
@@ -57,4 +58,4 @@ SYNTHETIC = [
 
 @pytest.mark.parametrize(("text", "asked", "kinds"), SYNTHETIC)
 def test_line_forms(text, asked, kinds):
-    assert [p.kind for p in check_build_log(text, asked)] == kinds
+    assert [p.kind for p in check_build_log(text, ArchList.parse(asked))] == kinds

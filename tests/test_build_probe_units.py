@@ -7,8 +7,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from harness.archs import CC, ArchList
 from harness.image.probe import ProbeReport, ProbeRow, judge, load_units
-from harness.matrix.archs import ccs_of
 
 ROOT = Path(__file__).resolve().parent.parent
 CMAKE = ROOT / "tests" / "fixtures" / "build" / "cmake"
@@ -50,7 +50,8 @@ def test_judge_and_targets():
     assert judge([ok], ProbeReport.model_validate({"configure_rc": {"patched": 1}}))[0] == "fail"
     assert judge([ok], ProbeReport.model_validate({"configure_rc": {"patched": 0}, "compile_rc": 2}))[0] == "fail"
     assert judge([ok], ProbeReport())[0] == "fail"  # no patched configure recorded: it did not configure
-    assert ccs_of("9.0a;12.1a") == {"9.0", "12.1"} and ccs_of("12.0f 8.0+PTX") == {"12.0", "8.0"}
+    assert ArchList.read("9.0a;12.1a").ccs == {CC(9, 0), CC(12, 1)}
+    assert ArchList.read("12.0f 8.0+PTX").ccs == {CC(12, 0), CC(8, 0)}
 
 
 def test_the_probe_records_read_the_helpers_files_and_write_probe_json_as_before():

@@ -61,7 +61,7 @@ def test_rendered_stack_is_complete(matrix_file, stack):
     for key in REQUIRED_LABELS:
         assert key in r.labels, key
     assert r.labels["harness.content-hash"] == r.content_hash
-    assert r.labels["harness.torch-cuda-arch-list"] == spec.torch_cuda_arch_list
+    assert r.labels["harness.torch-cuda-arch-list"] == str(spec.torch_cuda_arch_list)
     assert "fetch_source.py" in context
     assert r.image_ref == image_ref(matrix, stack)
     assert not re.search(r"^RUN\s+--mount", text, re.MULTILINE)  # the legacy builder would reject it

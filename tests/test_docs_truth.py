@@ -1,8 +1,12 @@
 """The docs that describe the code are held to it: a change to one without the other fails here.
 
-docs/layout.md's floors against tools/import_graph.py FLOORS; docs/results-format.md's records
-against the record classes and the format number; README's exit-code table against
-harness.errors.EXIT_CODES (which `harness --help` prints), and every error class's code."""
+docs/layout.md's floors against tools/import_graph.py FLOORS, its `type: ignore` table against
+the code and its "one type per concept" against the classes that copy a matrix table;
+docs/results-format.md's records against the record classes, the format number, run.json's
+matrix copy, schedule.json's keys and the cross-check file's path; results/model.py's and
+safety/__init__.py's docstrings against the format and the package; README's and
+docs/building.md's compile-cache figures against examples/h200-cache; README's exit-code table
+against harness.errors.EXIT_CODES (which `harness --help` prints), and every error class's code."""
 
 from __future__ import annotations
 
@@ -105,3 +109,108 @@ def test_results_format_number_and_statuses() -> None:
         assert f'"format": {FORMAT},' in _json_block(text, heading)
     statuses = re.search(r'"status": ("pass".*)', _json_block(text, "## cells/<cell-key>.json")).group(1)
     assert re.findall(r'"([a-z-]+)"', statuses) == [s.value for s in Status]
+
+
+def _keys_at(block: str, depth_wanted: int, after: str | None = None) -> set[str]:
+    """The keys at one nesting depth of a documented JSON value (from `after` on, when given:
+    the keys of the object that follows it)."""
+    if after is not None:
+        block = block[block.index(after) + len(after):]
+    keys, depth = set(), 0
+    for m in re.finditer(r'[{}\[\]]|"([A-Za-z_][A-Za-z0-9_.]*)"\s*:', block):
+        tok = m.group(0)
+        if tok in "{[":
+            depth += 1
+        elif tok in "}]":
+            depth -= 1
+            if depth < 0:
+                break
+        elif depth == depth_wanted:
+            keys.add(m.group(1))
+    return keys
+
+
+def test_run_json_documents_every_key_of_its_matrix_copy() -> None:
+    from harness.results.model import MatrixInfo
+
+    block = _json_block((ROOT / "docs" / "results-format.md").read_text(), "## run.json")
+    assert _keys_at(block, 0, after='"matrix": {') == set(MatrixInfo.model_fields)
+
+
+def _written_dict_keys(path: Path, call: str) -> list[set[str]]:
+    """The keys of every dict literal handed to `call` (e.g. self.timeline.append) in `path`."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (isinstance(node, ast.Call) and ast.unparse(node.func) == call and node.args
+                and isinstance(node.args[0], ast.Dict)):
+            found.append({k.value for k in node.args[0].keys if isinstance(k, ast.Constant)})
+    return found
+
+
+def test_schedule_json_documents_what_the_executor_writes() -> None:
+    written = _written_dict_keys(ROOT / "harness" / "run" / "executor.py", "self.timeline.append")
+    assert len(written) == 2 and written[0] == written[1]  # a cell on one slot, a cell over nodes
+    text = (ROOT / "docs" / "results-format.md").read_text()
+    assert "  schedule.json " in text  # in the folder's tree
+    assert _keys_at(_json_block(text, "## schedule.json"), 2) == written[0]
+    assert 'store.dir / "schedule.json"' in (ROOT / "harness" / "run" / "executor.py").read_text()
+
+
+def test_the_cross_check_file_is_where_the_doc_says() -> None:
+    text = (ROOT / "docs" / "results-format.md").read_text()
+    assert "## logs/<cell-key>.cross-check.json" in text and "  logs/<cell-key>.cross-check.json " in text
+    assert 'store.dir / "logs" / f"{cell_key(cell.id)}.cross-check.json"' in (
+        ROOT / "harness" / "run" / "cell.py").read_text()
+
+
+def test_layout_names_every_type_ignore_with_its_error_code() -> None:
+    found = set()
+    for path in sorted((ROOT / "harness").rglob("*.py")):
+        for line in path.read_text().splitlines():
+            if "type: ignore" in line:
+                m = re.search(r"# type: ignore\[([a-z-]+)\]", line)
+                assert m, f"{path}: a type: ignore without its error code"
+                found.add((str(path.relative_to(ROOT / "harness")), m.group(1)))
+    rows = _table((ROOT / "docs" / "layout.md").read_text(), "| file | error | why |")
+    assert {(r[0].strip("`"), r[1].strip("`")) for r in rows} == found
+
+
+def test_layout_names_the_classes_that_copy_a_matrix_table() -> None:
+    """'One type per concept' says where it holds and where it does not: the results classes
+    that mirror a matrix class are the ones the paragraph names."""
+    from harness.bench.result import BenchResult
+    from harness.fingerprint.verdicts import Verdict
+    from harness.results import model
+
+    assert model.BenchRecord is BenchResult and model.Verdict is Verdict
+    mirrors = {}
+    for name, cls in inspect.getmembers(model, inspect.isclass):
+        if cls.__module__ == model.__name__ and (m := re.search(r"harness\.matrix\.model\.(\w+)", cls.__doc__ or "")):
+            mirrors[name] = m.group(1)
+    text = (ROOT / "docs" / "layout.md").read_text()
+    paragraph = text[text.index("One type per concept"):text.index("\n\n", text.index("One type per concept"))]
+    assert dict(re.findall(r"`(\w+Info)` for `(\w+)`", paragraph)) == mirrors
+
+
+def test_docstrings_name_the_format_and_the_modules() -> None:
+    from harness import safety
+    from harness.results import model
+
+    assert f"Results format v{FORMAT} " in model.__doc__
+    modules = {p.stem for p in (ROOT / "harness" / "safety").glob("*.py") if p.stem != "__init__"}
+    assert set(re.findall(r"`(\w+)`", safety.__doc__)) == modules
+
+
+def test_readme_and_building_quote_the_cache_visit_the_example_holds() -> None:
+    """examples/h200-cache/summary.txt is what the H200 visit printed; both docs quote it."""
+    summary = (ROOT / "examples" / "h200-cache" / "summary.txt").read_text()
+    wall = {m[0]: float(m[1]) for m in re.findall(r"^(\w+): status built, harness build wall ([\d.]+) s", summary, re.M)}
+    hits, misses = map(int, re.search(r"^oneline: .*hits (\d+), misses (\d+)", summary, re.M).groups())
+    cold, one = round(wall["cold"]), round(wall["oneline"])
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    building = " ".join((ROOT / "docs" / "building.md").read_text().split())
+    assert f"took {cold} s cold and {one} s after a one-line kernel change" in readme
+    assert f"cold {cold} s for the whole `harness build`, one kernel line changed {one} s" in building
+    assert f"({hits} of {hits + misses} from the cache" in building

@@ -125,7 +125,7 @@ def test_listing_and_reaping_survive_a_container_removed_meanwhile(engine, run_i
     container already gone when reap removes it is skipped, not an error."""
     import docker
 
-    from harness.engine import LABEL_RUN
+    from harness.labels import RUN_ID as LABEL_RUN
 
     client = engine.client
     made = [client.containers.create(BUSYBOX, ["true"], labels={LABEL_RUN: run_id}, name=f"{run_id}-{i}")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.fingerprint import fingerprint
-from harness.report import load
+from harness.fingerprint.parse import fingerprint
+from harness.report.data import load
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "examples" / "h200-source" / "run"

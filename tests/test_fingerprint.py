@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.fingerprint import fingerprint
 from harness.fingerprint.lines import parse_line, split_lines
+from harness.fingerprint.parse import fingerprint
 
 LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
 CASES = sorted(p.name[: -len(".log")] for p in LOGS.glob("*.log"))

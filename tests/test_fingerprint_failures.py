@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from harness.fingerprint import fingerprint, verdicts
 from harness.fingerprint.lines import parse_line
+from harness.fingerprint.parse import fingerprint
+from harness.fingerprint.verdicts import verdicts
 
 MOE = "Using 'MARLIN' NvFp4 MoE backend out of potential backends: ['MARLIN', 'EMULATION']."
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.fingerprint import fingerprint
+from harness.fingerprint.parse import fingerprint
 
 # Death lines as each release prints them (file named in tests/fixtures/upstream/vllm-*.json).
 DEATH_LINES = [

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.fingerprint import Fingerprint, fingerprint
 from harness.fingerprint.failure import SignatureContext
+from harness.fingerprint.model import Fingerprint
+from harness.fingerprint.parse import fingerprint
 from harness.fingerprint.readers import Mismatch
 from harness.results.model import CellResult, FingerprintRecord
 

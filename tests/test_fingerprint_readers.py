@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
-from harness.fingerprint import Fingerprint, fingerprint
 from harness.fingerprint.failure import FailureFacts
-from harness.fingerprint.parse import _LINE_READERS, _words
+from harness.fingerprint.model import Fingerprint
+from harness.fingerprint.parse import _LINE_READERS, _words, fingerprint
 from harness.fingerprint.readers import (
     AutotunerFacts,
     DrafterFacts,

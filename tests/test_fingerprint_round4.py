@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.fingerprint import fingerprint
+from harness.fingerprint.parse import fingerprint
 
 W0 = "(Worker_TP0 pid=12) ERROR 12-01 10:00:00 [multiproc_executor.py:987] "
 W1 = "(Worker_TP1 pid=13) ERROR 12-01 10:00:00 [multiproc_executor.py:987] "

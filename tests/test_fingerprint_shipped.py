@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.fingerprint import fingerprint
+from harness.fingerprint.parse import fingerprint
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOT = ROOT / "tests" / "fixtures" / "fingerprint" / "shipped_cells.json"

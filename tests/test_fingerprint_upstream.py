@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from support.upstream_render import VARIANTS, eras, render
 
-from harness.fingerprint import Fingerprint, fingerprint
+from harness.fingerprint.model import Fingerprint
+from harness.fingerprint.parse import fingerprint
 from harness.fingerprint.upstream import category, extract
 
 UPSTREAM = Path(__file__).parent / "fixtures" / "upstream"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from support.upstream_render import VARIANTS, eras, render
 
-from harness.fingerprint import fingerprint
+from harness.fingerprint.parse import fingerprint
 from harness.fingerprint.tables import signatures
 
 CPP = Path(__file__).parent / "fixtures" / "upstream" / "cpp"

@@ -101,3 +101,27 @@ def test_a_level_only_one_side_measured_is_left_out():
     fp8 = cell("fp8", [100.0], aggregate_c8=[800.0])
     ((_, verdict),) = compare_formats([fp8, cell("nvfp4", [101.0])], 1.0, 0.02)
     assert "c=8" not in verdict.message and verdict.status == "pass"
+
+
+def test_a_run_applies_the_matrix_thresholds_it_is_handed_not_run_json_s_copy(tmp_path):
+    """One class per threshold: the live run hands its matrix's Expect and Bench, and the rule
+    reads nothing else (run.json's copy below says 1.0; the matrix says 0.5, and 0.5 judges)."""
+    from harness.matrix.model import Bench, Expect
+    from harness.results.model import MatrixInfo, RunRecord
+    from harness.results.store import RunStore, new_run_id
+    from harness.run.outcome import apply_format_rule
+    from harness.stages.judge import FORMAT_CHECK
+
+    run = RunRecord(run_id=new_run_id("rule"), tool_version="t", argv=[], k=None,
+                    matrix=MatrixInfo(name="rule", expect={"nvfp4_over_fp8_min_ratio": 1.0}),
+                    cells=["s/fp8/auto", "s/nvfp4/auto"])
+    store = RunStore.create(tmp_path, run)
+    for c in (cell("fp8", [100.0]), cell("nvfp4", [60.0])):
+        store.write_cell(c)
+    changed = dict((after.id, after) for after, _ in apply_format_rule(
+        store, Expect(nvfp4_over_fp8_min_ratio=0.5), Bench()))
+    verdict = changed["s/nvfp4/auto"].verdict(FORMAT_CHECK)
+    assert verdict is not None and verdict.status == "pass" and verdict.asked == "0.5"
+    changed = dict((after.id, after) for after, _ in apply_format_rule(
+        store, Expect(nvfp4_over_fp8_min_ratio=0.9), Bench(noise_floor=0.02)))
+    assert changed["s/nvfp4/auto"].verdict(FORMAT_CHECK).status == "fail"

@@ -15,7 +15,6 @@ from harness.matrix.plan import expand
 from harness.run.schedule import (
     Board,
     Host,
-    arch_runs_on,
     gpus_needed,
     hosts_of,
     placement,
@@ -123,16 +122,6 @@ tls = { ca_cert = "ca.pem", client_cert = "cert.pem", client_key = "key.pem" }
 def test_bad_hosts_are_one_clear_problem_naming_the_key(tmp_path, extra, needle):
     problems = _problems(tmp_path, extra)
     assert any(needle in p for p in problems), problems
-
-
-@pytest.mark.parametrize("archs, cc, runs", [
-    ("12.1a", "12.1", True), ("12.1a", "12.0", False), ("12.0a", "12.1", False),
-    ("12.0f", "12.1", True), ("12.0f", "12.0", True), ("12.1f", "12.0", False), ("12.0f", "10.0", False),
-    ("12.0", "12.1", True), ("9.0a", "9.0", True), ("9.0a;12.1a", "12.1", True),
-    ("8.0+PTX", "12.1", True), ("12.1", "9.0", False),
-])
-def test_arch_list_runs_on_compute_capability(archs, cc, runs):
-    assert arch_runs_on(archs, cc) is runs
 
 
 def test_cells_go_to_hosts_whose_hardware_their_arch_list_covers(tmp_path):

@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 
 from harness.cli import main
-from harness.fingerprint import fingerprint
+from harness.fingerprint.parse import fingerprint
 from harness.matrix.model import NOISE_FLOOR, Expect, SelectRule
-from harness.report import load, write_report
+from harness.report.data import load
+from harness.report.write import write_report
 from harness.results.model import (
     BenchLevel,
     BenchRecord,
@@ -365,8 +366,8 @@ def test_html_renders_in_a_real_browser(run_dir: Path, tmp_path: Path) -> None:
 def test_speculative_decoding_from_a_real_log_reaches_the_report(tmp_path):
     """GB10 + DFlash drafter (corpus 001): method, tokens, acceptance and the drafter's MoE kernel
     are facts of the fingerprint, shown in their own report section."""
-    from harness.fingerprint import fingerprint
-    from harness.report import write_report
+    from harness.fingerprint.parse import fingerprint
+    from harness.report.write import write_report
     from harness.results.model import CellResult, RunRecord
     from harness.results.store import RunStore
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.fingerprint import fingerprint, verdicts
+from harness.fingerprint.parse import fingerprint
 from harness.fingerprint.tables import kernel_names, signatures
+from harness.fingerprint.verdicts import verdicts
 
 LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
 ROOT = Path(__file__).resolve().parent.parent
@@ -289,7 +290,7 @@ def test_real_gb10_log_judged_end_to_end():
 
 
 def test_load_signatures_by_id():
-    from harness.fingerprint import load_signatures
+    from harness.fingerprint.tables import load_signatures
 
     table = load_signatures()
     assert list(table) == [s.id for s in signatures()]

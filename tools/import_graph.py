@@ -19,7 +19,7 @@ from pathlib import Path
 # import each other. `python -m harness` (a `__main__` module) is an entry
 # point, on the top floor with the command line.
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("harness", "errors"),
+    ("harness", "errors", "archs", "labels"),
     ("safety", "redact", "platforms"),
     ("console", "tables", "proc", "http", "probe_image"),
     ("gpus", "fingerprint", "bundle", "matrix", "bench", "git"),
@@ -106,21 +106,17 @@ def arrows(root: Path) -> list[Arrow]:
 
 
 def _imports(tree: ast.AST) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import, with whether it sits in a function. Imports under `if TYPE_CHECKING:` count
+    as module-level ones: they never run, but they are arrows all the same (a reader, the type
+    checker and outside viewers follow them), and a circle drawn with them is a circle."""
     def walk(node: ast.AST, late: bool) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.Import | ast.ImportFrom):
                 yield child, late
-            elif isinstance(child, ast.If) and _is_type_checking(child.test):
-                continue  # for the type checker only: never runs
             else:
                 inner = late or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
                 yield from walk(child, inner)
     return walk(tree, False)
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def room(module: str) -> str:
@@ -192,6 +188,17 @@ def upward(all_arrows: list[Arrow]) -> list[Arrow]:
     return list({(a.src, a.dst, a.line): a for a in bad}.values())
 
 
+def package_arrows(mods: dict[str, Path]) -> set[tuple[str, str]]:
+    """A module to each package above it: Python runs a package's `__init__` before any module
+    of it, so an `__init__` that imports a module of its own package closes a circle (outside
+    viewers such as pydeps draw these arrows too)."""
+    out = set()
+    for m in mods:
+        parts = m.split(".")
+        out |= {(m, ".".join(parts[:i])) for i in range(1, len(parts)) if ".".join(parts[:i]) in mods}
+    return out
+
+
 def summary(root: Path) -> dict:
     mods = modules(root)
     all_arrows = arrows(root)
@@ -202,7 +209,7 @@ def summary(root: Path) -> dict:
         "modules": len(mods), "rooms": len(rooms),
         "arrows": len(edges),
         "room_arrows": len({(room(a), room(b)) for a, b in edges if room(a) != room(b)}),
-        "circles": circles(edges),
+        "circles": circles(edges | package_arrows(mods)),
         "upward": upward(all_arrows),
         "late": late,
         "late_unexplained": [a for a in late if not allowed_late(a)],

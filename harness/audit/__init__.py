@@ -1,7 +1,6 @@
-"""`harness audit`: prove from the binaries which GPU archs were really compiled."""
+"""`harness audit`: prove from the binaries which GPU archs were really compiled.
 
-from harness.audit.archs import CC, CudaArch, Load
-from harness.audit.report import DEFAULT_TARGETS, IMAGE_PATHS, AuditReport, audit_path
-from harness.audit.verdict import Target
-
-__all__ = ["CC", "DEFAULT_TARGETS", "IMAGE_PATHS", "AuditReport", "CudaArch", "Load", "Target", "audit_path"]
+`report.audit_path` audits a file, a folder, a wheel or an image's export against `verdict.Target`
+chips; where code can load is harness.archs's rule. Nothing is imported here: a module of the
+package imports its package first, so an `__init__` importing them back would draw a circle.
+"""

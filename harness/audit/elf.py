@@ -25,7 +25,7 @@ import re
 import struct
 from dataclasses import dataclass
 
-from harness.audit.archs import CudaArch
+from harness.archs import CudaArch
 from harness.audit.source import Unreadable
 
 ELF_MAGIC = b"\x7fELF"

@@ -26,7 +26,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from harness.audit.archs import CudaArch
+from harness.archs import CudaArch
 from harness.audit.source import Unreadable
 
 MAGIC = b"\x50\xed\x55\xba\x01\x00\x10\x00"  # 0xBA55ED50, version 1, header size 16

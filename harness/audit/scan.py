@@ -23,8 +23,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.archs import CC, CudaArch, Load
 from harness.audit import elf, fatbin, sass, zstd
-from harness.audit.archs import CC, CudaArch, Load
 from harness.audit.families import family_of
 from harness.audit.required import must_hold_kernels
 from harness.audit.source import (

@@ -2,7 +2,7 @@
 
 A verdict never comes from an arch suffix alone (an `a` or `f` suffix says where a cubin may
 load, not what it holds): it combines
-where each cubin can load (archs.CudaArch.load_on, from NVIDIA's rules) with what the
+where each cubin can load (harness.archs.CudaArch.load_on, the one rule, from NVIDIA's documents) with what the
 NVFP4 GEMM SASS really contains (sass.py).
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from harness.audit.archs import CC, Load
+from harness.archs import CC, Load
 from harness.audit.families import TITLES
 from harness.audit.sass import checkable
 from harness.audit.scan import NVFP4, FileAudit, arch_sort_key

@@ -40,6 +40,7 @@ from harness.bench.metrics import (
     server_figures,
 )
 from harness.bench.result import BenchResult, LevelResult, ServerFigures, Spread
+from harness.bench.settings import BenchSettings
 from harness.bench.stats import median, percentile, spread
 from harness.bench.stream import RequestRecord, stream_raw, stream_request
 from harness.bench.wire import Connection, HTTPError, Target, request
@@ -544,6 +545,14 @@ def run_sync(coro):
         return runner.run(coro)
 
 
-def bench(url: str, model: str, **kwargs) -> BenchResult:
-    """Synchronous wrapper around `run_bench` (same arguments)."""
-    return run_sync(run_bench(url, model, **kwargs))
+def bench(url: str, model: str, settings: BenchSettings | None = None, *,
+          progress: Progress | None = None) -> BenchResult:
+    """The benchmark's entry point: `settings` (default: BenchSettings()) against the server at
+    `url` serving `model`, run to the end; `progress(c, done, total)` is told as timed requests
+    finish."""
+    s = settings or BenchSettings()
+    return run_sync(run_bench(
+        url, model, concurrency=s.concurrency, max_tokens=s.max_tokens, repeats=s.repeats,
+        warmup=s.warmup, prompt_tokens=s.prompt_tokens, long_prompt_tokens=s.long_prompt_tokens,
+        timeout_s=s.timeout_s, endpoint=s.endpoint, prefill=s.prefill, seed=s.seed,
+        tokenizer=s.tokenizer, progress=progress, keep_requests=s.keep_requests))

@@ -15,41 +15,14 @@ import shutil
 import tempfile
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from pydantic import ConfigDict, Field
 
 from harness.bisect.history import GitHistory, History, Unavailable
-from harness.results.model import Open
+from harness.bisect.store import BisectResult, BisectStore, CMakeCommit, CMakeDiff
 from harness.safety.roots import Root
-
-if TYPE_CHECKING:
-    from harness.bisect.store import BisectResult, BisectStore
 
 # The words of the arch decisions compared by the configure and build probes.
 # (an arch inside a quoted list, "10.0a;12.0f": a CUDA version compared unquoted, 12.8, is not one)
 KEYWORDS = re.compile(r'FP4|SCALED_MM|scaled_mm|MOE_DATA|moe_data|CUDA_SUPPORTED_ARCHS|"[^"]*\b1[0-2]\.[0-9][af]?\b[^"]*"')
-
-
-class CMakeDiff(Open):
-    """result.json's `cmake_diff`: the arch hunks across the answer (all of them in `file`), or
-    the `error` that kept the two trees from being compared."""
-
-    model_config = ConfigDict(populate_by_name=True)
-    file: str | None = None
-    from_: str | None = Field(None, alias="from")  # the last good point's id
-    to: str | None = None  # the first bad point's id
-    hunks: int | None = None
-    text: str = ""
-    error: str | None = None
-
-
-class CMakeCommit(Open):
-    """result.json's `cmake_commits`: a commit that touched the CMake files (git histories)."""
-
-    id: str
-    date: str
-    title: str
 
 
 def cmake_files(tree: Path) -> dict[str, str]:

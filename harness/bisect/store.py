@@ -23,9 +23,8 @@ import json
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from harness.bisect.cmakediff import CMakeCommit, CMakeDiff
 from harness.bisect.history import HistorySpec, Point
 from harness.bisect.probes import Decision, ProbeSpec
 from harness.bisect.search import Verdict
@@ -120,6 +119,27 @@ class StepLine(Open):
     verdict: Verdict
     reason: str
     seconds: float
+
+
+class CMakeDiff(Open):
+    """result.json's `cmake_diff`: the arch hunks across the answer (all of them in `file`), or
+    the `error` that kept the two trees from being compared."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    file: str | None = None
+    from_: str | None = Field(None, alias="from")  # the last good point's id
+    to: str | None = None  # the first bad point's id
+    hunks: int | None = None
+    text: str = ""
+    error: str | None = None
+
+
+class CMakeCommit(Open):
+    """result.json's `cmake_commits`: a commit that touched the CMake files (git histories)."""
+
+    id: str
+    date: str
+    title: str
 
 
 class BisectResult(Open):

@@ -9,13 +9,14 @@ from pathlib import Path
 from rich.markup import escape
 from rich.text import Text
 
-from harness.audit.archs import CC
+from harness.archs import CC
 from harness.audit.families import FAMILIES
 from harness.audit.report import IMAGE_PATHS, AuditReport, audit_path
 from harness.audit.scan import arch_sort_key
 from harness.audit.verdict import FAIL, WARN, AuditStatus, Target
 from harness.console import err, out
 from harness.errors import ConfigError
+from harness.labels import Role, role
 from harness.tables import Col, show
 
 _STYLE: dict[AuditStatus, str] = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
@@ -130,7 +131,7 @@ def audit_image(ref: str, targets: list[Target], *, sass_check: bool, paths=IMAG
     engine = connect()
     if engine.image_id(ref) is None:
         raise EngineError(f"no image {ref} on this engine", hint="build it (`harness build`) or pull/load it")
-    labels = {"harness.role": "audit-export"}
+    labels = role(Role.AUDIT_EXPORT)
     with tempfile.TemporaryDirectory(prefix="harness-audit-image-") as tmp:
         if paths == IMAGE_PATHS:  # no --image-path: where the image's build said it installed vLLM
             from harness.image.builder import export_packages, image_site_packages, stack_packages

@@ -17,8 +17,9 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from harness.bench.client import base_url, run_bench, run_sync
+from harness.bench.client import base_url, bench, run_sync
 from harness.bench.result import BenchResult, ServerFigures
+from harness.bench.settings import BenchSettings
 from harness.bench.wire import HTTPError, Target, request
 from harness.console import err, out
 from harness.errors import ConfigError, EnvironmentProblem
@@ -175,7 +176,7 @@ def main(args: argparse.Namespace) -> int:
         f"max_tokens={args.max_tokens} repeats={args.repeats}",
         markup=False,
     )
-    kwargs = dict(
+    settings = BenchSettings(
         concurrency=levels,
         max_tokens=args.max_tokens,
         repeats=args.repeats,
@@ -188,11 +189,11 @@ def main(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
     )
     if args.json:
-        result = run_sync(run_bench(args.url, args.model, **kwargs))
+        result = bench(args.url, args.model, settings)
     else:
         bar, update = _progress_bar()
         with bar:
-            result = run_sync(run_bench(args.url, args.model, progress=update, **kwargs))
+            result = bench(args.url, args.model, settings, progress=update)
     from harness.redact import redact_json_text
     from harness.safety.writes import is_stdout, write_text
 

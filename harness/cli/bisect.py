@@ -147,6 +147,20 @@ def _lacks(what: str, key: str) -> ConfigError:
     return ConfigError(f"bisect.json: the {what} names no {key}", hint="start a new bisect")
 
 
+def _arch_list(text: str):
+    """--arch-list, read as a matrix's would be: it becomes TORCH_CUDA_ARCH_LIST of each configure."""
+    from harness.archs import ArchList
+
+    try:
+        archs = ArchList.parse(text)
+        problems = archs.problems()
+    except ValueError as exc:
+        problems = [str(exc)]
+    if problems:
+        raise ConfigError(f"--arch-list {text!r}: " + "; ".join(problems), hint="e.g. --arch-list 12.1a or '12.0a;12.1a'")
+    return archs
+
+
 def _probe(spec: ProbeSpec, history_spec: HistorySpec) -> CommandProbe | ConfigureProbe | BuildProbe | CellProbe:
     from harness.bisect import probes
     from harness.image import configure
@@ -204,7 +218,9 @@ def _new_spec(args) -> tuple[HistorySpec, ProbeSpec, list[tuple[str, Path]]]:
     for _name, path in patches:
         if not path.is_file():
             raise ConfigError(f"{path}: no such patch file", hint="check --patch or the stack's patches")
-    arch = args.arch_list or (stack.torch_cuda_arch_list if stack else None)
+    arch = (str(_arch_list(args.arch_list)) if args.arch_list
+            else str(stack.torch_cuda_arch_list) if stack is not None and stack.torch_cuda_arch_list is not None
+            else None)
     kind = (args.probe or ["command"])[0]
     if kind == "command" and not args.command:
         raise ConfigError("no probe: give --probe configure|build|cell ID, or a command after --",

@@ -265,8 +265,10 @@ def pick_matrix(found, available) -> Pick:
 
 
 def arch_for(cc: str) -> str:
-    """TORCH_CUDA_ARCH_LIST for one GPU: arch-specific ('a') kernels from 9.0 on."""
-    return f"{cc}a" if int(cc.split(".")[0]) >= 9 else cc
+    """TORCH_CUDA_ARCH_LIST for one GPU: arch-specific ('a') kernels where they exist."""
+    from harness.archs import CC, FIRST_MAJOR
+
+    return f"{cc}a" if CC.parse(cc).major >= FIRST_MAJOR["a"] else cc
 
 
 def write_generic(gpu, dest: Path, template: Path) -> Path:

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from harness.console import out
-from harness.errors import ConfigError
+from harness.errors import ConfigError, MatrixError
 from harness.image.identity import image_ref
 from harness.matrix.load import load_matrix
 from harness.matrix.plan import expand, group_by_stack
@@ -73,8 +73,11 @@ def host_rows(matrix, cells) -> list[dict]:
 
 def run(args) -> int:
     from harness.matrix.mounts import node_problems
+    from harness.run.schedule import arch_refusals
 
     matrix = load_matrix(args.matrix)
+    if problems := arch_refusals(expand(matrix, args.k), matrix):
+        raise MatrixError(str(matrix.path), problems)
     rows = plan_rows(matrix, args.k)
     if args.k and not rows:
         raise ConfigError(f"{matrix.path}: no cell matches -k {args.k!r}", hint="see `harness plan -m ... --list`")

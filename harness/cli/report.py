@@ -18,7 +18,9 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from harness.errors import ConfigError
-    from harness.report import write_report  # matplotlib loads only when a report is asked for
+
+    # matplotlib loads only when a report is asked for
+    from harness.report.write import write_report
 
     target = Path(args.out if args.out is not None else args.run_dir)
     flag = "--out" if args.out is not None else "RUN_DIR"

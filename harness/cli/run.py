@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness.cli.plan import add_matrix_args
 from harness.console import err, out
-from harness.errors import CellsFailed, ConfigError
+from harness.errors import CellsFailed, ConfigError, MatrixError
 from harness.results.model import Status
 from harness.safety.grammar import one_line
 
@@ -265,6 +265,10 @@ def run(args) -> int:
                   "cells already finished", markup=False)
     matrix = load_matrix(matrix_path)
     from harness.lock import locked_matrix
+    from harness.run.schedule import arch_refusals
+
+    if problems := arch_refusals(expand(matrix, k), matrix):  # before a lock is resolved or written
+        raise MatrixError(str(matrix.path), problems)
     from harness.matrix.plan import group_by_stack
 
     # Pins first: a stale lock is refused before anything starts; no lock yet is written now.
@@ -285,7 +289,7 @@ def run(args) -> int:
         f"{sum(1 for c in cells if c.status == s)} {s.value}"
         for s in dict.fromkeys(c.status for c in cells)), markup=False)
     if not args.no_report:
-        from harness.report import write_report
+        from harness.report.write import write_report
 
         paths = write_report(store.dir)
         err.print(f"report: {', '.join(str(p) for p in paths)}", markup=False)
@@ -304,7 +308,7 @@ def run(args) -> int:
 def rejudge(args) -> int:
     """Every verdict of a stored run derived again from its stored logs and figures, with the
     fingerprint and rules of this version; the cross-cell rule applied last."""
-    from harness.matrix.model import Expect
+    from harness.matrix.model import Bench, Expect
     from harness.results.store import RunStore
     from harness.run.outcome import apply_format_rule
     from harness.stages.judge import rejudge as rejudge_cell
@@ -312,16 +316,19 @@ def rejudge(args) -> int:
     store = RunStore.open(Path(args.run_dir))
     try:
         expect = Expect.model_validate(store.run.matrix.expect.model_dump(exclude_unset=True))
+        bench = Bench.model_validate(store.run.matrix.bench.model_dump(exclude_unset=True))
     except ValueError as exc:
-        raise ConfigError(f"{store.dir}/run.json: matrix.expect is not valid ({exc})",
+        raise ConfigError(f"{store.dir}/run.json: matrix.expect or matrix.bench is not valid ({exc})",
                           hint="re-run the matrix") from None
+    if not store.run.matrix.ratio_recorded:  # a run from before the rule: it is not judged by it now
+        expect = expect.model_copy(update={"nvfp4_over_fp8_min_ratio": None})
     before = {c.id: c for c in store.cells()}
     for cell in before.values():
         text = store.read_log(cell.serve.log) if cell.serve and cell.serve.log else None
         after = rejudge_cell(cell, expect, text)
         if after != cell:
             store.write_cell(after)
-    apply_format_rule(store)
+    apply_format_rule(store, expect, bench)
     changed = 0
     for c in store.cells():
         old = before[c.id]

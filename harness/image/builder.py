@@ -17,15 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from harness.audit import Target, audit_path
-from harness.audit.report import AuditSummary
+from harness.archs import CC, ArchList
+from harness.audit.report import AuditSummary, audit_path
+from harness.audit.verdict import Target
 from harness.errors import BuildFailed, ConfigError, EngineError
 from harness.image import cache_store, compile_cache, offline
 from harness.image.buildlog import check_build_log
 from harness.image.dockerfile import render
 from harness.image.render import Rendered, context_tar
+from harness.labels import Role, role
 from harness.lock import locked_matrix
-from harness.matrix.archs import ccs_of
 from harness.matrix.load import Matrix
 from harness.platforms import Platform
 from harness.redact import redact_text
@@ -36,6 +37,8 @@ from harness.safety.writes import open_new
 
 SITE_PACKAGES = "/opt/venv/lib"
 VLLM_BUILD_LOG = "/opt/build/vllm-build.log"
+# the containers created (never started) to copy an image's files out for the audit
+AUDIT = role(Role.AUDIT)
 
 
 @dataclass(frozen=True)
@@ -149,14 +152,14 @@ def audit_stack_image(engine, ref: str, labels: dict[str, str], ccs: tuple[str, 
     stack, also on a base whose Python is its own, e.g. a root file system with /opt/torch/.venv),
     not the base's torch; an image that recorded none (built before the file existed), the whole
     /opt/venv/lib."""
-    site = image_site_packages(engine, ref, {"harness.role": "audit"})
+    site = image_site_packages(engine, ref, AUDIT)
     if site is None:
-        return audit_image(engine, ref, {"harness.role": "audit"}, SITE_PACKAGES, ccs)
+        return audit_image(engine, ref, AUDIT, SITE_PACKAGES, ccs)
     vllm, also = stack_packages(site)
-    return audit_image(engine, ref, {"harness.role": "audit"}, vllm, ccs, also=also)
+    return audit_image(engine, ref, AUDIT, vllm, ccs, also=also)
 
 
-def build_log_problems(engine, ref: str, torch_cuda_arch_list: str, labels: dict[str, str]) -> tuple[str, ...]:
+def build_log_problems(engine, ref: str, torch_cuda_arch_list: ArchList, labels: dict[str, str]) -> tuple[str, ...]:
     with tempfile.TemporaryDirectory(prefix="harness-buildlog-") as tmp:
         try:
             dest = engine.export_path(ref, VLLM_BUILD_LOG, Path(tmp), labels=labels)
@@ -172,7 +175,7 @@ def build_log_problems(engine, ref: str, torch_cuda_arch_list: str, labels: dict
 
 def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
               on_event: Callable[[BuildEvent], None] | None = None, audit: bool = True,
-              torch_cuda_arch_list: str | None = None, audit_ccs: tuple[str, ...] = ()) -> BuildOutcome:
+              torch_cuda_arch_list: ArchList | None = None, audit_ccs: tuple[str, ...] = ()) -> BuildOutcome:
     emit = on_event or (lambda _e: None)
     name, ref = rendered.stack_name, rendered.image_ref
     start = time.monotonic()
@@ -186,7 +189,7 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
         # A reused image is audited again (seconds: its packages are copied out, never run): the
         # run records what every image it serves holds, not only the ones it built this time.
         summary = audit_stack_image(engine, ref, existing, audit_ccs) if audit else None
-        rust = image_rust_frontend(engine, ref, {"harness.role": "audit"}) if audit else None
+        rust = image_rust_frontend(engine, ref, AUDIT) if audit else None
         emit(BuildEvent(name, "done", "reused", time.monotonic() - start))
         return BuildOutcome(stack=name, image_ref=ref, image_id=engine.image_id(ref), status="reused",
                             labels=existing, audit_summary=summary, rust_frontend=rust)
@@ -253,9 +256,9 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
     cache_record = compile_cache.from_build_output(marks, served.why_off) if served else None
     labels = engine.image_labels(ref) or rendered.labels
     summary = audit_stack_image(engine, ref, rendered.labels, audit_ccs) if audit else None
-    problems = (build_log_problems(engine, ref, torch_cuda_arch_list, {"harness.role": "audit"})
-                if torch_cuda_arch_list else ())
-    rust = image_rust_frontend(engine, ref, {"harness.role": "audit"}) if audit else None
+    problems = (build_log_problems(engine, ref, torch_cuda_arch_list, AUDIT)
+                if torch_cuda_arch_list is not None else ())
+    rust = image_rust_frontend(engine, ref, AUDIT) if audit else None
     emit(BuildEvent(name, "done", "built", took))
     return BuildOutcome(stack=name, image_ref=ref, image_id=image_id, status="built",
                         log_path=str(log_path), log_tail=tuple(tail), duration_s=took, labels=labels,
@@ -294,7 +297,8 @@ def audit_ccs(matrix: Matrix, stack_name: str) -> tuple[str, ...]:
     (a stack built for 12.1a on an H200 is judged for the GB10 it targets too)."""
     stack = matrix.spec.stacks[stack_name]
     hw = matrix.spec.hardware[matrix.spec.matrix.hardware].cc
-    return tuple(sorted({hw} | ccs_of(stack.torch_cuda_arch_list or ""), key=lambda c: tuple(map(int, c.split(".")))))
+    built_for = stack.torch_cuda_arch_list.ccs if stack.torch_cuda_arch_list is not None else frozenset()
+    return tuple(str(c) for c in sorted({CC.parse(hw)} | built_for))
 
 
 def name_fetch_attempts(matrix: Matrix, name: str, outcome: BuildOutcome) -> BuildOutcome:

@@ -15,13 +15,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from harness.matrix.archs import split_arch_list
+from harness.archs import ArchList, Load, split
 
 SUPPORTED = re.compile(r"-- CUDA supported target architectures: *(?P<archs>[^\n]*?)\s*$", re.MULTILINE)
 NVFP4_SM12X = re.compile(r"-- Building SM12x NVFP4 for archs: *(?P<archs>[^\n]*?)\s*$", re.MULTILINE)
 NVFP4_SM12X_SKIPPED = re.compile(r"-- Not building SM12x NVFP4\b", re.MULTILINE)
 SCALED_MM_SM120 = re.compile(r"-- Building scaled_mm_c3x_sm120 for archs: *(?P<archs>[^\n]*?)\s*$", re.MULTILINE)
-_ARCH = re.compile(r"^(?P<cc>\d+\.\d+)(?P<suffix>[af]?)(?:\+PTX)?$")
 
 FIX_121A = "apply patches/vllm/0001-cmake-sm121a-on-cuda13.patch (stacks.<name>.vllm.patches)"
 
@@ -43,7 +42,7 @@ class ArchDecisions:
 
 
 def _archs(m: re.Match | None) -> tuple[str, ...] | None:
-    return tuple(split_arch_list(m["archs"])) if m else None
+    return tuple(split(m["archs"])) if m else None
 
 
 def read_decisions(text: str) -> ArchDecisions:
@@ -58,30 +57,17 @@ def read_decisions(text: str) -> ArchDecisions:
     return ArchDecisions(_archs(last(SUPPORTED)), nvfp4, _archs(last(SCALED_MM_SM120)))
 
 
-def _covers(built: str, wanted_cc: str, wanted_suffix: str) -> bool:
-    """Does a cubin built for `built` serve a request for <wanted_cc><wanted_suffix>?"""
-    m = _ARCH.match(built)
-    if not m:
-        return False
-    if wanted_suffix == "a":  # an 'a' request wants exactly that chip's arch-specific code
-        return m["cc"] == wanted_cc and m["suffix"] == "a"
-    same_major = m["cc"].split(".")[0] == wanted_cc.split(".")[0]
-    if m["suffix"] == "f":  # family code loads on every minor of the major
-        return same_major
-    if m["suffix"] == "a":  # arch-specific code loads on that exact chip only
-        return m["cc"] == wanted_cc
-    return same_major and tuple(map(int, m["cc"].split("."))) <= tuple(map(int, wanted_cc.split(".")))
-
-
-def check_build_log(text: str, torch_cuda_arch_list: str) -> list[BuildLogProblem]:
-    """Problems, empty when the SM12x NVFP4 kernels were built for what the stack asked."""
+def check_build_log(text: str, asked: ArchList) -> list[BuildLogProblem]:
+    """Problems, empty when the SM12x NVFP4 kernels were built for what the stack asked: for each
+    12.x entry asked, built code that loads on that chip, and for an `a` entry its own `a` code
+    (the arch-specific features were what was asked for)."""
     d = read_decisions(text)
     problems: list[BuildLogProblem] = []
     if d.supported is None:
         problems.append(BuildLogProblem(
             "log-incomplete", "no 'CUDA supported target architectures:' line: the CMake configure output is "
             "missing (build with `pip install -v`, keep the whole log)"))
-    wanted = [m for e in split_arch_list(torch_cuda_arch_list) if (m := _ARCH.match(e)) and m["cc"].startswith("12.")]
+    wanted = [e for e in asked if e.major == 12]
     if not wanted:
         return problems
     if d.nvfp4_sm12x is None:
@@ -91,19 +77,21 @@ def check_build_log(text: str, torch_cuda_arch_list: str) -> list[BuildLogProble
         return problems
     if not d.nvfp4_sm12x:
         problems.append(BuildLogProblem(
-            "nvfp4-not-built", f"asked {torch_cuda_arch_list}, the log says 'Not building SM12x NVFP4'"))
+            "nvfp4-not-built", f"asked {asked}, the log says 'Not building SM12x NVFP4'"))
         return problems
-    built = ", ".join(d.nvfp4_sm12x)
-    for m in wanted:
-        entry = m.group(0)
-        if any(_covers(b, m["cc"], m["suffix"]) for b in d.nvfp4_sm12x):
+    built = ArchList.read(";".join(d.nvfp4_sm12x))
+    shown = ", ".join(d.nvfp4_sm12x)
+    for e in wanted:
+        loads = built.load_on(e.cc) is not Load.NO
+        own = e.suffix != "a" or any(b.cc == e.cc and b.suffix == "a" for b in built)
+        if loads and own:
             continue
-        if m["suffix"] == "a" and any(_covers(b, m["cc"], "") for b in d.nvfp4_sm12x):
+        if loads:
             problems.append(BuildLogProblem(
-                "arch-collapsed", f"asked {entry}, SM12x NVFP4 built for {built}: no {entry} arch-specific "
+                "arch-collapsed", f"asked {e}, SM12x NVFP4 built for {shown}: no {e} arch-specific "
                 f"kernels ({FIX_121A})"))
         else:
             problems.append(BuildLogProblem(
-                "arch-missing", f"asked {entry}, SM12x NVFP4 built for {built}: nothing loads on "
-                f"compute capability {m['cc']} ({FIX_121A})"))
+                "arch-missing", f"asked {e}, SM12x NVFP4 built for {shown}: nothing loads on "
+                f"compute capability {e.cc} ({FIX_121A})"))
     return problems

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import proc
+from harness.archs import ArchEntry, split
 from harness.image.buildlog import SUPPORTED
-from harness.matrix.archs import split_arch_list
 from harness.safety import writes
 
 # Each kernel family: the `-- Building <name> for archs: ...` lines that decide it. vLLM up to
@@ -127,16 +127,23 @@ def _stub_libcuda(folder: Path) -> str:
     return str(out) if res.ok else ""
 
 
+def _major(word: str) -> int | None:
+    try:
+        return ArchEntry.parse(word).major
+    except ValueError:
+        return None
+
+
 def decisions_of(text: str, families=DEFAULT_FAMILIES) -> tuple[tuple[str, ...] | None, dict[str, tuple[str, ...] | None]]:
     """(supported archs, family -> archs): `()` when the log says the family is not built, None
     when it says nothing about it (the configure stopped before, or the release has no such line)."""
     sup = list(SUPPORTED.finditer(text))
-    supported = tuple(split_arch_list(sup[-1]["archs"])) if sup else None
+    supported = tuple(split(sup[-1]["archs"])) if sup else None
     out: dict[str, tuple[str, ...] | None] = {}
     for fam in families:
         building, not_building, only12 = FAMILIES[fam]
         found = list(building.finditer(text))
-        archs = [a for m in found for a in split_arch_list(m["archs"]) if not only12 or a.startswith("12.")]
+        archs = [a for m in found for a in split(m["archs"]) if not only12 or _major(a) == 12]
         out[fam] = tuple(dict.fromkeys(archs)) if found or not_building.search(text) else None
     return supported, out
 

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import labels as label
 from harness.bundle import LOCK, wheelhouse_files
 from harness.bundle import read_lock as read_bundle_lock
 from harness.errors import ConfigError
@@ -180,16 +181,16 @@ def offline_parts(matrix, stack_name: str, stack: Stack, patch_texts: list[bytes
                            else "# every fetched source is left out by a patch",
         "OFFLINE_ENV": (f' && export CMAKE_ARGS="{" ".join(envs)}" ' + " ".join(exports) + " \\"),
     }
-    labels = {"harness.offline": "true",
-              "harness.vllm.offline-sources": ",".join(f"{p.name}@{p.commit[:12]} sha256:{p.sha256}" for p in pins),
-              "harness.vllm.left-out": ",".join(sorted(cut))}
+    labels = {label.OFFLINE: "true",
+              label.VLLM_OFFLINE_SOURCES: ",".join(f"{p.name}@{p.commit[:12]} sha256:{p.sha256}" for p in pins),
+              label.VLLM_LEFT_OUT: ",".join(sorted(cut))}
     if wheelhouse := (stack.vllm.deps_wheelhouse if stack.vllm else None):  # vllm: require_release
         wfiles, what = _wheelhouse(matrix, stack_name, wheelhouse)
         files += wfiles
         values["DEPS_WHEELHOUSE"] = ("# dependencies (and build requirements) from the pinned wheelhouse, no index\n"
                                      "COPY wheelhouse/ /opt/build/wheelhouse/\n"
                                      "RUN python -m pip install --no-index --no-deps --no-compile /opt/build/wheelhouse/*.whl")
-        labels["harness.vllm.deps-wheelhouse"] = what
+        labels[label.VLLM_DEPS_WHEELHOUSE] = what
     else:
         values["DEPS_WHEELHOUSE"] = "# no dependency wheelhouse: the base must hold vLLM's dependencies"
     return OfflineParts(values, tuple(files), buildargs, labels)

@@ -22,13 +22,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.audit import Target, audit_path
+from harness.archs import ArchList
+from harness.audit.report import audit_path
+from harness.audit.verdict import Target
 from harness.errors import ConfigError, EngineError
 from harness.image.builder import audit_ccs, build_one, local_base_id
 from harness.image.dockerfile import render
 from harness.image.offline_stack import offline_parts
 from harness.image.render import DOCKER_DIR, Rendered, content_hash
-from harness.matrix.archs import ccs_of
+from harness.labels import CONTENT_HASH, PROBE, ROLE, Role
 from harness.platforms import Platform
 from harness.results.model import CompileCache, Open
 from harness.safety.paths import tail_text, under
@@ -98,7 +100,7 @@ def _as_probe(rendered: Rendered, stack, dockerfile: str, helper: str, labels: d
     with the tool), its own content hash, and the probe's labels."""
     files = rendered.files + ((helper, (DOCKER_DIR / helper).read_bytes()),)
     digest = content_hash(dockerfile, rendered.buildargs, files, stack, rendered.platform)
-    labels = {**rendered.labels, "harness.role": "probe", **labels, "harness.content-hash": digest}
+    labels = {**rendered.labels, ROLE: Role.PROBE.value, **labels, CONTENT_HASH: digest}
     return replace(rendered, dockerfile=dockerfile, files=files, content_hash=digest, labels=labels)
 
 
@@ -123,7 +125,7 @@ def render_packaging(rendered: Rendered, matrix) -> Rendered:
         f"RUN python /opt/build/packaging_probe.py report {OUT} /opt/build/src/vllm",
         "",
     ])
-    return _as_probe(rendered, stack, dockerfile, "packaging_probe.py", {"harness.probe": "packaging"})
+    return _as_probe(rendered, stack, dockerfile, "packaging_probe.py", {PROBE: "packaging"})
 
 
 @dataclass(frozen=True)
@@ -313,7 +315,8 @@ def collect(engine, ref: str, labels: dict[str, str], units: tuple[Unit, ...], c
         archs = "not compiled"
         verdicts: tuple[str, ...] = ()
         # judged for the chips the unit was built for (an SM12x kernel has nothing for a 9.0 chip)
-        targets = [Target.from_cc(cc) for cc in sorted(ccs_of(row.patched or "") & set(ccs)) or ccs]
+        built_for = {str(c) for c in ArchList.read(row.patched or "").ccs}
+        targets = [Target.from_cc(cc) for cc in sorted(built_for & set(ccs)) or ccs]
         if row.object:
             with tempfile.TemporaryDirectory() as one:
                 # the name comes out of the probe image: a plain file name inside objects/, nothing else

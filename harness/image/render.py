@@ -19,7 +19,9 @@ from importlib import resources
 from pathlib import Path
 from typing import TypeVar
 
+from harness import labels as label
 from harness import platforms
+from harness.archs import split
 from harness.errors import ConfigError
 from harness.image.offline_stack import offline_parts, online
 from harness.image.requirements import REQUIREMENTS_FILE, StackRequirements, for_stack
@@ -54,7 +56,6 @@ def _docker_dir() -> Path:
 DOCKER_DIR = _docker_dir()
 DEFAULT_TEMPLATE = DOCKER_DIR / "Dockerfile.vllm.in"
 WHEELS_TEMPLATE = DOCKER_DIR / "Dockerfile.wheels.in"  # the wheel-stack sibling
-LABEL = "harness"
 
 PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
 ARG_LINE = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
@@ -142,7 +143,7 @@ def buildargs_for(stack: Stack) -> dict[str, str]:
     vllm_args, _ = vllm_source(stack)
     fi = _part("flashinfer", stack.flashinfer)
     torch = _part("torch", stack.torch)
-    archs = _part("torch_cuda_arch_list", stack.torch_cuda_arch_list)
+    archs = str(_part("torch_cuda_arch_list", stack.torch_cuda_arch_list))
     return {
         "BASE_IMAGE": _part("base_image", stack.base_image).reference,
         "PYTHON_VERSION": stack.python,
@@ -150,8 +151,7 @@ def buildargs_for(stack: Stack) -> dict[str, str]:
         "TORCH_INDEX_URL": torch.index_url,
         "FLASHINFER_SOURCE": fi_args,
         "FLASHINFER_SDIST_SHA256": fi.sdist_sha256 or "",
-        "FLASHINFER_CUDA_ARCH_LIST": " ".join((stack.flashinfer_cuda_arch_list or archs)
-                                              .replace(";", " ").split()),
+        "FLASHINFER_CUDA_ARCH_LIST": " ".join(split(str(stack.flashinfer_cuda_arch_list or archs))),
         "FLASHINFER_CUBIN_SPEC": f"flashinfer-cubin=={fi.version}" if fi.cubin and fi.version else "",
         "VLLM_SOURCE": vllm_args,
         "VLLM_SDIST_SHA256": _part("vllm", stack.vllm).sdist_sha256 or "",
@@ -168,32 +168,32 @@ def labels_for(stack_name: str, stack: Stack, patches: list[PatchFile], content_
     base = _part("base_image", stack.base_image)
     torch = _part("torch", stack.torch)
     fi = _part("flashinfer", stack.flashinfer)
-    archs = _part("torch_cuda_arch_list", stack.torch_cuda_arch_list)
+    archs = str(_part("torch_cuda_arch_list", stack.torch_cuda_arch_list))
     # a local base brings its own torch (the base stage checks its version); no index is used
     torch_from = "from the base image" if base.brings_python else torch.index_url
     labels = {
-        f"{LABEL}.role": "image",
-        f"{LABEL}.stack": stack_name,
-        f"{LABEL}.content-hash": content_hash,
-        f"{LABEL}.platform": platform.docker,
-        f"{LABEL}.base-image": base.reference,
-        f"{LABEL}.cuda": base.tag,
-        f"{LABEL}.python": stack.python,
-        f"{LABEL}.torch": f"{torch.version} {torch_from}",
-        f"{LABEL}.torch-cuda-arch-list": archs,
-        f"{LABEL}.flashinfer-cuda-arch-list": stack.flashinfer_cuda_arch_list or archs,
-        f"{LABEL}.max-jobs": str(stack.max_jobs),
-        f"{LABEL}.nvcc-threads": str(stack.nvcc_threads),
-        f"{LABEL}.vllm.source": vllm_label,
-        f"{LABEL}.vllm.patches": ",".join(Path(p.rel).name for p in patches if p.series == "vllm"),
-        f"{LABEL}.flashinfer.source": fi_label,
-        f"{LABEL}.flashinfer.version": fi.version or "",
-        f"{LABEL}.flashinfer.commit": fi.commit or "",
-        f"{LABEL}.flashinfer.prs": ",".join(f"#{p.pr_number}@{p.head_sha}" for p in patches
-                                            if p.series == "flashinfer"),
+        label.ROLE: label.Role.IMAGE.value,
+        label.STACK: stack_name,
+        label.CONTENT_HASH: content_hash,
+        label.PLATFORM: platform.docker,
+        label.BASE_IMAGE: base.reference,
+        label.CUDA: base.tag,
+        label.PYTHON: stack.python,
+        label.TORCH: f"{torch.version} {torch_from}",
+        label.TORCH_CUDA_ARCH_LIST: archs,
+        label.FLASHINFER_CUDA_ARCH_LIST: str(stack.flashinfer_cuda_arch_list or archs),
+        label.MAX_JOBS: str(stack.max_jobs),
+        label.NVCC_THREADS: str(stack.nvcc_threads),
+        label.VLLM_SOURCE: vllm_label,
+        label.VLLM_PATCHES: ",".join(Path(p.rel).name for p in patches if p.series == "vllm"),
+        label.FLASHINFER_SOURCE: fi_label,
+        label.FLASHINFER_VERSION: fi.version or "",
+        label.FLASHINFER_COMMIT: fi.commit or "",
+        label.FLASHINFER_PRS: ",".join(f"#{p.pr_number}@{p.head_sha}" for p in patches
+                                       if p.series == "flashinfer"),
     }
     for p in patches:
-        labels[f"{LABEL}.{p.series}.patch.{Path(p.rel).name}.sha256"] = p.sha256
+        labels[label.patch_sha256(p.series, Path(p.rel).name)] = p.sha256
     return labels
 
 
@@ -254,7 +254,7 @@ def render_source(matrix: Matrix, stack_name: str, *, template: Path | None = No
     digest = content_hash(dockerfile, buildargs, files, stack, platform)
     labels = {**labels_for(stack_name, stack, patches, digest, platform), **parts.labels}
     if not fi_aot:
-        labels[f"{LABEL}.flashinfer.aot"] = "false"
+        labels[label.FLASHINFER_AOT] = "false"
     reqs = None
     if requirements and REQUIREMENTS_FILE in dockerfile:  # a template that installs none needs none read
         reqs = for_stack(stack_name, stack, platform)

@@ -16,12 +16,12 @@ import hashlib
 import re
 from pathlib import Path
 
+from harness import labels as label
 from harness import platforms
 from harness.bundle import LOCK, WheelLock, refuse_other_cpu, wheelhouse_files
 from harness.bundle import read_lock as read_bundle_lock
 from harness.errors import ConfigError
 from harness.image.render import (
-    LABEL,
     NO_SYNTAX,
     WHEELS_TEMPLATE,
     PatchFile,
@@ -144,22 +144,22 @@ def render_wheels(matrix, stack_name: str, *, template: Path | None = None, temp
               + (f" wheelhouse:{LOCK} sha256:{hashlib.sha256(files[0][1]).hexdigest()}" if lock_info else " pypi")
               + repacked_note)
     labels = {
-        f"{LABEL}.role": "image",
-        f"{LABEL}.stack": stack_name,
-        f"{LABEL}.stack-kind": "wheels",
-        f"{LABEL}.content-hash": digest,
-        f"{LABEL}.base-image": base.reference + (f" local id {base_image_id}" if base.local else ""),
-        f"{LABEL}.base-image-id": base_image_id or "",
-        f"{LABEL}.cuda": "from the base image" if base.local else base.tag,
-        f"{LABEL}.python": w.python,
-        f"{LABEL}.torch": f"{stack.torch.version} (from the base image)" if stack.torch else "",
-        f"{LABEL}.vllm.source": source,
-        f"{LABEL}.vllm.patches": ",".join(Path(p.rel).name for p in patches),
-        f"{LABEL}.flashinfer.source": (f"pypi:flashinfer-python=={stack.flashinfer.version}"
-                                       if stack.flashinfer and stack.flashinfer.version else "none"),
-        f"{LABEL}.flashinfer.version": (stack.flashinfer.version or "") if stack.flashinfer else "",
+        label.ROLE: label.Role.IMAGE.value,
+        label.STACK: stack_name,
+        label.STACK_KIND: "wheels",
+        label.CONTENT_HASH: digest,
+        label.BASE_IMAGE: base.reference + (f" local id {base_image_id}" if base.local else ""),
+        label.BASE_IMAGE_ID: base_image_id or "",
+        label.CUDA: "from the base image" if base.local else base.tag,
+        label.PYTHON: w.python,
+        label.TORCH: f"{stack.torch.version} (from the base image)" if stack.torch else "",
+        label.VLLM_SOURCE: source,
+        label.VLLM_PATCHES: ",".join(Path(p.rel).name for p in patches),
+        label.FLASHINFER_SOURCE: (f"pypi:flashinfer-python=={stack.flashinfer.version}"
+                                  if stack.flashinfer and stack.flashinfer.version else "none"),
+        label.FLASHINFER_VERSION: (stack.flashinfer.version or "") if stack.flashinfer else "",
     }
     for p in patches:
-        labels[f"{LABEL}.vllm.patch.{Path(p.rel).name}.sha256"] = p.sha256
-    labels[f"{LABEL}.platform"] = platform.docker
+        labels[label.patch_sha256("vllm", Path(p.rel).name)] = p.sha256
+    labels[label.PLATFORM] = platform.docker
     return Rendered(stack_name, dockerfile, buildargs, labels, all_files, tuple(patches), digest, platform)

@@ -16,14 +16,17 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
+    PlainValidator,
     StrictInt,
     StrictStr,
+    WithJsonSchema,
     field_validator,
     model_serializer,
     model_validator,
 )
 
-from harness.matrix.archs import arch_list_problems
+from harness.archs import CC, ArchList
 from harness.matrix.mounts import engine_url_problem
 from harness.safety.grammar import problem
 
@@ -86,6 +89,27 @@ def _one_line(v: str) -> str:
     if any(c in v for c in "\n\r\x00"):
         raise ValueError(f"{v!r} holds a line break or NUL (it becomes a build argument)")
     return v
+
+
+def _arch_list(v: object) -> ArchList:
+    """TORCH_CUDA_ARCH_LIST text, parsed once here: every later question about it asks the value."""
+    if isinstance(v, ArchList):
+        return v
+    if not isinstance(v, str):
+        raise ValueError(f"expected a string such as '12.1a' or '12.0a;12.1a', got {type(v).__name__}")
+    archs = ArchList.parse(_one_line(v))
+    if problems := archs.problems():
+        raise ValueError("; ".join(problems))
+    return archs
+
+
+def _cc(v: str) -> str:
+    return str(CC.parse(v))  # MAJOR.MINOR, one digit of minor, as the driver reports it
+
+
+# Written as text (a build argument, a label, the identity hash), held as the parsed value.
+Archs = Annotated[ArchList, PlainValidator(_arch_list), PlainSerializer(str, return_type=str),
+                  WithJsonSchema({"type": "string"})]
 
 
 def _no_option(v: str) -> str:
@@ -175,8 +199,8 @@ def _full_sha(value: str, what: str) -> str:
 
 
 class Hardware(Strict):
-    cc: str = Field(description="Compute capability, e.g. '12.1' (GB10), '12.0' (RTX Pro 6000), '9.0' (H200).",
-                    pattern=r"^\d+\.\d+$")
+    cc: Annotated[str, AfterValidator(_cc)] = Field(
+        description="Compute capability, e.g. '12.1' (GB10), '12.0' (RTX Pro 6000), '9.0' (H200).")
     bandwidth_gbs: float = Field(gt=0, description="Memory bandwidth in GB/s, for roofline figures.")
     memory_gib: float = Field(gt=0, description="Device memory (or unified memory) in GiB.")
     unified_memory: bool = Field(False, description="CPU and GPU share one memory (GB10): watch MemAvailable.")
@@ -387,9 +411,9 @@ class Stack(Strict):
     torch: Torch | None = Field(None, description="torch pin (docker runner).")
     vllm: VllmSource | None = Field(None, description="vLLM source and its local patch series (docker runner).")
     flashinfer: FlashInferSource | None = Field(None, description="FlashInfer pin and upstream PR patches.")
-    torch_cuda_arch_list: Annotated[str, AfterValidator(_one_line)] | None = Field(
+    torch_cuda_arch_list: Archs | None = Field(
         None, description="TORCH_CUDA_ARCH_LIST, e.g. '12.1a'.")
-    flashinfer_cuda_arch_list: Annotated[str, AfterValidator(_one_line)] | None = Field(
+    flashinfer_cuda_arch_list: Archs | None = Field(
         None, description="FLASHINFER_CUDA_ARCH_LIST, e.g. '12.1a'.")
     offline: bool = Field(
         False, description="Build with no network: the sdists from the cache, what vLLM's CMake fetches as "
@@ -408,13 +432,6 @@ class Stack(Strict):
         None, description="A wheel stack: vLLM from a pinned wheel onto `base_image` (which must already hold "
         "`torch`), instead of building `vllm` from source. `torch`/`flashinfer` pins are then checked in the image.",
     )
-
-    @field_validator("torch_cuda_arch_list", "flashinfer_cuda_arch_list")
-    @classmethod
-    def _archs(cls, v: str | None) -> str | None:
-        if v is not None and (problems := arch_list_problems(v)):
-            raise ValueError("; ".join(problems))
-        return v
 
     @model_validator(mode="after")
     def _runner_fields(self) -> Stack:

@@ -20,6 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from harness import labels as label
 from harness.audit.report import AuditSummary
 from harness.errors import ConfigError
 from harness.fingerprint.model import Fingerprint
@@ -171,11 +172,11 @@ class HarnessLabels(BaseModel):
     """The image labels a harness build writes (harness.image.render, `harness.*`) that the
     report shows; an image the harness did not build has none. Other labels ignored."""
 
-    vllm_source: str = Field("", alias="harness.vllm.source")
-    torch: str | None = Field(None, alias="harness.torch")
-    torch_cuda_arch_list: str | None = Field(None, alias="harness.torch-cuda-arch-list")
-    cuda: str | None = Field(None, alias="harness.cuda")
-    python: str | None = Field(None, alias="harness.python")
+    vllm_source: str = Field("", alias=label.VLLM_SOURCE)
+    torch: str | None = Field(None, alias=label.TORCH)
+    torch_cuda_arch_list: str | None = Field(None, alias=label.TORCH_CUDA_ARCH_LIST)
+    cuda: str | None = Field(None, alias=label.CUDA)
+    python: str | None = Field(None, alias=label.PYTHON)
 
 
 def _labels(cell: CellResult, build: BuildOutcome | None) -> dict[str, str]:
@@ -190,7 +191,7 @@ def stack_kind(cell: CellResult, build: BuildOutcome | None) -> StackKind:
     (reused, no harness.* build labels); built: an image the harness builds from the matrix."""
     if cell.runner == "local" or (build is not None and build.status == "local"):
         return "local"
-    by_harness = any(k.startswith("harness.") and not k.startswith("harness.local.")
+    by_harness = any(label.is_ours(k) and not k.startswith(label.LOCAL)
                      for k in _labels(cell, build))
     ref, _ = _image(cell, build)
     if not by_harness and ref and (build is None or build.status == "reused"):

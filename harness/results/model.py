@@ -1,10 +1,12 @@
 """The typed records of a run: what a cell ended as, and why.
 
-Results format v2 (docs/results-format.md). Everything a stage produces about a cell lands in one
-frozen `CellResult`; report, compare and bug only render these records, they judge nothing. The
-verdicts are the single source of truth: a cell's `reasons` are derived from its failed verdicts,
-never stored beside them. v1 files (the first round's run directories, examples/h200/run) load
-through `CellResult.from_json`, which lifts their free-text reasons into verdicts.
+Results format v3 (FORMAT below; docs/results-format.md). Everything a stage produces about a
+cell lands in one frozen `CellResult`; report, compare and bug only render these records, they
+judge nothing. The verdicts are the single source of truth: a cell's `reasons` are derived from
+its failed verdicts, never stored beside them. v1 and v2 files load through
+`CellResult.from_json`: v1's free-text reasons (the first round's run directories,
+examples/h200/run) become verdicts, and a v1 or v2 NVFP4 cell, which stored no pairing, is read
+as compared with the cell of its stack and config whose model name says fp8 where its says nvfp4.
 
 The fingerprint and the benchmark are the types their modules produce (`Fingerprint`,
 `BenchResult`). Other sub-records (the memory watch, the audit, the image probe) are typed views
@@ -280,7 +282,7 @@ class CellResult(Record):
 
     @classmethod
     def from_json(cls, data: Any) -> CellResult:
-        """A v2 record, or a v1 record lifted to v2. Raises ValueError on anything else."""
+        """A v3 record, or a v1 or v2 record lifted to v3. Raises ValueError on anything else."""
         if not isinstance(data, dict):
             raise ValueError(f"a cell record is a JSON object, not {type(data).__name__}")
         fmt = _Stored.model_validate(data).format
@@ -447,7 +449,8 @@ class BenchInfo(Open):
 
 
 class MatrixModelInfo(Open):
-    """A [models] entry as run.json keeps it (v1 runs wrote them; cells now carry model_info)."""
+    """A [models] entry (harness.matrix.model.Model) as run.json keeps it (v1 runs wrote them;
+    cells now carry model_info)."""
 
     active_params_b: float | None = None
     bytes_per_param: float | None = None

@@ -14,7 +14,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from harness.errors import StorageError
-from harness.fingerprint import fingerprint
+from harness.fingerprint.parse import fingerprint
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell
 from harness.results.memwatch import MemWatch
@@ -43,9 +43,10 @@ from harness.stages import measure as measure_stage
 
 
 def serve_cell(cell: Cell, placement: Placement, build: BuildOutcome | None, *, matrix: Matrix,
-               store: RunStore, opts: RunOptions) -> CellResult:
+               store: RunStore, opts: RunOptions, written: list[CellResult] | None = None) -> CellResult:
     """serve -> measure -> judge -> store for one cell. The result is written before the server
-    is stopped; this function may raise (the caller turns that into an `error` cell)."""
+    is stopped, and appended to `written`; this function may raise (the caller turns that into an
+    `error` cell, unless `written` holds this attempt's result)."""
     progress = opts.progress
     host = placement.host
     t0 = time.monotonic()
@@ -103,6 +104,8 @@ def serve_cell(cell: Cell, placement: Placement, build: BuildOutcome | None, *, 
             started_at=started, finished_at=utc_now(),
         )
         store.write_cell(result)  # before the server stops: nothing measured is lost
+        if written is not None:
+            written.append(result)
         if not result.status.ok:
             server.mark_failed()
     return result
@@ -121,15 +124,16 @@ def run_cell(cell: Cell, placement: Placement, build: BuildOutcome | None, *, ma
         store.write_cell(result)
         return result
     started = utc_now()
+    written: list[CellResult] = []
     try:
-        return serve_cell(cell, placement, build, matrix=matrix, store=store, opts=opts)
+        return serve_cell(cell, placement, build, matrix=matrix, store=store, opts=opts, written=written)
     except (KeyboardInterrupt, SystemExit, StorageError):
         raise
     except Exception as exc:  # noqa: BLE001 - a failed cell is a result, not a crash
-        written = store.read_cell(cell.id)
-        if written is not None and written.started_at == started:
-            # it broke while stopping the server, after its result was written: keep that
-            return written
+        if written:
+            # it broke while stopping the server, after this attempt's result was written: keep
+            # that (known by what this attempt wrote, never by comparing clock readings)
+            return written[-1]
         log = store.log_path(cell.id)
         tail: tuple[str, ...] = ()
         if log.is_file():

@@ -312,7 +312,7 @@ class Executor:
         """The cross-cell rule over what is stored now, then the cell is shown (and any cell the
         rule changed)."""
         with self.lock:
-            for after, before in apply_format_rule(self.store):
+            for after, before in apply_format_rule(self.store, self.matrix.spec.expect, self.matrix.spec.bench):
                 if after.id == result.id:
                     result = after
                 elif after.status != before:

@@ -7,7 +7,7 @@ import re
 import traceback
 from typing import Any
 
-from harness.matrix.model import NOISE_FLOOR
+from harness.matrix.model import Bench, Expect
 from harness.matrix.plan import Cell
 from harness.results.model import (
     BuildInfo,
@@ -115,15 +115,15 @@ def skipped_cell(cell: Cell, why: str, build: BuildOutcome | None, host: str | N
     )
 
 
-def apply_format_rule(store: RunStore) -> list[tuple[CellResult, Status]]:
-    """(Re)apply the cross-cell FP8-vs-NVFP4 rule to the stored cells of a run, from its
-    run.json. Idempotent. A format verdict on a cell the rule no longer compares (a run judged
-    before the pairing was explicit) is removed. Returns the cells it wrote, with their status
-    before."""
-    run = store.run
-    floor = run.matrix.noise_floor if run.matrix.noise_floor is not None else NOISE_FLOOR
+def apply_format_rule(store: RunStore, expect: Expect, bench: Bench) -> list[tuple[CellResult, Status]]:
+    """(Re)apply the cross-cell FP8-vs-NVFP4 rule to the stored cells of a run, with the matrix's
+    own thresholds: `expect.nvfp4_over_fp8_min_ratio` and `bench.noise_floor` (a live run hands
+    its matrix's tables; `harness rejudge` reads run.json's copy into the same classes).
+    Idempotent. A format verdict on a cell the rule no longer compares (a run judged before the
+    pairing was explicit) is removed. Returns the cells it wrote, with their status before."""
     cells = {c.id: c for c in store.cells()}
-    judged = dict(judge_stage.compare_formats(cells.values(), run.matrix.min_ratio, floor))
+    judged = dict(judge_stage.compare_formats(cells.values(), expect.nvfp4_over_fp8_min_ratio,
+                                              bench.noise_floor))
     changed = []
     for cell_id, before in cells.items():
         if cell_id in judged:

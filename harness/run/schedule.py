@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from harness.matrix.archs import split_arch_list
+from harness.archs import CC, FIRST_MAJOR
 from harness.matrix.load import Matrix
 from harness.matrix.model import MatrixFile
 from harness.matrix.plan import Cell
@@ -134,29 +134,26 @@ def gpus_needed(cell: Cell, matrix: Matrix) -> int:
     return sizes["t"] * sizes["p"]
 
 
-def _cc(value: str) -> tuple[int, int]:
-    major, minor = value.split(".")
-    return int(major), int(minor)
-
-
-def arch_runs_on(arch_list: str, cc: str) -> bool:
-    """Whether code built for `arch_list` (TORCH_CUDA_ARCH_LIST form) runs on compute capability
-    `cc`: 'a' targets on that exact cc only; 'f' targets on the family (same major, minor at least);
-    plain targets on the same major, minor at least (SASS compatibility); '+PTX' on any later cc (JIT)."""
-    want = _cc(cc)
-    for entry in split_arch_list(arch_list):
-        m = re.match(r"^(\d+\.\d+)([af]?)(\+PTX)?$", entry)
-        if not m:
+def arch_refusals(cells: Sequence[Cell], matrix: Matrix) -> list[str]:
+    """Stacks of `cells` whose arch list builds nothing that runs on the chips the matrix runs on:
+    its hardware, or its hosts' hardware with [hosts]. Each such cell would serve a server that
+    finds no kernel image for its GPU; `harness plan` and `harness run` refuse them, naming the
+    stack, its arch list and the hardware."""
+    spec = matrix.spec
+    chips = ({h.hardware: h.cc for h in hosts_of(matrix)} if spec.hosts
+             else {spec.matrix.hardware: spec.hardware[spec.matrix.hardware].cc})
+    problems = []
+    for name in dict.fromkeys(c.stack_name for c in cells):
+        archs = spec.stacks[name].torch_cuda_arch_list
+        if archs is None or any(archs.runs_on(cc) for cc in chips.values()):
             continue
-        have = _cc(m[1])
-        if m[3] and want >= have:
-            return True
-        if m[2] == "a":
-            if want == have:
-                return True
-        elif want[0] == have[0] and want[1] >= have[1]:
-            return True
-    return False
+        where = ", ".join(f"{hw} (cc {cc})" for hw, cc in chips.items())
+        cc = next(iter(chips.values()))
+        add = f"'{cc}a' or '{cc}'" if CC.parse(cc).major >= FIRST_MAJOR["a"] else f"'{cc}'"
+        problems.append(f"stacks.{name}.torch_cuda_arch_list: '{archs}' builds nothing that runs on the "
+                        f"hardware it would serve on: {where} (add {add} to the list, or point [matrix] "
+                        "hardware / [hosts] at the chip the stack is built for)")
+    return problems
 
 
 def why_not(cell: Cell, host: Host, matrix: Matrix) -> str | None:
@@ -166,7 +163,7 @@ def why_not(cell: Cell, host: Host, matrix: Matrix) -> str | None:
     if cell.stack.runner == "local" and not host.is_local:
         return f"stack {cell.stack_name} is local and host {host.name} is another machine"
     archs = cell.stack.torch_cuda_arch_list
-    if archs and host.cc and not arch_runs_on(archs, host.cc):
+    if archs is not None and host.cc and not archs.runs_on(host.cc):
         return f"stack {cell.stack_name} is built for {archs}, host {host.name} has cc {host.cc} ({host.hardware})"
     need = -(-gpus_needed(cell, matrix) // cell.config.nodes)  # on each of its nodes
     if host.gpus is not None and need > len(host.gpus):

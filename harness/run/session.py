@@ -13,7 +13,7 @@ import hashlib
 from pathlib import Path
 
 from harness import __version__, owner
-from harness.errors import ConfigError, EnvironmentProblem, StorageError
+from harness.errors import ConfigError, EnvironmentProblem, MatrixError, StorageError
 from harness.hostenv import host_fingerprint
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell, expand
@@ -22,7 +22,7 @@ from harness.results.store import RunStore, new_run_id
 from harness.run.cell import run_cell
 from harness.run.executor import Executor, LazyEngine
 from harness.run.options import RunOptions, SerialProgress
-from harness.run.schedule import execution_order, hosts_of
+from harness.run.schedule import arch_refusals, execution_order, hosts_of
 from harness.safety.roots import Root
 from harness.serve.base import ServerRecord
 from harness.serve.local import kill_group
@@ -52,6 +52,8 @@ def run_matrix(matrix: Matrix, *, k: str | None, opts: RunOptions,
     cells = expand(matrix, k)
     if not cells:
         raise ConfigError(f"{matrix.path}: no cell matches -k {k!r}", hint="see `harness plan -m ... --list`")
+    if problems := arch_refusals(cells, matrix):  # before anything is reaped, built or stored
+        raise MatrixError(str(matrix.path), problems)
     hosts = hosts_of(matrix)
     engine = LazyEngine()
     reap_dead(opts.results_root, engine_if_needed=engine if hosts[0].default and _needs_docker(cells) else None)

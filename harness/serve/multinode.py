@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.engine import ContainerSpec, Engine, RunningContainer
 from harness.errors import EngineError
+from harness.labels import RAY_NODE, ROLE, Role
 from harness.serve.base import DRAIN_S, LogBuffer, ProcessState, ServerRecord
 
 RAY = ("python3", "-m", "ray.scripts.scripts")  # the `ray` CLI, whatever the image's PATH holds
@@ -155,10 +156,9 @@ def ray_cluster(nodes: Sequence[Node], image: str, *, base_port: int, labels: di
     cluster = RayCluster(tuple(nodes), base_port=base_port)
     with ExitStack() as stack:
         for i, node in enumerate(nodes):
-            role = "ray-head" if i == 0 else "ray-worker"
+            role = Role.RAY_HEAD if i == 0 else Role.RAY_WORKER
             spec = ContainerSpec(image=image, entrypoint=(), command=start_command(i, node, nodes[0], base_port),
-                                 labels=tuple({**labels, "harness.role": role,
-                                               "harness.ray.node": node.host}.items()),
+                                 labels=tuple({**labels, ROLE: role.value, RAY_NODE: node.host}.items()),
                                  env=tuple((env or {}).items()), gpus=gpus, volumes=tuple(mounts),
                                  network_mode="host", shm_size="512m", ipc_host=False)
             cluster.containers.append(stack.enter_context(node.engine.container(spec, keep=keep)))
@@ -274,7 +274,7 @@ class RayRunner:
                 log.add(f"# harness: Ray cluster ready at {cluster.address}: "
                         f"{cluster.resources.gpu:g} GPU on {cluster.resources.alive_nodes} nodes")
                 for node, c in zip(cluster.nodes, cluster.containers, strict=True):
-                    role = "ray-head" if c is cluster.head else "ray-worker"
+                    role = Role.RAY_HEAD if c is cluster.head else Role.RAY_WORKER
                     pumps.append(c.follow_logs(functools.partial(_add_prefixed, log, f"({role} {node.host}) "), stop))
                 server = RayServer(cluster, spec, log)
                 try:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from harness import __version__
 from harness.errors import ConfigError
+from harness.labels import CELL, ROLE, RUN_ID, Role
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell
 from harness.serve import command as serve_cmd
@@ -42,7 +43,7 @@ def plan(cell: Cell, matrix: Matrix, *, run_id: str, log_path: Path, image: str 
     and GPUs (without one: the matrix's port and serve.gpus)."""
     serve = matrix.spec.serve
     stack = cell.stack
-    labels = {"harness.run-id": run_id, "harness.role": "serve", "harness.cell": cell.id}
+    labels = {RUN_ID: run_id, ROLE: Role.SERVE.value, CELL: cell.id}
     ident = identity_name()
     # a placement's port is where the server listens on the host itself: the slot's own port,
     # never another's (it is then the port inside a container too)

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import proc
-from harness.audit import IMAGE_PATHS, Target, audit_path
-from harness.audit.report import AuditSummary
+from harness.audit.report import IMAGE_PATHS, AuditSummary, audit_path
+from harness.audit.verdict import Target
 from harness.image.builder import audit_image, build_stacks
+from harness.labels import LOCAL_VLLM_DIR, Role, role
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell, group_by_stack
 from harness.results.model import BuildOutcome
@@ -40,7 +41,7 @@ def audit_local_stack(matrix: Matrix, stack_name: str) -> BuildOutcome:
     report = audit_path(Path(vllm_dir), [Target.from_cc(hw.cc)])
     audit = report.to_json()
     audit.pop("files", None)  # per-file detail stays out of every cell; totals remain
-    return BuildOutcome(**base, labels={"harness.local.vllm_dir": vllm_dir}, audit=audit,
+    return BuildOutcome(**base, labels={LOCAL_VLLM_DIR: vllm_dir}, audit=audit,
                         audit_summary=AuditSummary.of(report), duration_s=round(time.monotonic() - t0, 1))
 
 
@@ -58,7 +59,7 @@ def _audit_prebuilt(engine, image: str, ccs: tuple[str, ...]) -> AuditSummary:
     usual package folders, as `harness audit IMAGE` does, and says so when none holds CUDA code."""
     tried = []
     for path in IMAGE_PATHS:
-        summary = audit_image(engine, image, {"harness.role": "audit"}, path, ccs)
+        summary = audit_image(engine, image, role(Role.AUDIT), path, ccs)
         if summary and summary.status != "not-audited" and summary.cubins:
             return summary
         tried.append(path)

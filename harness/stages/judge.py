@@ -14,7 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from harness.bench.noise import classify
-from harness.fingerprint import Fingerprint, fingerprint, verdicts
+from harness.fingerprint.model import Fingerprint
+from harness.fingerprint.parse import fingerprint
+from harness.fingerprint.verdicts import verdicts
 from harness.matrix.model import Expect, SelectRule
 from harness.matrix.plan import Cell
 from harness.matrix.select import compile_expression

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import proc
-from harness.bench import bench as run_bench_sync
+from harness.bench.client import bench as run_bench_sync
+from harness.bench.settings import BenchSettings
 from harness.matrix.model import Bench
 from harness.results.model import BenchRecord, CrossCheck, ImageProbe
 from harness.serve.base import Server
@@ -72,13 +73,23 @@ def cross_check(command: str, url: str, model: str, out_json: Path) -> CrossChec
                       result=data)
 
 
+# the memory watch's steady load: one round of concurrency-8 decode after another
+SOAK = BenchSettings(concurrency=(8,), max_tokens=128, repeats=1, warmup=False, prefill=False)
+
+
+def settings_of(cfg: Bench) -> BenchSettings:
+    """The matrix's [bench] table as the benchmark's settings."""
+    return BenchSettings(concurrency=cfg.concurrency, max_tokens=cfg.max_tokens, repeats=cfg.repeats,
+                         prompt_tokens=cfg.prompt_tokens, prefill=cfg.prefill,
+                         long_prompt_tokens=cfg.long_prompt_tokens)
+
+
 def soak(url: str, model: str, seconds: float) -> None:
     """Steady load for the memory watch: rounds of concurrency-8 decode until time is up."""
 
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        run_bench_sync(url, model, concurrency=(8,), max_tokens=128, repeats=1, warmup=False,
-                       prefill=False)
+        run_bench_sync(url, model, SOAK)
 
 
 def measure(server: Server, model: str, cfg: Bench, *, bench: bool = True,
@@ -99,10 +110,7 @@ def measure(server: Server, model: str, cfg: Bench, *, bench: bool = True,
             i = levels.index(c) + 1 if c in levels else 0
             on_phase(f"bench level {i}/{len(levels)} (c={c}): {done}/{total} requests")
 
-        result = run_bench_sync(server.base_url, model, concurrency=cfg.concurrency,
-                                max_tokens=cfg.max_tokens, repeats=cfg.repeats,
-                                prompt_tokens=cfg.prompt_tokens, prefill=cfg.prefill,
-                                long_prompt_tokens=cfg.long_prompt_tokens, progress=progress)
+        result = run_bench_sync(server.base_url, model, settings_of(cfg), progress=progress)
         m.bench = result
         m.durations["bench_s"] = round(time.monotonic() - t0, 1)
         on_partial("bench", m.bench.model_dump(mode="json"))

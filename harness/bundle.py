@@ -49,6 +49,7 @@ PACK_TIMEOUT_S = 3600
 INSTALL_TIMEOUT_S = 1800
 MANIFEST = "bundle.json"
 PART = "part_{:02d}"
+MAX_PARTS = 10_000  # part_0000 to part_9999 (harness.safety.grammar "part")
 WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
 
 
@@ -72,7 +73,8 @@ class BundleSpec(_Strict):
                                  "linux/arm64); absent: this host's, or `bundle make --platform`.")
     platforms: tuple[str, ...] | None = Field(None, description="pip download --platform tags; absent: "
                                               "the manylinux tags of `platform` (harness/platforms.py).")
-    part_size_mb: float = Field(60, gt=0, description="Largest part, in MB (10^6 bytes).")
+    part_size_mb: float = Field(60, ge=0.001, le=1_000_000, allow_inf_nan=False,
+                                description="Largest part, in MB (10^6 bytes): 0.001 (1000 bytes) to 1000000.")
     xz_preset: int = Field(6, ge=0, le=9, description="xz compression preset.")
     strip: tuple[Strip, ...] = Field((), description="Files removed from wheels, with the reason.")
 
@@ -258,8 +260,13 @@ def pack(wheelhouse: Path, out: Path, spec: BundleSpec, target: platforms.Platfo
                 with paths.open_regular(wheelhouse / name, what="wheel") as fh:
                     t.addfile(info, fh)
     parts = []
+    size = archive.stat().st_size
+    if -(-size // limit) > MAX_PARTS:  # checked before a part is written: never a bundle cut short
+        writes.remove_file(archive, flag="--out archive")
+        raise ConfigError(f"part_size_mb = {spec.part_size_mb:g}: the archive ({size} bytes) would need more than "
+                          f"{MAX_PARTS} parts", hint=f"raise part_size_mb to at least {size / MAX_PARTS / 1e6:.3f}")
     with paths.open_regular(archive, what="--out archive") as f:
-        for i in range(10_000):
+        for i in range(MAX_PARTS):
             chunk = f.read(limit)
             if not chunk:
                 break

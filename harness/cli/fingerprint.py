@@ -11,6 +11,7 @@ from harness.console import out
 from harness.errors import ConfigError
 from harness.fingerprint.parse import fingerprint
 from harness.fingerprint.verdicts import verdicts
+from harness.safety import numbers
 
 
 def register(sub) -> None:
@@ -31,7 +32,7 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--max-autotuner-skips",
-        type=int,
+        type=numbers.arg("--max-autotuner-skips", int, lo=0, hi=1_000_000),
         default=0,
         help="skipped tactics allowed per op (default 0)",
     )

@@ -252,6 +252,5 @@ def render(report: AuditReport, top: int = 10) -> None:
     )
 
 
-def _status(s: AuditStatus) -> str:
-    style = _STYLE[s]
-    return f"[{style}]{s}[/{style}]"
+def _status(s: AuditStatus) -> Text:
+    return Text(str(s), style=_STYLE[s])

@@ -20,7 +20,7 @@ from rich.progress import (
 from harness.bench.client import base_url, run_bench, run_sync
 from harness.bench.result import BenchResult, ServerFigures
 from harness.bench.wire import HTTPError, Target, request
-from harness.console import err, out
+from harness.console import err, out, plain
 from harness.errors import ConfigError, EnvironmentProblem
 from harness.safety import numbers
 
@@ -201,7 +201,7 @@ def main(args: argparse.Namespace) -> int:
         # masked inside its strings like every output (a URL's credentials), and still JSON
         write_text(args.out, redact_json_text(result.to_json()) + "\n", make_parents=True,
                    flag="--out")  # never through a link
-        err.print(f"wrote {args.out}")
+        err.print(f"wrote {args.out}", markup=False)
     if args.json:
         out.print_json(result.to_json())
         _warnings(result)  # on stderr too: a warning must not hide in a JSON field
@@ -211,7 +211,7 @@ def main(args: argparse.Namespace) -> int:
     if nothing:
         err.print(
             f"[red]every request failed at concurrency {nothing}[/red]; first error: "
-            f"{result.levels[0].errors[:1]}",
+            f"{plain(result.levels[0].errors[:1])}",
             markup=True,
         )
         return 1

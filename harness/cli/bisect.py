@@ -234,10 +234,12 @@ class LiveDisplay:
         self.status.start()
 
     def done(self, step, about, point, record: Step) -> None:
+        from harness.console import plain
+
         if self.status is not None:
             self.status.stop()
         colour = self.COLOURS[record.verdict]
-        self.console.print(f"step {step:>2}/{about:<2} {point.short:<12} [{colour}]{record.verdict:<4}[/{colour}]  "
+        self.console.print(f"step {step:>2}/{about:<2} {plain(point.short):<12} [{colour}]{record.verdict:<4}[/{colour}]  "
                            f"{record.seconds:>6.0f} s  ", end="")
         self.console.print(f"{point.title[:50]}: {record.reason[:120]}", markup=False, highlight=False)
 
@@ -246,7 +248,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.bisect import report
     from harness.bisect.session import Bisect, Setup
     from harness.bisect.store import BisectSpec, BisectStore, SetupSpec
-    from harness.console import err, out
+    from harness.console import err, out, plain
     from harness.results.store import utc_now
 
     if args.resume:
@@ -273,7 +275,7 @@ def main(args: argparse.Namespace) -> int:
         store = BisectStore.create(folder, spec, points, history.preferred(points))
         setup = Setup(tuple(patches))
     err.print(f"bisect: {len(store.points)} points in {store.dir} (probe {store.spec.probe.probe})",
-              highlight=False)
+              markup=False, highlight=False)
     command = f"harness bisect --resume {shlex.quote(str(store.dir))}"
     bisect = Bisect(store, history, probe, setup, LiveDisplay(err))
     try:
@@ -282,8 +284,8 @@ def main(args: argparse.Namespace) -> int:
         if 0 in bisect.steps and len(store.points) - 1 in bisect.steps:
             partial = bisect.result()
             store.write_result(partial, report.markdown(partial, command))
-        err.print(f"[red]interrupted[/red]: {len(bisect.steps)} judged point(s) are kept in {store.dir}; "
-                  f"finish with `{command}` (nothing judged is judged again)", highlight=False)
+        err.print(f"[red]interrupted[/red]: {len(bisect.steps)} judged point(s) are kept in {plain(store.dir)}; "
+                  f"finish with `{plain(command)}` (nothing judged is judged again)", highlight=False)
         return 130
     from harness.bisect.cmakediff import explain
 

@@ -11,7 +11,9 @@ here too (`log_to_console`).
 A `Text` is masked like a string (a table's cells are `Text`: harness.tables masks and bounds
 them itself). Markup is the tool's own: a string printed with markup that does not parse as
 markup (data holding `[/red]`: a commit subject, a path) is printed as it stands, never raised
-on; data meant for a markup string goes through `plain()` (masked and escaped).
+on; data meant for a markup string goes through `plain()` (masked and escaped). A string in
+JSON output is at most MAX_JSON_STRING characters (a 50 MB log line a fingerprint quotes ends
+in "… (N more characters)"): masked first, with a margin, so no secret is cut in two.
 """
 
 from __future__ import annotations
@@ -25,6 +27,32 @@ from rich.markup import escape
 from rich.text import Text
 
 from harness.redact import CONTROL, redact_json, terminal_text
+
+
+MAX_JSON_STRING = 256 * 1024
+_MASK_MARGIN = 4096
+
+
+def _bounded(obj: object) -> object:
+    """`obj` with every string longer than MAX_JSON_STRING (and the margin) cut before masking."""
+    if isinstance(obj, str):
+        return obj if len(obj) <= MAX_JSON_STRING + _MASK_MARGIN else obj[: MAX_JSON_STRING + _MASK_MARGIN]
+    if isinstance(obj, dict):
+        return {k: _bounded(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_bounded(v) for v in obj]
+    return obj
+
+
+def _cut(obj: object, full: object) -> object:
+    """Masked `obj` cut to MAX_JSON_STRING, saying how much of the original `full` was left out."""
+    if isinstance(obj, str) and isinstance(full, str) and len(full) > MAX_JSON_STRING:
+        return obj[:MAX_JSON_STRING] + f" … ({len(full) - MAX_JSON_STRING} more characters)"
+    if isinstance(obj, dict) and isinstance(full, dict) and len(obj) == len(full):
+        return {k: _cut(v, f) for (k, v), f in zip(obj.items(), full.values(), strict=True)}
+    if isinstance(obj, list) and isinstance(full, list | tuple) and len(obj) == len(full):
+        return [_cut(v, f) for v, f in zip(obj, full, strict=True)]
+    return obj
 
 
 def printable(text: str) -> str:
@@ -67,7 +95,7 @@ class _Masked(Console):
             except (ValueError, RecursionError):  # not JSON: shown as masked text, never raw
                 self.print(json, markup=False, highlight=False)
                 return
-        text = _json.dumps(redact_json(data), indent=kwargs.pop("indent", 2), ensure_ascii=False,
+        text = _json.dumps(_cut(redact_json(_bounded(data)), data), indent=kwargs.pop("indent", 2), ensure_ascii=False,
                            allow_nan=False, default=str)
         # json escapes C0 itself; DEL and C1 (0x9b is CSI) are escaped too, the document unchanged
         text = CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

@@ -140,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as exc:
         _say(err, f"error: {exc}")
         return exc.exit_code
+    except MemoryError:  # an input far larger than any the tool bounds for (exit 3: this host)
+        err.print("error: out of memory: the input is larger than this process may hold", markup=False)
+        err.print("  fix: give a smaller input (a log's tail: `tail -c 256M LOG > LOG.tail`), or raise the "
+                  "memory limit (ulimit -v)", markup=False)
+        return 3
     except OSError as exc:  # a path the user gave that cannot be read or written
         import errno
 

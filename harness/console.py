@@ -28,7 +28,6 @@ from rich.text import Text
 
 from harness.redact import CONTROL, redact_json, terminal_text
 
-
 MAX_JSON_STRING = 256 * 1024
 _MASK_MARGIN = 4096
 

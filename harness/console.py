@@ -81,7 +81,7 @@ class _Masked(Console):
         except MarkupError:  # data in a markup string: shown as it stands, never a traceback
             super().print(*objs, **{**kwargs, "markup": False})
 
-    def status(self, status, *args, **kwargs):  # type: ignore[override]
+    def status(self, status, *args, **kwargs):
         """A spinner line: its text is data (a commit subject), shown masked and never as markup."""
         return super().status(Text(printable(status)) if isinstance(status, str) else status, *args, **kwargs)
 

@@ -163,7 +163,8 @@ _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0
 def _sub_userinfo(text: str, repl) -> str:
     """`_URL_USERINFO.sub(repl, text)`, tried only where a `://` is: the pattern's scheme part,
     tried at every position of a long line, made the whole mask several times slower."""
-    out, pos, find = [], 0, text.find("://")
+    out: list[str] = []
+    pos, find = 0, text.find("://")
     while find >= 0:
         start = find
         while start > max(pos, find - 16) and text[start - 1] in _SCHEME_CHARS:

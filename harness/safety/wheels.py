@@ -16,6 +16,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 
 from harness.errors import ConfigError
+from harness.safety import writes
 from harness.safety.paths import open_regular
 from harness.safety.roots import Root
 
@@ -48,8 +49,10 @@ def _member_name(name: str, where: str) -> tuple[str, ...]:
     return tuple(x for x in p.parts if x not in ("", "."))
 
 
-def unpack_wheel(path: Path | str, dest: Root, *, max_bytes: int = 8 << 30, max_members: int = 100_000) -> list[str]:
-    """Unpack the wheel at `path` into `dest` (see the module doc); the files written."""
+def unpack_wheel(path: Path | str, dest: Root, *, max_bytes: int = 8 << 30, max_members: int = 100_000,
+                 only: set[str] | None = None) -> list[str]:
+    """Unpack the wheel at `path` into `dest` (see the module doc), or only its members named in
+    `only`; the files written."""
     where = f"wheel {path}"
     hint = "the wheel is damaged or not a wheel: make the bundle again"
     left = [max_bytes]
@@ -61,7 +64,7 @@ def unpack_wheel(path: Path | str, dest: Root, *, max_bytes: int = 8 << 30, max_
                 raise ConfigError(f"{where}: more than {max_members} members", hint=hint)
             for info in infos:
                 parts = _member_name(info.filename, where)
-                if not parts:
+                if not parts or (only is not None and info.filename not in only):
                     continue
                 if info.is_dir():
                     dest.mkdir("/".join(parts))
@@ -88,8 +91,6 @@ def repack_wheel(src: Path | str, dest: Path | str, drop, *, max_bytes: int = 8 
     """Copy wheel `src` to the new file `dest` (never written through a link) without the members
     `drop(name)` is true for; RECORD follows. Members are stored, not deflated: the bundle's xz
     compresses far better than zip's deflate. Bounded as `unpack_wheel`. The members dropped."""
-    from harness.safety import writes
-
     where = f"wheel {src}"
     hint = "the wheel is damaged or not a wheel: download it again"
     left = [max_bytes]

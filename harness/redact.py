@@ -256,6 +256,13 @@ def redact_args(argv: list[str]) -> list[str]:
             user_next = False
             out.append(_user_value(arg))
             continue
+        # the first value is masked even when it starts with '-' (a key may); then every value
+        # up to the next option (vLLM's --api-key takes several)
+        if masking and not arg.startswith("--") and (masking == 1 or not arg.startswith("-")):
+            out.append(MASK)
+            masking += 1
+            continue
+        masking = 0
         if arg in _USER_FLAGS:
             out.append(arg)
             user_next = True
@@ -266,26 +273,20 @@ def redact_args(argv: list[str]) -> list[str]:
             out.append(f"{flag}={_user_value(value)}")
             masking = 0
             continue
-        if len(arg) > 2 and arg[:2] in ("-u", "-U") and arg[2] not in "-=":
+        token = not any(c.isspace() for c in arg)  # one argument, not a line of text in a list
+        if token and len(arg) > 2 and arg[:2] in ("-u", "-U") and arg[2] not in "-=":
             out.append(arg[:2] + _user_value(arg[2:]) if ":" in arg else redact_text(arg))
             masking = 0
             continue
-        if len(arg) > 2 and arg.startswith("-p") and arg[2] != "-":
+        if token and len(arg) > 2 and arg.startswith("-p") and arg[2] != "-":
             out.append(_P_GLUED.sub(_glued_p, arg))
             masking = 0
             continue
-        # the first value is masked even when it starts with '-' (a key may); then every value
-        # up to the next option (vLLM's --api-key takes several)
-        if masking and not arg.startswith("--") and (masking == 1 or not arg.startswith("-")):
-            out.append(MASK)
-            masking += 1
-            continue
-        masking = 0
         if arg.startswith("-") and "=" in arg:
             flag, _, value = arg.partition("=")
             out.append(f"{flag}={_mask_value(value)}" if is_secret_name(flag) else redact_text(arg))
             continue
-        if arg.startswith("--") and is_secret_name(arg):
+        if token and arg.startswith("--") and is_secret_name(arg):
             out.append(arg)
             masking = 1
             continue

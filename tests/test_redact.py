@@ -335,3 +335,10 @@ def test_a_4_mb_line_is_masked_to_its_end():
     # a 4 MB run of one word, then a URL: the URL mask is tried where a :// is, not at every position
     line = "x" * (4 << 20) + " https://u:PASS@h/x"
     assert redact_text(line).endswith(f"https://u:{MASK}@h/x")
+
+
+def test_a_secret_flags_value_is_masked_before_the_short_flag_rules():
+    assert redact_args(["--api-key", "-uXYZ", "--port", "1"]) == ["--api-key", MASK, "--port", "1"]
+    # a list item with spaces is a line of text (a stored verdict's log lines), read as text
+    assert redact_args(["--api-key sekrit-1"]) == [f"--api-key {MASK}"]
+    assert redact_args(["-Undefined reference: x"]) == ["-Undefined reference: x"]

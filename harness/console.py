@@ -29,6 +29,7 @@ from rich.text import Text
 from harness.redact import CONTROL, redact_json, terminal_text
 
 MAX_JSON_STRING = 256 * 1024
+MAX_PRINTED = 4 << 20  # one printed string (a log line in a build's tail): past this, cut and said
 _MASK_MARGIN = 4096
 
 
@@ -55,8 +56,12 @@ def _cut(obj: object, full: object) -> object:
 
 
 def printable(text: str) -> str:
-    """`text` with its secrets masked and its terminal control characters shown as `?`."""
-    return terminal_text(text)
+    """`text` with its secrets masked and its terminal control characters shown as `?`; a text
+    longer than MAX_PRINTED is masked with a margin, then cut, saying how much was left out."""
+    if len(text) <= MAX_PRINTED:
+        return terminal_text(text)
+    return terminal_text(text[: MAX_PRINTED + _MASK_MARGIN])[:MAX_PRINTED] + \
+        f" … ({len(text) - MAX_PRINTED} more characters)"
 
 
 def plain(text: object) -> str:

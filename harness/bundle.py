@@ -30,7 +30,6 @@ import shutil
 import sys
 import tarfile
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import TypeVar
 
@@ -38,9 +37,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness import platforms, proc
 from harness.errors import ConfigError, HarnessError
-from harness.safety import grammar, paths, writes
+from harness.safety import grammar, numbers, paths, writes
 from harness.safety.readers import extract_flat_tar_xz, load_json, load_toml
 from harness.safety.roots import Root
+from harness.safety.wheels import repack_wheel, unpack_wheel
 
 LOCK = "wheels.lock"
 # bounds on the commands a bundle runs (a wheelhouse may be gigabytes, on a slow link)
@@ -49,6 +49,7 @@ PACK_TIMEOUT_S = 3600
 INSTALL_TIMEOUT_S = 1800
 MANIFEST = "bundle.json"
 PART = "part_{:02d}"
+MAX_PARTS = 10_000  # part_0000 to part_9999 (harness.safety.grammar "part")
 WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
 
 
@@ -72,7 +73,8 @@ class BundleSpec(_Strict):
                                  "linux/arm64); absent: this host's, or `bundle make --platform`.")
     platforms: tuple[str, ...] | None = Field(None, description="pip download --platform tags; absent: "
                                               "the manylinux tags of `platform` (harness/platforms.py).")
-    part_size_mb: float = Field(60, gt=0, description="Largest part, in MB (10^6 bytes).")
+    part_size_mb: float = Field(60, ge=0.001, le=1_000_000, allow_inf_nan=False,
+                                description="Largest part, in MB (10^6 bytes): 0.001 (1000 bytes) to 1000000.")
     xz_preset: int = Field(6, ge=0, le=9, description="xz compression preset.")
     strip: tuple[Strip, ...] = Field((), description="Files removed from wheels, with the reason.")
 
@@ -157,31 +159,10 @@ def download(spec: BundleSpec, dest: Path, target: platforms.Platform, python: s
 
 
 def repack(src: Path, dest: Path, globs: tuple[str, ...]) -> list[str]:
-    """Copy wheel `src` to `dest` without the members matching `globs`; RECORD follows.
-
-    Members are stored, not deflated: the bundle's xz compresses far better than zip's deflate.
-    Returns the removed members.
-    """
-    removed: list[str] = []
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w", zipfile.ZIP_STORED) as zout:
-        record_name = next((i.filename for i in zin.infolist() if i.filename.endswith(".dist-info/RECORD")), None)
-        for info in zin.infolist():
-            if info.filename == record_name:
-                continue
-            if any(fnmatch.fnmatchcase(info.filename, g) for g in globs):
-                removed.append(info.filename)
-                continue
-            data = zin.read(info)
-            out = zipfile.ZipInfo(info.filename, date_time=info.date_time)
-            out.external_attr = info.external_attr
-            zout.writestr(out, data, compress_type=zipfile.ZIP_STORED)
-        if record_name:
-            gone = set(removed)
-            lines = [ln for ln in zin.read(record_name).decode().splitlines()
-                     if ln and ln.split(",")[0] not in gone]
-            zout.writestr(zipfile.ZipInfo(record_name, date_time=(1980, 1, 1, 0, 0, 0)),
-                          "\n".join(lines) + "\n")
-    return removed
+    """Copy wheel `src` to `dest` without the members matching `globs` (fnmatch, '*' crosses
+    '/'); RECORD follows (harness.safety.wheels: bounded, never written through a link).
+    Returns the removed members."""
+    return repack_wheel(src, dest, lambda name: any(fnmatch.fnmatchcase(name, g) for g in globs))
 
 
 def make_wheelhouse(spec: BundleSpec, downloaded: Path, wheelhouse: Path, target: platforms.Platform) -> WheelLock:
@@ -258,8 +239,13 @@ def pack(wheelhouse: Path, out: Path, spec: BundleSpec, target: platforms.Platfo
                 with paths.open_regular(wheelhouse / name, what="wheel") as fh:
                     t.addfile(info, fh)
     parts = []
+    size = archive.stat().st_size
+    if -(-size // limit) > MAX_PARTS:  # checked before a part is written: never a bundle cut short
+        writes.remove_file(archive, flag="--out archive")
+        raise ConfigError(f"part_size_mb = {spec.part_size_mb:g}: the archive ({size} bytes) would need more than "
+                          f"{MAX_PARTS} parts", hint=f"raise part_size_mb to at least {size / MAX_PARTS / 1e6:.3f}")
     with paths.open_regular(archive, what="--out archive") as f:
-        for i in range(10_000):
+        for i in range(MAX_PARTS):
             chunk = f.read(limit)
             if not chunk:
                 break
@@ -474,11 +460,17 @@ def unpack(bundle_dir: Path, dest: Path, target: platforms.Platform | None = Non
 def interpreter(python: str) -> tuple[platforms.Platform, str, tuple[int, int]]:
     """The CPU platform a Python interpreter runs on, its implementation and version."""
     code = "import platform, sys; print(platform.machine(), sys.implementation.name, *sys.version_info[:2])"
-    r = proc.run([python, "-c", code], timeout=60)
+    # its answer is data: bounded (a program that floods its output is ended) and checked word by word
+    r = proc.run([python, "-c", code], timeout=60, max_output=64 << 10)
+    hint = "give the Python that will import the site"
+    if r.returncode != 0:
+        raise ConfigError(f"--python {python}: it does not run ({grammar.one_line(r.stderr or '').strip()[-300:] or 'no output'})",
+                          hint=hint)
     words = r.stdout.split()
-    if r.returncode != 0 or len(words) != 4:
-        raise ConfigError(f"--python {python}: it does not run ({(r.stderr or '').strip()[-300:] or 'no output'})",
-                          hint="give the Python that will import the site")
+    version = [numbers.problem(w, int, lo=0, hi=999)[0] for w in words[2:4]]
+    if len(words) != 4 or not re.fullmatch(r"[a-z][a-z0-9_]{0,31}", words[1]) or None in version:
+        raise ConfigError(f"--python {python}: its answer is not a Python's: {grammar.one_line(r.stdout)[:200]!r} "
+                          "(asked for platform.machine(), sys.implementation.name and the version)", hint=hint)
     return (platforms.parse(words[0], where=f"--python {python}: platform.machine()"), words[1],
             (int(words[2]), int(words[3])))
 
@@ -525,16 +517,16 @@ def install_site(wheelhouse: Path, site: Path, python: str) -> list[str]:
                           hint=f"make the bundle for Python {version[0]}.{version[1]} (python_version in the "
                                "spec), or give the Python it was made for")
     site.mkdir(parents=True, exist_ok=True)
-    has_pip = proc.run([python, "-m", "pip", "--version"], timeout=120).ok
+    has_pip = proc.run([python, "-m", "pip", "--version"], timeout=120, max_output=64 << 10).ok
     if has_pip:
         r = proc.run([python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                      "--upgrade", "--target", str(site), *files], timeout=INSTALL_TIMEOUT_S)
+                      "--upgrade", "--target", str(site), *files], timeout=INSTALL_TIMEOUT_S, max_output=16 << 20)
         if r.returncode != 0:
             raise HarnessError(f"pip install into {site} failed: {r.stderr.strip()[-2000:]}")
     else:
-        for f in files:
-            with zipfile.ZipFile(f) as z:
-                z.extractall(site)
+        into = Root(site, what="--site")
+        for f in files:  # bounded, relative names only, never through a link in --site
+            unpack_wheel(f, into)
     found = {norm(d[:-len(".dist-info")].rsplit("-", 1)[0])
              for d in Root(site, what="--site").folders() if d.endswith(".dist-info")}
     missing = [w.file for w in lock.wheels if norm(w.name) not in found]

@@ -7,31 +7,88 @@ parses. Terminal control characters are shown as `?` (in JSON, escaped as \\u00X
 in a commit subject or a path never reaches the terminal. This is the one way the tool writes
 to a terminal, so nothing printed escapes the mask; the `logging` records of every module come
 here too (`log_to_console`).
+
+A `Text` is masked like a string (a table's cells are `Text`: harness.tables masks and bounds
+them itself). Markup is the tool's own: a string printed with markup that does not parse as
+markup (data holding `[/red]`: a commit subject, a path) is printed as it stands, never raised
+on; data meant for a markup string goes through `plain()` (masked and escaped). A string in
+JSON output is at most MAX_JSON_STRING characters (a 50 MB log line a fingerprint quotes ends
+in "… (N more characters)"): masked first, with a margin, so no secret is cut in two.
 """
 
 from __future__ import annotations
 
 import json as _json
 import logging
-import re
 
 from rich.console import Console
+from rich.errors import MarkupError
+from rich.markup import escape
+from rich.text import Text
 
-from harness.redact import redact_json, redact_text
+from harness.redact import CONTROL, redact_json, terminal_text
 
-# Terminal control characters (C0 but tab and newline, DEL, C1): a commit subject, a path or a
-# command's output holding ESC ] 0 ; ... or ESC [ 2 J would retitle or clear the user's terminal.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+MAX_JSON_STRING = 256 * 1024
+MAX_PRINTED = 4 << 20  # one printed string (a log line in a build's tail): past this, cut and said
+_MASK_MARGIN = 4096
+
+
+def _bounded(obj: object) -> object:
+    """`obj` with every string longer than MAX_JSON_STRING (and the margin) cut before masking."""
+    if isinstance(obj, str):
+        return obj if len(obj) <= MAX_JSON_STRING + _MASK_MARGIN else obj[: MAX_JSON_STRING + _MASK_MARGIN]
+    if isinstance(obj, dict):
+        return {k: _bounded(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_bounded(v) for v in obj]
+    return obj
+
+
+def _cut(obj: object, full: object) -> object:
+    """Masked `obj` cut to MAX_JSON_STRING, saying how much of the original `full` was left out."""
+    if isinstance(obj, str) and isinstance(full, str) and len(full) > MAX_JSON_STRING:
+        return obj[:MAX_JSON_STRING] + f" … ({len(full) - MAX_JSON_STRING} more characters)"
+    if isinstance(obj, dict) and isinstance(full, dict) and len(obj) == len(full):
+        return {k: _cut(v, f) for (k, v), f in zip(obj.items(), full.values(), strict=True)}
+    if isinstance(obj, list) and isinstance(full, list | tuple) and len(obj) == len(full):
+        return [_cut(v, f) for v, f in zip(obj, full, strict=True)]
+    return obj
 
 
 def printable(text: str) -> str:
-    """`text` with its secrets masked and its terminal control characters shown as `?`."""
-    return _CONTROL.sub("?", redact_text(text))
+    """`text` with its secrets masked and its terminal control characters shown as `?`; a text
+    longer than MAX_PRINTED is masked with a margin, then cut, saying how much was left out."""
+    if len(text) <= MAX_PRINTED:
+        return terminal_text(text)
+    return terminal_text(text[: MAX_PRINTED + _MASK_MARGIN])[:MAX_PRINTED] + \
+        f" … ({len(text) - MAX_PRINTED} more characters)"
+
+
+def plain(text: object) -> str:
+    """Data for a markup string: masked, control characters shown as `?`, markup escaped."""
+    return escape(printable(str(text)))
+
+
+def masked(text: Text) -> Text:
+    """`text` with its secrets masked and control characters shown as `?`; its styles are kept
+    where the text did not change (a masked cell keeps the style of its whole)."""
+    shown = printable(text.plain)
+    if shown == text.plain:
+        return text
+    return Text(shown, style=text.style, justify=text.justify, overflow=text.overflow, no_wrap=text.no_wrap)
 
 
 class _Masked(Console):
     def print(self, *objects, **kwargs) -> None:
-        super().print(*(printable(o) if isinstance(o, str) else o for o in objects), **kwargs)
+        objs = [printable(o) if isinstance(o, str) else masked(o) if isinstance(o, Text) else o for o in objects]
+        try:
+            super().print(*objs, **kwargs)
+        except MarkupError:  # data in a markup string: shown as it stands, never a traceback
+            super().print(*objs, **{**kwargs, "markup": False})
+
+    def status(self, status, *args, **kwargs):
+        """A spinner line: its text is data (a commit subject), shown masked and never as markup."""
+        return super().status(Text(printable(status)) if isinstance(status, str) else status, *args, **kwargs)
 
     def print_json(self, json: str | None = None, *, data: object = None, **kwargs) -> None:
         """`json` (a JSON text) or `data` (a JSON value), masked inside its strings, printed as
@@ -42,10 +99,10 @@ class _Masked(Console):
             except (ValueError, RecursionError):  # not JSON: shown as masked text, never raw
                 self.print(json, markup=False, highlight=False)
                 return
-        text = _json.dumps(redact_json(data), indent=kwargs.pop("indent", 2), ensure_ascii=False,
+        text = _json.dumps(_cut(redact_json(_bounded(data)), data), indent=kwargs.pop("indent", 2), ensure_ascii=False,
                            allow_nan=False, default=str)
         # json escapes C0 itself; DEL and C1 (0x9b is CSI) are escaped too, the document unchanged
-        text = _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+        text = CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
         # printed as a plain string: rich's own print_json would re-parse it, and its markup and
         # highlighting have nothing to add to a document another program reads
         super().print(text, markup=False, highlight=False, soft_wrap=True, **kwargs)

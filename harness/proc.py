@@ -4,7 +4,12 @@ Every command runs in its own process group (a new session), and the whole group
 on its timeout, on Ctrl-C or SIGTERM (the command line turns SIGTERM into KeyboardInterrupt),
 and for a command a worker thread was waiting on when the tool stops (`end_all`). A command's
 children and grandchildren never outlive it there. `-v` shows each command with its argv
-(masked: harness.redact.redact_args) as a debug line.
+(masked: harness.redact.redact_args) as a debug line, and `harness.redact` is the one rule for
+what it masks (`-u user:PASS`, `-pPASS`, `--password X`, a token anywhere).
+
+A command whose output is not ours to trust (an interpreter the user names, a tool inside a
+folder from data) runs with `max_output`: what it prints is read up to that many bytes per
+stream and the command is ended past it (returncode OUTPUT_OVER), never held whole in memory.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from harness.redact import redact_args
 
 log = logging.getLogger("harness.proc")
 T = TypeVar("T")
+OUTPUT_OVER = 125  # run(max_output=...): the command printed more than the bound and was ended
 # for the callers of spawn: the process type and the pipe flag, without importing subprocess
 Popen = subprocess.Popen
 PIPE = subprocess.PIPE
@@ -111,11 +117,14 @@ def require_tool(name: str, purpose: str | None = None) -> str:
 
 
 def run(argv: Sequence[str], *, timeout: float = 60, cwd: str | None = None,
-        env: Mapping[str, str] | None = None, input: str | None = None) -> Result:
+        env: Mapping[str, str] | None = None, input: str | None = None, max_output: int | None = None) -> Result:
     """Run to completion and capture; a missing program or a timeout is a Result, not a raise.
     Output that is not UTF-8 is read with replacement characters. stdin is empty unless
-    `input` is given (no command may wait on the terminal)."""
+    `input` is given (no command may wait on the terminal). With `max_output`, each stream is
+    kept to that many bytes and a command that prints more is ended (returncode OUTPUT_OVER)."""
     log.debug("run: %s", shown(argv))
+    if max_output is not None:
+        return _run_bounded(argv, timeout=timeout, cwd=cwd, env=env, input=input, limit=max_output)
     try:
         p = subprocess.Popen(list(argv), stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
@@ -141,6 +150,62 @@ def run(argv: Sequence[str], *, timeout: float = 60, cwd: str | None = None,
             raise
     finally:
         _track(p, False)
+    return Result(tuple(argv), p.returncode, out, err)
+
+
+def _run_bounded(argv: Sequence[str], *, timeout: float, cwd: str | None, env: Mapping[str, str] | None,
+                 input: str | None, limit: int) -> Result:
+    try:
+        p = subprocess.Popen(list(argv), stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
+                             env=dict(env) if env is not None else None, start_new_session=True)
+    except FileNotFoundError:
+        return Result(tuple(argv), 127, "", f"{argv[0]}: not found")
+    except OSError as exc:
+        return Result(tuple(argv), 126, "", f"{argv[0]}: cannot start: {exc}")
+    _track(p, True)
+    over = threading.Event()
+    kept: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
+
+    def drain(stream, buf: bytearray) -> None:
+        while block := stream.read1(1 << 16):
+            if len(buf) + len(block) > limit:
+                buf += block[: limit - len(buf)]
+                over.set()
+                _kill_group(p)
+                return
+            buf += block
+
+    readers = [threading.Thread(target=drain, args=(pipe, kept[n]), daemon=True)
+               for n, pipe in ((1, p.stdout), (2, p.stderr))]
+    for t in readers:
+        t.start()
+    try:
+        if input is not None and p.stdin is not None:
+            try:
+                p.stdin.write(input.encode("utf-8"))
+                p.stdin.close()
+            except BrokenPipeError:
+                pass
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            log.debug("timed out after %.0f s, ending its process group: %s", timeout, shown(argv))
+            end_group(p)
+            return Result(tuple(argv), 124, kept[1].decode("utf-8", "replace"), f"timed out after {timeout:.0f} s")
+        except BaseException:
+            end_group(p)
+            raise
+    finally:
+        for t in readers:  # a grandchild that kept the pipes open does not keep them for long
+            t.join(timeout=10)
+        for pipe in (p.stdout, p.stderr):
+            if pipe is not None:
+                pipe.close()
+        _track(p, False)
+    out, err = (kept[n].decode("utf-8", "replace") for n in (1, 2))
+    if over.is_set():
+        return Result(tuple(argv), OUTPUT_OVER, out, f"{err}\n(ended: printed more than {limit} bytes)".lstrip())
     return Result(tuple(argv), p.returncode, out, err)
 
 

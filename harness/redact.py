@@ -10,6 +10,13 @@ non-default args), `--name v`, `--name=v`. `Authorization: Bearer v`, credential
 values shaped like well-known tokens (hf_, sk-, ghp_, github_pat_, glpat-, xox?-, AKIA, JWTs)
 are masked wherever they appear. The mask keeps the name, so a reader knows it was set.
 
+Credential flags whose name says nothing: `-u user:PASS`, `-uuser:PASS`, `--user user:PASS`,
+`--user=user:PASS` (curl's, and -U / --proxy-user) keep the user and mask the password (a
+uid:gid such as `-u 1000:1000` stays); a password glued to `-p` (`-pPASS`: mysql, sshpass) is
+masked, unless it is a port (`-p8000:8000`) or a compiler option (`-pthread`, `-pedantic`,
+`-pipe`, `-pie`, `-pg`, ...). Every output applies the same rule: the terminal (harness.console,
+tables included), `-v`'s command lines (harness.proc), `--json` and every stored record.
+
 A URL's user part is masked whatever its shape: `scheme://user:***@host` for a name and a password
 (the password may hold `@`: the user part ends at the last `@` before the host), and
 `scheme://***@host` for a user alone (a token goes there, and `ssh://` users are not shown) or a
@@ -39,6 +46,7 @@ _SECRET_ENDINGS = ("token", "apikey", "secret", "password", "passwd", "cookie", 
 _NOT_SECRET_TAIL = frozenset({
     "ids", "id", "count", "counts", "len", "length", "size", "sizes", "limit", "limits", "budget",
     "num", "number", "type", "types", "mode", "dim", "index", "idx", "file", "path", "dir", "env", "name",
+    "stdin",  # docker login --password-stdin: a switch, the secret comes on standard input
 })
 # a word anywhere that makes the name about how many secrets there are (token_count_source,
 # token_counts_reliable, num_api_keys), never a secret itself
@@ -55,6 +63,11 @@ _TOKEN_SHAPES = re.compile(
     r"|\bxox[abposr]-[A-Za-z0-9-]{10,}"
     r"|\bAKIA[0-9A-Z]{16}\b"
     r"|\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"
+    r"|\bpypi-AgE[A-Za-z0-9_-]{30,}"
+    r"|\bnpm_[A-Za-z0-9]{30,}\b"
+    r"|\bAIza[0-9A-Za-z_-]{35}\b"
+    r"|\b[sr]k_(?:live|test)_[A-Za-z0-9]{20,}"
+    r"|\bASIA[0-9A-Z]{16}\b"
 )
 _HF_TOKEN = _TOKEN_SHAPES  # the old name, for callers that imported it
 # Authorization: Bearer v / Basic v / v, as a header line, a dict entry or a curl -H argument
@@ -88,6 +101,37 @@ _FLAG_VALUE = re.compile(
 )
 _EMPTY = frozenset({"None", "null", "''", '""', "[]", "()", "false", "False", "\\\"\\\""})
 
+# flags whose value is `user:password` (curl -u/--user, -U/--proxy-user)
+_USER_FLAGS = frozenset({"-u", "-U", "--user", "--proxy-user"})
+# `-u user:PASS`, `-uuser:PASS`, `--user=user:PASS` in free text (a shell command line in a log);
+# the flag stands alone (after a space, a quote or the start), the value may be quoted
+_USER_TEXT = re.compile(
+    r"(?<![^\s'\"=(])(?P<flag>--user|--proxy-user|-u|-U)(?P<sep>=|\s+|(?=[^\s'\"-]))(?P<q>['\"]?)"
+    r"(?P<user>[^\s'\":]*):(?P<pw>[^\s'\"]+)")
+# a password glued to -p (mysql -pPASS, sshpass -pPASS), in an argument or in free text
+_P_GLUED = re.compile(r"(?<![^\s'\"(])-p(?P<pw>[^\s'\"-][^\s'\"]*)")
+# what follows a glued -p and is not a password: a port mapping, compiler and linker options
+_P_NOT_SECRET = re.compile(
+    r"[0-9.:\[\]a-fA-F]*[0-9](?:-[0-9]+)?(?::[0-9]+(?:-[0-9]+)?)?(?:/(?:tcp|udp|sctp))?"
+    r"|threads?|edantic(?:-errors)?|ipe|ie|ic|IC|IE|g|tx|rint-\S*|aram|ass-exit-codes|rec-(?:div|sqrt)=\S*"
+    r"|lugin\S*|ython\S*|\d+")
+_UID_GID = re.compile(r"[0-9]+:[0-9]+")
+
+
+def _user_value(value: str) -> str:
+    """`user:PASS` -> `user:***` (a uid:gid stays); a value with no colon is a user name alone,
+    unless it is shaped like a token."""
+    if _UID_GID.fullmatch(value):
+        return value
+    user, colon, _pw = value.partition(":")
+    if colon:
+        return f"{user}:{MASK}"
+    return MASK if _TOKEN_SHAPES.search(value) or (len(value) >= 24 and any(c.isdigit() for c in value)) else value
+
+
+def _glued_p(m: re.Match[str]) -> str:
+    return m.group(0) if _P_NOT_SECRET.fullmatch(m["pw"]) else f"-p{MASK}"
+
 
 def is_secret_name(name: str) -> bool:
     bare = name.lstrip("-")
@@ -111,6 +155,28 @@ def _mask_value(value: str) -> str:
     if value[:1] in "'\"":
         return f"{value[0]}{MASK}{value[0]}"
     return MASK
+
+
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+
+
+def _sub_userinfo(text: str, repl) -> str:
+    """`_URL_USERINFO.sub(repl, text)`, tried only where a `://` is: the pattern's scheme part,
+    tried at every position of a long line, made the whole mask several times slower."""
+    out: list[str] = []
+    pos, find = 0, text.find("://")
+    while find >= 0:
+        start = find
+        while start > max(pos, find - 16) and text[start - 1] in _SCHEME_CHARS:
+            start -= 1
+        while start < find and not (text[start].isascii() and text[start].isalpha()):
+            start += 1
+        m = _URL_USERINFO.match(text, start) if start < find else None
+        if m is not None:
+            out += (text[pos:start], repl(m))
+            pos = m.end()
+        find = text.find("://", max(find + 3, pos))
+    return "".join(out) + text[pos:]
 
 
 def redact_text(text: str) -> str:
@@ -152,11 +218,26 @@ def redact_text(text: str) -> str:
 
     text = _AUTH.sub(auth, text)
     text = _BEARER.sub(lambda m: f"{m['scheme']} {MASK}", text)
-    text = _URL_USERINFO.sub(userinfo, text)
+    text = _sub_userinfo(text, userinfo)
     text = _URL_PARAM.sub(lambda m: f"{m['pre']}{MASK}" if is_secret_name(m["name"]) else m.group(0), text)
     text = pairs(text)
     text = _FLAG_VALUE.sub(flag, text)
+    if "-u" in text or "-U" in text or "--user" in text or "--proxy-user" in text:
+        text = _USER_TEXT.sub(lambda m: m.group(0) if _UID_GID.fullmatch(f"{m['user']}:{m['pw']}") else
+                              f"{m['flag']}{m['sep']}{m['q']}{m['user']}:{MASK}", text)
+    if "-p" in text:
+        text = _P_GLUED.sub(_glued_p, text)
     return _TOKEN_SHAPES.sub(MASK, text)
+
+
+# Terminal control characters (C0 but tab and newline, DEL, C1): a commit subject, a path or a
+# command's output holding ESC ] 0 ; ... or ESC [ 2 J would retitle or clear the user's terminal.
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_text(text: str) -> str:
+    """`text` as a terminal may show it: secrets masked, control characters shown as `?`."""
+    return CONTROL.sub("?", redact_text(text))
 
 
 def redact_env(mapping: Mapping[str, str]) -> dict[str, str]:
@@ -169,7 +250,12 @@ def redact_args(argv: list[str]) -> list[str]:
     `-H 'Authorization: Bearer X'` and any secret form inside an argument masked."""
     out: list[str] = []
     masking = 0  # values seen since a secret flag, or 0 when not after one
+    user_next = False  # the argument after -u / --user is `user:password`
     for arg in argv:
+        if user_next:
+            user_next = False
+            out.append(_user_value(arg))
+            continue
         # the first value is masked even when it starts with '-' (a key may); then every value
         # up to the next option (vLLM's --api-key takes several)
         if masking and not arg.startswith("--") and (masking == 1 or not arg.startswith("-")):
@@ -177,11 +263,30 @@ def redact_args(argv: list[str]) -> list[str]:
             masking += 1
             continue
         masking = 0
+        if arg in _USER_FLAGS:
+            out.append(arg)
+            user_next = True
+            masking = 0
+            continue
+        if arg.startswith(("--user=", "--proxy-user=")):
+            flag, _, value = arg.partition("=")
+            out.append(f"{flag}={_user_value(value)}")
+            masking = 0
+            continue
+        token = not any(c.isspace() for c in arg)  # one argument, not a line of text in a list
+        if token and len(arg) > 2 and arg[:2] in ("-u", "-U") and arg[2] not in "-=":
+            out.append(arg[:2] + _user_value(arg[2:]) if ":" in arg else redact_text(arg))
+            masking = 0
+            continue
+        if token and len(arg) > 2 and arg.startswith("-p") and arg[2] != "-":
+            out.append(_P_GLUED.sub(_glued_p, arg))
+            masking = 0
+            continue
         if arg.startswith("-") and "=" in arg:
             flag, _, value = arg.partition("=")
             out.append(f"{flag}={_mask_value(value)}" if is_secret_name(flag) else redact_text(arg))
             continue
-        if arg.startswith("--") and is_secret_name(arg):
+        if token and arg.startswith("--") and is_secret_name(arg):
             out.append(arg)
             masking = 1
             continue
@@ -194,8 +299,6 @@ def redact_args(argv: list[str]) -> list[str]:
     return out
 
 
-# keys whose value is a command line or an environment, in stored and printed JSON
-_ARGV_KEYS = frozenset({"command", "argv", "args", "cmd"})
 _ENV_KEYS = frozenset({"env", "environ", "environment"})
 
 
@@ -209,7 +312,9 @@ def redact_json(obj: object, key: str = "") -> object:
             return {redact_text(str(k)): v for k, v in redact_env({str(k): v for k, v in obj.items()}).items()}
         return {redact_text(k) if isinstance(k, str) else k: redact_json(v, str(k)) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        if key in _ARGV_KEYS and obj and all(isinstance(a, str) for a in obj):
+        if obj and all(isinstance(a, str) for a in obj):
+            # any list of strings may be a command line (`command`, a probe's `builder`, a
+            # record's `argv`): a secret flag's value is the next item, not the flag's own
             return redact_args(list(obj))
         return [redact_json(v, key) for v in obj]
     if isinstance(obj, bool) or obj is None:

@@ -261,3 +261,84 @@ def test_json_is_masked_inside_its_strings_and_stays_json():
 ])
 def test_a_bare_pass_is_a_verdict_not_a_password(text, want):
     assert redact_text(text) == want
+
+
+# -- credential flags whose name says nothing (curl -u, mysql -p) -----------------------------------
+
+CREDENTIAL_ARGS = [
+    (["curl", "-u", "user:PASS", "https://h"], ["curl", "-u", f"user:{MASK}", "https://h"]),
+    (["curl", "-uuser:PASS"], ["curl", f"-uuser:{MASK}"]),
+    (["curl", "--user", "bob:PASS"], ["curl", "--user", f"bob:{MASK}"]),
+    (["curl", "--user=bob:PASS"], ["curl", f"--user=bob:{MASK}"]),
+    (["curl", "-U", "proxy:PASS"], ["curl", "-U", f"proxy:{MASK}"]),
+    (["curl", "--proxy-user", "p:PASS"], ["curl", "--proxy-user", f"p:{MASK}"]),
+    (["mysql", "-uroot", "-pPASS", "db"], ["mysql", "-uroot", f"-p{MASK}", "db"]),
+    (["sshpass", "-pPASS", "ssh", "h"], ["sshpass", f"-p{MASK}", "ssh", "h"]),
+    (["tool", "--password", "PASS", "--password=PASS"], ["tool", "--password", MASK, f"--password={MASK}"]),
+    (["tool", "--token", "PASS"], ["tool", "--token", MASK]),
+    (["curl", "-H", "Authorization: Basic UEFTUw=="], ["curl", "-H", f"Authorization: Basic {MASK}"]),
+    (["docker", "login", "--password-stdin", "-u", "bob"], ["docker", "login", "--password-stdin", "-u", "bob"]),
+]
+
+
+@pytest.mark.parametrize(("argv", "want"), CREDENTIAL_ARGS)
+def test_credential_flags_in_a_command_line(argv, want):
+    assert redact_args(argv) == want
+
+
+CREDENTIAL_TEXT = [
+    ("sh -c 'curl -u user:PASS https://h'", f"sh -c 'curl -u user:{MASK} https://h'"),
+    ("curl --user \"bob:PASS\" x", f"curl --user \"bob:{MASK}\" x"),
+    ("curl --user=bob:PASS x", f"curl --user=bob:{MASK} x"),
+    ("mysql -uroot -pPASS db", f"mysql -uroot -p{MASK} db"),
+    ("tool --password PASS --token=PASS", f"tool --password {MASK} --token={MASK}"),
+]
+
+
+@pytest.mark.parametrize(("text", "want"), CREDENTIAL_TEXT)
+def test_credential_flags_in_free_text(text, want):
+    assert redact_text(text) == want
+
+
+@pytest.mark.parametrize("text", [
+    "gcc -pthread -pedantic -pipe -pie -pg -O2 -c x.c",  # compiler options glued to -p
+    "nvcc -ptx a.cu -prec-div=true -prec-sqrt=false",
+    "docker run -p 8000:8000 -p127.0.0.1:80:80/tcp img",  # ports
+    "docker run -u 1000:1000 img", "id -u 1000:1000",  # a uid:gid
+    "mkdir -p /tmp/x", "sort -u file", "pip install -U vllm",
+])
+def test_credential_flag_rules_leave_what_is_not_a_password(text):
+    assert redact_text(text) == text
+    assert redact_args(text.split()) == text.split()
+
+
+@pytest.mark.parametrize("token", [
+    "pypi-AgEIcHlwaS5vcmcCJGFhYWFhYWFhLWFhYWEtYWFhYS1hYWFhLWFhYWFhYWFhYWFhYQ",
+    "npm_" + "a1B2" * 9, "AIza" + "SyA1" * 8 + "abc", "sk_live_" + "a1B2" * 6, "ASIA" + "ABCDEFGHIJKLMNOP",
+])
+def test_more_token_shapes(token):
+    assert redact_text(f"using {token} now") == f"using {MASK} now"
+
+
+def test_a_stored_record_masks_a_command_under_any_key():
+    """bisect.json keeps a probe build's command as `builder`, result.json as `command`: every list
+    of strings is read as a command line, so a flag's value in the next item is masked."""
+    from harness.redact import redact_json
+
+    doc = {"probe": {"command": ["curl", "-u", "u:PASS1"], "builder": ["tool", "--password", "PASS2"],
+                     "steps": [["x", "-pPASS3"]]}}
+    assert "PASS" not in str(redact_json(doc))
+    assert redact_json(doc)["probe"]["command"] == ["curl", "-u", f"u:{MASK}"]
+
+
+def test_a_4_mb_line_is_masked_to_its_end():
+    # a 4 MB run of one word, then a URL: the URL mask is tried where a :// is, not at every position
+    line = "x" * (4 << 20) + " https://u:PASS@h/x"
+    assert redact_text(line).endswith(f"https://u:{MASK}@h/x")
+
+
+def test_a_secret_flags_value_is_masked_before_the_short_flag_rules():
+    assert redact_args(["--api-key", "-uXYZ", "--port", "1"]) == ["--api-key", MASK, "--port", "1"]
+    # a list item with spaces is a line of text (a stored verdict's log lines), read as text
+    assert redact_args(["--api-key sekrit-1"]) == [f"--api-key {MASK}"]
+    assert redact_args(["-Undefined reference: x"]) == ["-Undefined reference: x"]

@@ -234,6 +234,10 @@ class ReleaseHistory:
         if not isinstance(project, str) or not _PROJECT.fullmatch(project):
             raise ConfigError(f"pypi:{grammar.one_line(str(project))[:100]}: not a package name",
                               hint="e.g. pypi:vllm (letters, digits and . _ -)")
+        if (why := grammar.url_template_problem(index)) is not None:
+            raise ConfigError(f"--index {grammar.one_line(str(index))[:200]!r} {why}",
+                              hint="give a package index's JSON API with {name} for the project, e.g. "
+                                   "https://pypi.org/pypi/{name}/json")
         self.project, self.index, self.minor_first = project, index, minor_first
         self.cache = Path(cache or SDIST_CACHE)
         self.good, self.bad = _version(good, "--good"), _version(bad, "--bad")
@@ -252,7 +256,7 @@ class ReleaseHistory:
     def document(self) -> ProjectPage:
         """The index's JSON for the project; the cached copy when the index cannot be reached."""
         if self._doc is None:
-            url = self.index.format(name=re.sub(r"[-_.]+", "-", self.project).lower())
+            url = grammar.fill_url(self.index, name=re.sub(r"[-_.]+", "-", self.project).lower())
             cache = Root(self.cache, what="sdist cache")
             name = self._cached_name()
             try:

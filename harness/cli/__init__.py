@@ -107,7 +107,14 @@ def main(argv: list[str] | None = None) -> int:
 
     log_to_console(logging.WARNING)  # before parsing: nothing leaves unmasked, from the start
     parser = build_parser(_command_of(argv))
-    args = parser.parse_args(argv)
+    from harness.console import err
+    from harness.errors import BuildFailed, HarnessError
+
+    try:  # an option's type (harness.safety.numbers) refuses a value with a ConfigError, not a usage line
+        args = parser.parse_args(argv)
+    except HarnessError as exc:
+        _say(err, f"error: {exc}")
+        return exc.exit_code
     if getattr(args, "verbose", 0):
         log_to_console(logging.DEBUG)
     if threading.current_thread() is threading.main_thread():
@@ -115,9 +122,6 @@ def main(argv: list[str] | None = None) -> int:
         # Ctrl-C must clean up even when this process was started with SIGINT ignored (a
         # background job of a non-interactive shell inherits SIG_IGN, and Python keeps it)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    from harness.console import err
-    from harness.errors import BuildFailed, HarnessError
 
     try:
         return int(args.func(args) or 0)
@@ -136,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as exc:
         _say(err, f"error: {exc}")
         return exc.exit_code
+    except MemoryError:  # an input far larger than any the tool bounds for (exit 3: this host)
+        err.print("error: out of memory: the input is larger than this process may hold", markup=False)
+        err.print("  fix: give a smaller input (a log's tail: `tail -c 256M LOG > LOG.tail`), or raise the "
+                  "memory limit (ulimit -v)", markup=False)
+        return 3
     except OSError as exc:  # a path the user gave that cannot be read or written
         import errno
 

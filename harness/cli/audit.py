@@ -17,6 +17,7 @@ from harness.audit.verdict import FAIL, WARN, AuditStatus, Target
 from harness.console import err, out
 from harness.errors import ConfigError
 from harness.labels import Role, role
+from harness.safety import numbers
 from harness.tables import Col, show
 
 _STYLE: dict[AuditStatus, str] = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
@@ -84,10 +85,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="read the kernel names of every PTX entry (default: only PTX a target would JIT)",
     )
     p.add_argument(
-        "--jobs", type=int, metavar="N", help="worker processes (default: the CPU count)"
+        "--jobs", type=numbers.arg("--jobs", int, lo=1, hi=4096), metavar="N", help="worker processes (default: the CPU count)"
     )
     p.add_argument(
-        "--top", type=int, default=10, metavar="N", help="files shown in the table (default 10)"
+        "--top", type=numbers.arg("--top", int, lo=0, hi=1_000_000), default=10, metavar="N", help="files shown in the table (default 10)"
     )
     p.add_argument(
         "--fail-on",
@@ -164,8 +165,6 @@ def _looks_like_image(target: str) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     targets = _targets(args.target_cc, args.matrix)
-    if args.jobs is not None and args.jobs < 1:
-        raise ConfigError(f"--jobs {args.jobs}: must be at least 1", hint="pass --jobs 1 for one process")
     kw = {"sass_check": args.sass, "jobs": args.jobs, "all_ptx": args.ptx_names}
     if args.image or _looks_like_image(args.path):
         paths = (args.image_path,) if args.image_path else IMAGE_PATHS
@@ -254,6 +253,5 @@ def render(report: AuditReport, top: int = 10) -> None:
     )
 
 
-def _status(s: AuditStatus) -> str:
-    style = _STYLE[s]
-    return f"[{style}]{s}[/{style}]"
+def _status(s: AuditStatus) -> Text:
+    return Text(str(s), style=_STYLE[s])

@@ -21,8 +21,9 @@ from harness.bench.client import base_url, bench, run_sync
 from harness.bench.result import BenchResult, ServerFigures
 from harness.bench.settings import BenchSettings
 from harness.bench.wire import HTTPError, Target, request
-from harness.console import err, out
+from harness.console import err, out, plain
 from harness.errors import ConfigError, EnvironmentProblem
+from harness.safety import numbers
 
 MAX_CONCURRENCY = 4096
 MAX_TOKENS = 1_000_000
@@ -41,13 +42,13 @@ def register(subparsers) -> None:
     p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", required=True, help="served model name")
     p.add_argument("--concurrency", default="1,8", help="comma-separated levels (default 1,8)")
-    p.add_argument("--max-tokens", type=int, default=256, help="output tokens per request")
-    p.add_argument("--repeats", type=int, default=3, help="timed rounds per level")
-    p.add_argument("--prompt-tokens", type=int, default=128, help="prompt length in words")
+    p.add_argument("--max-tokens", type=numbers.arg("--max-tokens", int), default=256, help="output tokens per request")
+    p.add_argument("--repeats", type=numbers.arg("--repeats", int), default=3, help="timed rounds per level")
+    p.add_argument("--prompt-tokens", type=numbers.arg("--prompt-tokens", int), default=128, help="prompt length in words")
     p.add_argument(
-        "--long-prompt-tokens", type=int, default=4000, help="prefill prompt length in words"
+        "--long-prompt-tokens", type=numbers.arg("--long-prompt-tokens", int), default=4000, help="prefill prompt length in words"
     )
-    p.add_argument("--timeout", type=float, default=600, help="per-request read timeout, seconds")
+    p.add_argument("--timeout", type=numbers.arg("--timeout", float), default=600, help="per-request read timeout, seconds")
     p.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     p.add_argument(
         "--no-prefill", action="store_true", help="skip the prefill / prefix-cache probe"
@@ -68,11 +69,9 @@ def register(subparsers) -> None:
 
 
 def parse_levels(text: str) -> tuple[int, ...]:
-    try:
-        levels = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        levels = ()
-    if not levels or any(c < 1 or c > MAX_CONCURRENCY for c in levels):
+    got = [numbers.problem(x.strip(), int, lo=1, hi=MAX_CONCURRENCY) for x in text.split(",") if x.strip()]
+    levels = tuple(v for v, why in got if v is not None)
+    if not levels or len(levels) != len(got):
         raise ConfigError(
             f"--concurrency {text!r} is not a list of integers from 1 to {MAX_CONCURRENCY}",
             hint="write it like --concurrency 1,8,64",
@@ -203,7 +202,7 @@ def main(args: argparse.Namespace) -> int:
         # masked inside its strings like every output (a URL's credentials), and still JSON
         write_text(args.out, redact_json_text(result.to_json()) + "\n", make_parents=True,
                    flag="--out")  # never through a link
-        err.print(f"wrote {args.out}")
+        err.print(f"wrote {args.out}", markup=False)
     if args.json:
         out.print_json(result.to_json())
         _warnings(result)  # on stderr too: a warning must not hide in a JSON field
@@ -213,7 +212,7 @@ def main(args: argparse.Namespace) -> int:
     if nothing:
         err.print(
             f"[red]every request failed at concurrency {nothing}[/red]; first error: "
-            f"{result.levels[0].errors[:1]}",
+            f"{plain(result.levels[0].errors[:1])}",
             markup=True,
         )
         return 1

@@ -11,14 +11,13 @@ Exit 0 when a first bad point was found, 1 when skips leave several suspects, 2 
 from __future__ import annotations
 
 import argparse
-import math
 import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError
-from harness.safety import grammar
+from harness.safety import grammar, numbers
 
 if TYPE_CHECKING:
     from harness.bisect.history import GitHistory, HistorySpec, ReleaseHistory
@@ -29,17 +28,6 @@ SOURCE_HELP = "a git repository (a local clone or mirror, or its URL), or pypi:P
 
 
 MAX_TIMEOUT_S = 7 * 86400
-
-
-def _seconds(text: str) -> float:
-    """--timeout: a finite number of seconds, 1 to 7 days (nan, inf, 0 and negatives are refused)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or not 1 <= value <= MAX_TIMEOUT_S:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 1 to {MAX_TIMEOUT_S}")
-    return value
 
 
 def register(sub) -> None:
@@ -62,7 +50,7 @@ def register(sub) -> None:
     p.add_argument("--index", default=None, help="package index JSON API (default https://pypi.org/pypi/{name}/json)")
     p.add_argument("--python", help="a Python with a CUDA build of torch and cmake, for --probe configure")
     p.add_argument("--cutlass", help="a CUTLASS checkout for VLLM_CUTLASS_SRC_DIR (default: an empty folder)")
-    p.add_argument("--timeout", type=_seconds, default=3600, help="seconds one command probe may run (1 s to 7 days)")
+    p.add_argument("--timeout", type=numbers.arg("--timeout", float, lo=1, hi=MAX_TIMEOUT_S), default=3600, help="seconds one command probe may run (1 s to 7 days)")
     p.set_defaults(func=main, command=[])
     # `-- COMMAND`: argparse cannot give a positional after options and `--` to a subcommand, so
     # this parser takes what follows `--` itself, before its own parse.
@@ -262,10 +250,12 @@ class LiveDisplay:
         self.status.start()
 
     def done(self, step, about, point, record: Step) -> None:
+        from harness.console import plain
+
         if self.status is not None:
             self.status.stop()
         colour = self.COLOURS[record.verdict]
-        self.console.print(f"step {step:>2}/{about:<2} {point.short:<12} [{colour}]{record.verdict:<4}[/{colour}]  "
+        self.console.print(f"step {step:>2}/{about:<2} {plain(point.short):<12} [{colour}]{record.verdict:<4}[/{colour}]  "
                            f"{record.seconds:>6.0f} s  ", end="")
         self.console.print(f"{point.title[:50]}: {record.reason[:120]}", markup=False, highlight=False)
 
@@ -274,7 +264,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.bisect import report
     from harness.bisect.session import Bisect, Setup
     from harness.bisect.store import BisectSpec, BisectStore, SetupSpec
-    from harness.console import err, out
+    from harness.console import err, out, plain
     from harness.results.store import utc_now
 
     if args.resume:
@@ -301,7 +291,7 @@ def main(args: argparse.Namespace) -> int:
         store = BisectStore.create(folder, spec, points, history.preferred(points))
         setup = Setup(tuple(patches))
     err.print(f"bisect: {len(store.points)} points in {store.dir} (probe {store.spec.probe.probe})",
-              highlight=False)
+              markup=False, highlight=False)
     command = f"harness bisect --resume {shlex.quote(str(store.dir))}"
     bisect = Bisect(store, history, probe, setup, LiveDisplay(err))
     try:
@@ -310,8 +300,8 @@ def main(args: argparse.Namespace) -> int:
         if 0 in bisect.steps and len(store.points) - 1 in bisect.steps:
             partial = bisect.result()
             store.write_result(partial, report.markdown(partial, command))
-        err.print(f"[red]interrupted[/red]: {len(bisect.steps)} judged point(s) are kept in {store.dir}; "
-                  f"finish with `{command}` (nothing judged is judged again)", highlight=False)
+        err.print(f"[red]interrupted[/red]: {len(bisect.steps)} judged point(s) are kept in {plain(store.dir)}; "
+                  f"finish with `{plain(command)}` (nothing judged is judged again)", highlight=False)
         return 130
     from harness.bisect.cmakediff import explain
 

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.cli.plan import add_matrix_args
-from harness.console import err, out
+from harness.console import err, out, plain, printable
 from harness.errors import CellsFailed, ConfigError, HarnessError, PatchError
 from harness.image import compile_cache
 from harness.image.builder import BuildEvent, build_stacks, unpinned
@@ -61,7 +61,7 @@ def _engine_or_none():
     try:
         return connect(timeout=10)
     except HarnessError as exc:
-        err.print(f"[yellow]no engine[/yellow]: {exc.message}", markup=True)
+        err.print(f"[yellow]no engine[/yellow]: {plain(exc.message)}", markup=True)
         return None
 
 
@@ -177,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         for col in ("stack", "step", "elapsed"):
             t.add_column(col, overflow="fold")
         for s, (step, el) in state.items():
-            t.add_row(s, step, f"{el:.0f} s")
+            t.add_row(Text(printable(s)), Text(printable(step)), f"{el:.0f} s")  # data, never markup
         return t
 
     with Live(view(), console=err, refresh_per_second=4, transient=False) as live:

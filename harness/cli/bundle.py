@@ -41,10 +41,10 @@ def _run_make(args) -> int:
     repacked = [w for w in manifest.lock.wheels if w.repacked]
     out.print(f"bundle {manifest.bundle}: {len(manifest.lock.wheels)} wheels for {manifest.platform}, "
               f"{manifest.archive_bytes / 1e6:.1f} MB in {len(manifest.parts)} part(s), "
-              f"archive sha256 {manifest.archive_sha256}")
+              f"archive sha256 {manifest.archive_sha256}", markup=False)
     for w in repacked:
         out.print(f"  re-packed {w.file}: sha256 {w.sha256} (upstream {w.upstream_sha256}), "
-                  f"{len(w.stripped)} files removed: {w.strip_reason}")
+                  f"{len(w.stripped)} files removed: {w.strip_reason}", markup=False)
     return 0
 
 
@@ -52,8 +52,8 @@ def _run_install(args) -> int:
     target = platforms.parse(args.platform) if args.platform else platforms.host()
     manifest = unpack(Path(args.bundle_dir), Path(args.dest), target)
     out.print(f"bundle {manifest.bundle}: {len(manifest.parts)} part(s) checked, "
-              f"{len(manifest.lock.wheels)} wheels for {target.docker} in {args.dest}")
+              f"{len(manifest.lock.wheels)} wheels for {target.docker} in {args.dest}", markup=False)
     if args.site:
         done = install_site(Path(args.dest), Path(args.site), args.python)
-        out.print(f"installed {len(done)} wheels into {args.site} (PYTHONPATH={os.path.abspath(args.site)})")
+        out.print(f"installed {len(done)} wheels into {args.site} (PYTHONPATH={os.path.abspath(args.site)})", markup=False)
     return 0

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness.console import err, out
 from harness.errors import ConfigError, Regression
+from harness.safety import numbers
 
 
 def register(subparsers) -> None:
@@ -25,7 +26,7 @@ def register(subparsers) -> None:
     p.add_argument("--md", type=Path, help="write the Markdown report to this file")
     p.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
     p.add_argument(
-        "--floor", type=float, help="noise floor as a fraction, 0 < floor < 1 "
+        "--floor", type=numbers.arg("--floor", float, lo=0, hi=1, lo_open=True, hi_open=True), help="noise floor as a fraction, 0 < floor < 1 "
         "(default: the matrix's bench.noise_floor, else the tool's default)"
     )
     p.add_argument(

@@ -318,15 +318,16 @@ def needs_for(matrix) -> dict:
 
 
 def render(checks: list[Check]) -> None:
-    from rich.markup import escape
+    from rich.text import Text
 
     from harness.tables import Col, show
 
     rows = []
     for c in checks:
-        status = "[green]ok[/green]" if c.ok else ("[red]FAIL[/red]" if c.required else "[yellow]warn[/yellow]")
-        # details and fixes are text, not markup: "[host].gpu_attach" must print as written
-        rows.append([escape(c.name), status, escape(c.detail), "" if c.ok else escape(c.fix)])
+        status = Text("ok", style="green") if c.ok else (Text("FAIL", style="red") if c.required
+                                                          else Text("warn", style="yellow"))
+        # a table's strings are text, not markup: "[host].gpu_attach" prints as written
+        rows.append([c.name, status, c.detail, "" if c.ok else c.fix])
     show(out, "harness doctor", [Col("check", whole=True), Col("status"), Col("detail"), Col("fix")], rows)
 
 

@@ -11,6 +11,7 @@ from harness.console import out
 from harness.errors import ConfigError
 from harness.fingerprint.parse import fingerprint
 from harness.fingerprint.verdicts import verdicts
+from harness.safety import numbers
 
 
 def register(sub) -> None:
@@ -31,7 +32,7 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--max-autotuner-skips",
-        type=int,
+        type=numbers.arg("--max-autotuner-skips", int, lo=0, hi=1_000_000),
         default=0,
         help="skipped tactics allowed per op (default 0)",
     )
@@ -60,6 +61,27 @@ _MAGIC = {
 
 
 MAX_LOG_BYTES = 2 << 30  # a week of DEBUG logging; /dev/zero behind a symlink is not a log
+# A log read whole takes several times its size in memory once split into lines: past this, the
+# fingerprint reads the head (start-up: versions, kernels, KV cache, graph capture) and the tail
+# (the end: a failure, a hang), and says so. The middle of a long log is request progress.
+WHOLE_LOG_BYTES = 256 << 20
+HEAD_BYTES = 64 << 20
+
+
+def _head_and_tail(path: Path, size: int) -> bytes:
+    from harness.console import err
+    from harness.safety.paths import open_regular
+
+    with open_regular(path, what="log") as f:
+        head = f.read(HEAD_BYTES)
+        f.seek(max(HEAD_BYTES, size - (WHOLE_LOG_BYTES - HEAD_BYTES)))
+        tail = f.read(WHOLE_LOG_BYTES - HEAD_BYTES)
+    head = head[: head.rfind(b"\n") + 1] or head  # whole lines on both sides of the cut
+    tail = tail[tail.find(b"\n") + 1:] if b"\n" in tail else tail
+    err.print(f"note: log {path} is {size / (1 << 20):.0f} MiB: its first {len(head) >> 20} MiB and last "
+              f"{len(tail) >> 20} MiB are read, the {(size - len(head) - len(tail)) >> 20} MiB between are left out",
+              markup=False)
+    return head + tail
 
 
 def read_log(path: Path) -> str:
@@ -73,7 +95,12 @@ def read_log(path: Path) -> str:
             raise IsADirectoryError(path)
         if not path.exists():
             raise FileNotFoundError(2, "No such file or directory", str(path))
-        data = read_bytes(path, limit=MAX_LOG_BYTES, what="log")
+        size = path.stat().st_size
+        if size > MAX_LOG_BYTES:
+            raise ConfigError(f"log {path}: larger than {MAX_LOG_BYTES >> 30} GiB",
+                              hint="this is not a server log: check the path")
+        data = read_bytes(path, limit=MAX_LOG_BYTES, what="log") if size <= WHOLE_LOG_BYTES \
+            else _head_and_tail(path, size)
     except IsADirectoryError as exc:
         raise ConfigError(
             f"cannot read log {path}: it is a directory", hint="pass the server log file inside it"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from harness.console import out
 from harness.image.addpr import API, PATCHES_DIR, REPOS, add_pr, snippet
+from harness.safety import numbers
 
 
 def _cmd(args: argparse.Namespace) -> int:
@@ -24,7 +25,7 @@ def register(subparsers) -> None:
     sub.required = True
     a = sub.add_parser("add-pr", help="download an upstream PR's patch with its head SHA")
     a.add_argument("project", choices=sorted(REPOS))
-    a.add_argument("number", type=int)
+    a.add_argument("number", type=numbers.arg("pull request NUMBER", int, lo=1, hi=10**9))
     a.add_argument("--base-url", default=API, help=f"the forge's API base URL, https only (default {API})")
     a.add_argument("--stack", default="STACK", help="stack name for the printed TOML snippet")
     a.add_argument("--patches-dir", default=str(PATCHES_DIR), help="where patches/<project>/ lives")

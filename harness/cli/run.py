@@ -11,6 +11,7 @@ from harness.cli.plan import add_matrix_args
 from harness.console import err, out
 from harness.errors import CellsFailed, ConfigError, MatrixError
 from harness.results.model import Status
+from harness.safety import numbers
 from harness.safety.grammar import one_line
 
 STATUS_STYLE: dict[Status, str] = {
@@ -24,7 +25,7 @@ def register(sub) -> None:
     p.add_argument("--results", default="results", help="results root (default ./results)")
     p.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted run (skips finished cells)")
     p.add_argument("--keep-failed", action="store_true", help="keep the container of a failed cell")
-    p.add_argument("--soak", type=_seconds, default=0.0, metavar="SECONDS",
+    p.add_argument("--soak", type=numbers.arg("--soak", float, lo=0, hi=7 * 86400), default=0.0, metavar="SECONDS",
                    help="after the benchmark, keep a steady load this long while watching memory")
     p.add_argument("--no-bench", action="store_true", help="serve and fingerprint only")
     p.add_argument("--force-build", action="store_true", help="rebuild images even if they exist")
@@ -43,19 +44,6 @@ def register(sub) -> None:
     k.add_argument("--results", default="results", help="results root to look in (default ./results)")
     k.add_argument("--run", metavar="RUN_ID", help="remove every container of this run, dead or alive")
     k.set_defaults(func=reap)
-
-
-def _seconds(text: str) -> float:
-    import argparse
-    import math
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value < 0 or value > 7 * 86400:
-        raise argparse.ArgumentTypeError(f"{text!r}: give 0 to 604800 seconds")
-    return value
 
 
 # --- live progress ----------------------------------------------------------------------------

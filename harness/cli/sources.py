@@ -36,7 +36,7 @@ def register(sub) -> None:
 
 
 def run_list(args) -> int:
-    from harness.console import out
+    from harness.console import out, plain
     from harness.image import offline
     from harness.image.prefetch import needs
     from harness.matrix.load import load_matrix
@@ -44,7 +44,7 @@ def run_list(args) -> int:
     matrix = load_matrix(Path(args.matrix))
     for n in needs(matrix, args.k):
         name, srcs, table, cut = n.stack, n.sdists, n.table, n.cut
-        out.print(f"[bold]{name}[/bold]", markup=True)
+        out.print(f"[bold]{plain(name)}[/bold]", markup=True)
         for s in srcs:
             out.print(f"  sdist  {s.name} {s.pin}  sha256 {s.sha256 or '(not pinned)'}", markup=False)
         if table is None:

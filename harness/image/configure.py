@@ -75,7 +75,8 @@ class Toolchain:
             if not value or not Path(value).exists():
                 out.append(f"{name}: {value or 'not found'}")
         if Path(self.python).exists():
-            res = proc.run([self.python, "-c", "import torch; print(torch.version.cuda or '')"], timeout=300)
+            res = proc.run([self.python, "-c", "import torch; print(torch.version.cuda or '')"], timeout=300,
+                           max_output=64 << 10)  # a Python that floods its output is ended
             if not res.ok or not res.stdout.strip():
                 out.append(f"python: {self.python} has no CUDA build of torch")
         return out
@@ -97,7 +98,8 @@ class ConfigureOutcome:
 
 
 def _torch_nvrtc(python: str) -> str | None:
-    res = proc.run([python, "-c", "import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))"], timeout=120)
+    res = proc.run([python, "-c", "import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))"], timeout=120,
+                   max_output=64 << 10)
     if not res.ok:
         return None
     for lib in Path(res.stdout.strip()).glob("nvidia/cu*/lib/libnvrtc.so*"):

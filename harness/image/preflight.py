@@ -20,6 +20,7 @@ from harness.image import sources
 from harness.image.wheels import read_lock
 from harness.safety import paths
 from harness.safety.roots import Root
+from harness.safety.wheels import unpack_wheel
 
 # git apply's messages for a hunk/file that does not fit, e.g.
 #   error: patch failed: CMakeLists.txt:228
@@ -165,9 +166,6 @@ def preflight_wheels(matrix, stack_name: str) -> SeriesResult:
 
     A PyPI wheel stack (no wheelhouse) is not fetched here: its patches are checked at build time.
     """
-    import zipfile
-
-
     stack = matrix.spec.stacks[stack_name]
     patches = [(Path(p).name, matrix.patch_path(p)) for p in stack.wheels.patches]
     source = f"vllm wheel {stack.wheels.vllm.version}"
@@ -178,10 +176,9 @@ def preflight_wheels(matrix, stack_name: str) -> SeriesResult:
     wheel = next(e for e in lock.wheels if e.name == "vllm")
     tree = Path(tempfile.mkdtemp(prefix="harness-wheel-"))
     try:
-        with zipfile.ZipFile(where / wheel.file) as z:
-            wanted = {m for _n, p in patches for m in _patch_targets(p)}
-            for m in wanted & set(z.namelist()):
-                z.extract(m, tree)
+        wanted = {m for _n, p in patches for m in _patch_targets(p)}
+        # the wheel is data: its members read bounded, written through a root (harness.safety.wheels)
+        unpack_wheel(where / wheel.file, Root(tree, what="wheel scratch"), only=wanted)
         return apply_series(tree, patches, project="vllm", source=f"{source} sha256:{wheel.sha256}",
                             in_place=True)
     finally:

@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 
 from rich.table import Table
+from rich.text import Text
 
-from harness.console import out
+from harness.console import out, printable
 from harness.image.probe import PARTS, ProbeOutcome, probe_stack
 from harness.platforms import Platform
 from harness.results.model import CompileCache
@@ -24,6 +25,11 @@ def cache_line(cache: CompileCache) -> str:
             + f", compile steps {cache.seconds_compiling} s")
 
 
+def _cell(value: object) -> Text:
+    """What a probe image printed, as a table cell: text (never markup), masked, bounded."""
+    return Text(printable(str(value))[:4000])
+
+
 def run_probes(matrix, stacks: list[str], *, engine, log_dir: Path, force: bool = False,
                parts: tuple[str, ...] = PARTS, platform: Platform | None = None) -> list[str]:
     """Probe each stack, print the tables, save probe-<stack>.json; returns the stacks that passed."""
@@ -31,12 +37,12 @@ def run_probes(matrix, stacks: list[str], *, engine, log_dir: Path, force: bool 
     for name in stacks:
         o = probe_stack(matrix, name, engine=engine, log_dir=log_dir, force=force, parts=parts, platform=platform)
         if (p := o.packaging) is not None:
-            table = Table(title=f"{name}: packaging probe {p.status} ({p.image_ref}, {p.duration_s:.0f} s)")
+            table = Table(title=_cell(f"{name}: packaging probe {p.status} ({p.image_ref}, {p.duration_s:.0f} s)"))
             for col in ("installed", "Rust front end", "pip check", "platform"):
                 table.add_column(col, overflow="fold")
-            table.add_row(f"vllm {p.vllm}, flashinfer {p.flashinfer}, torch {p.torch}", p.rust_frontend or "-",
-                          "ok" if not p.pip_check or p.status == "pass" else "\n".join(p.pip_check[-5:]),
-                          f"{p.machine}, Python {p.python}")
+            table.add_row(_cell(f"vllm {p.vllm}, flashinfer {p.flashinfer}, torch {p.torch}"), _cell(p.rust_frontend or "-"),
+                          _cell("ok" if not p.pip_check or p.status == "pass" else "\n".join(p.pip_check[-5:])),
+                          _cell(f"{p.machine}, Python {p.python}"))
             out.print(table)
             if p.installed_line:
                 out.print(f"{name}: {p.installed_line[:300]}" + (" ..." if len(p.installed_line) > 300 else ""),
@@ -49,11 +55,11 @@ def run_probes(matrix, stacks: list[str], *, engine, log_dir: Path, force: bool 
             if o.status == "pass":
                 passed.append(name)
             continue
-        table = Table(title=f"{name}: units probe {o.units_status} ({o.image_ref})")
+        table = Table(title=_cell(f"{name}: units probe {o.units_status} ({o.image_ref})"))
         for col in ("kernel family", "stock", "patched", "object cubins", "audit (SASS for FP4)"):
             table.add_column(col, overflow="fold")
         for r in o.rows:
-            table.add_row(r.family, r.stock or "-", r.patched or "-", r.archs, "\n".join(r.verdicts) or "-")
+            table.add_row(*map(_cell, (r.family, r.stock or "-", r.patched or "-", r.archs, "\n".join(r.verdicts) or "-")))
         out.print(table)
         t = o.timings
         conf = t.configure_s if t else None

@@ -78,3 +78,31 @@ def http_url_problem(url: str, schemes: tuple[str, ...] = ("http", "https")) -> 
     if port is not None and not 1 <= port <= 65535 or parts.netloc.endswith(":"):
         return f"has port {port if port is not None else '(empty)'}, not one of 1..65535"
     return None
+
+
+_FIELD = re.compile(r"\{[^{}]*\}|[{}]")
+
+
+def url_template_problem(template: object, fields: tuple[str, ...] = ("name",)) -> str | None:
+    """Why `template` is not an http(s) URL whose only braces are `{field}` for `fields`, or None.
+    A template is never given to str.format: `{0}`, `{nope}`, `{name.__class__}` or a format
+    width of a billion characters would each be an IndexError, a KeyError, an attribute read or
+    a MemoryError there."""
+    if not isinstance(template, str) or len(template) > 2000:
+        return "is not a URL of at most 2000 characters"
+    allowed = {f"{{{f}}}" for f in fields}
+    for m in _FIELD.finditer(template):
+        if m.group() not in allowed:
+            return f"holds {m.group()[:40]!r}: the only field{'s are' if len(fields) > 1 else ' is'} " + \
+                ", ".join(sorted(allowed))
+    probe = template
+    for f in fields:
+        probe = probe.replace(f"{{{f}}}", "x")
+    return http_url_problem(probe)
+
+
+def fill_url(template: str, **values: str) -> str:
+    """`template` with each `{field}` replaced by its value (a template url_template_problem passed)."""
+    for k, v in values.items():
+        template = template.replace(f"{{{k}}}", v)
+    return template

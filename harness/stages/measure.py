@@ -8,7 +8,6 @@ loses none of it.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -21,8 +20,10 @@ from typing import Any
 from harness import proc
 from harness.bench.client import bench as run_bench_sync
 from harness.bench.settings import BenchSettings
+from harness.errors import ConfigError
 from harness.matrix.model import Bench
 from harness.results.model import BenchRecord, CrossCheck, ImageProbe
+from harness.safety.readers import load_json
 from harness.serve.base import Server
 
 Partial = Callable[[str, Any], None]
@@ -63,9 +64,9 @@ def cross_check(command: str, url: str, model: str, out_json: Path) -> CrossChec
                       "HARNESS_OUT": str(out_json)})
     data = None
     if out_json.is_file():
-        try:
-            data = json.loads(out_json.read_text())
-        except (OSError, ValueError):
+        try:  # what the command wrote is data: bounded, a regular file, not nested past reason
+            data = load_json(out_json, limit=16 << 20, what="--cross-check result")
+        except ConfigError:
             data = None
     return CrossCheck(command=command, exit_code=r.returncode,
                       duration_s=round(time.monotonic() - t0, 1),

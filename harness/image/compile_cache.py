@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from harness.errors import ConfigError
 from harness.image.sources import CACHE_ROOT
 from harness.results.model import CompileCache
+from harness.safety import numbers
 from harness.safety.held import Entry, Held
 
 DEFAULT_MAX_GIB = 40
@@ -41,8 +42,6 @@ MARKER_TEXT = (b"A compile cache of vllm-bw-harness (harness/image/compile_cache
                b"and `harness cache prune` act only on a folder that holds this file.\n")
 TOP = "(top level)"  # the row of files lying directly in the store, outside any toolchain folder
 _ON = {"on": True, "1": True, "yes": True, "true": True, "off": False, "0": False, "no": False, "false": False}
-_GIB = re.compile(r"[0-9]{1,7}(?:\.[0-9]{1,9})?")  # ASCII digits only: no nan, inf, exponent or sign
-_PORT = re.compile(r"[0-9]{1,5}")
 # a translation unit's path as the build named it (relative to the source tree, or absolute)
 _SOURCE = re.compile(r"[A-Za-z0-9_./+=@-]{1,300}")
 _COUNT = 10**9  # more compiles than any build makes: a line claiming more is not a step's
@@ -57,13 +56,13 @@ def cache_root() -> Path:
 
 
 def gib(raw: str, name: str) -> int:
-    """`raw` GiB as bytes: a plain decimal number of ASCII digits, 0 to MAX_GIB; `name` (the
-    option or variable) is named when it is not one."""
-    if not _GIB.fullmatch(raw) or Decimal(raw) > MAX_GIB:
-        raise ConfigError(f"{name} {raw!r} is not a size in GiB",
+    """`raw` GiB as bytes: a finite number of ASCII digits, 0 to MAX_GIB (harness.safety.numbers,
+    the one parser of numbers from a flag or the environment); `name` (the option, or
+    "environment variable X") is named when it is not one."""
+    value = numbers.parse(raw, name, float, lo=0, hi=MAX_GIB, sep="=" if name.startswith("environment") else " ",
                           hint=f"give a plain decimal number of GiB from 0 to {MAX_GIB}, e.g. 40 or 0.5 "
                                "(0 keeps nothing)")
-    return int(Decimal(raw) * (1 << 30))
+    return int(Decimal(repr(value)) * (1 << 30))
 
 
 def port() -> int | None:
@@ -71,14 +70,13 @@ def port() -> int | None:
     raw = os.environ.get("HARNESS_COMPILE_CACHE_PORT")
     if raw is None or raw == "":
         return None
-    if not _PORT.fullmatch(raw) or not 0 < int(raw) < 65536:
-        raise ConfigError(f"HARNESS_COMPILE_CACHE_PORT={raw!r} is not a port",
-                          hint="give a TCP port number of ASCII digits (1-65535), or unset it for a random one")
-    return int(raw)
+    return numbers.parse(raw, "environment variable HARNESS_COMPILE_CACHE_PORT", int, lo=1, hi=65535, sep="=",
+                         hint="give a TCP port number of ASCII digits (1-65535), or unset it for a random one")
 
 
 def max_bytes() -> int:
-    return gib(os.environ.get("HARNESS_COMPILE_CACHE_MAX_GIB", str(DEFAULT_MAX_GIB)), "HARNESS_COMPILE_CACHE_MAX_GIB")
+    raw = os.environ.get("HARNESS_COMPILE_CACHE_MAX_GIB") or str(DEFAULT_MAX_GIB)
+    return gib(raw, "environment variable HARNESS_COMPILE_CACHE_MAX_GIB")
 
 
 def enabled() -> bool:

@@ -21,9 +21,12 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
     model_validator,
 )
+
+from harness.fingerprint.causes import FailureClass
 
 # the sub-records are typed where they are produced: the request reader's mismatches, the failure
 # reader's signature context
@@ -71,7 +74,8 @@ class Fingerprint(BaseModel):
     evidence: dict[str, str] = Field(default_factory=dict)
     # how the engine died, when it did (root cause = first exception that is not a wrapper)
     fatal: bool = False
-    failure_class: str | None = None
+    failure_class: FailureClass | None = Field(
+        default=None, description="the cause class (harness/fingerprint/causes.py)")
     root_cause: str | None = None
     # speculative decoding: the drafter's own kernels and its acceptance
     drafter_moe_backend: str | None = None
@@ -103,6 +107,12 @@ class Fingerprint(BaseModel):
     # log ends inside a traceback), else `exception:<Type>` of the root cause, else
     # `engine-died` (only a death line shows it).
     failure_signature: str | None = None
+
+    @field_validator("failure_class", mode="before")
+    @classmethod
+    def _class_of_any_release(cls, value: Any) -> FailureClass | None:
+        # records written before the cause vocabulary carry its older names ("unclassified")
+        return FailureClass.read(value)
 
     @model_validator(mode="before")
     @classmethod

@@ -134,11 +134,7 @@ def check(name: str, expect: Expect, fp: Fingerprint) -> list[Fact]:
             facts.append(Fact(name, "fatal_ids", want, state, ok))
             continue
         if key in ("cause_in_excerpt", "cause_line"):
-            cause = cause_of(fp)
-            got = None if cause is None else (
-                cause.in_excerpt if key == "cause_in_excerpt" else cause.line)
-            ok = got == want if key == "cause_in_excerpt" else got is not None and want in got
-            facts.append(Fact(name, key, want, got, ok))
+            facts.append(_cause_fact(name, key, want, fp))
             continue
         got = _got(fp, key)
         if key == "autotuner_skipped":
@@ -160,6 +156,17 @@ def check(name: str, expect: Expect, fp: Fingerprint) -> list[Fact]:
             got = got.value
         facts.append(Fact(name, key, want, got, ok))
     return facts
+
+
+def _cause_fact(name: str, key: str, want: Any, fp: Fingerprint) -> Fact:
+    """`cause_in_excerpt` (does the log hold the cause) or `cause_line` (a substring of the line
+    the cause is shown with), as report, bug and `harness fingerprint` show them."""
+    cause = cause_of(fp)
+    if key == "cause_in_excerpt":
+        shown = None if cause is None else cause.in_excerpt
+        return Fact(name, key, want, shown, shown == want)
+    line = None if cause is None else cause.line
+    return Fact(name, key, want, line, line is not None and want in line)
 
 
 def load(directory: Path) -> list[tuple[str, Sidecar, Path]]:

@@ -633,6 +633,12 @@ def is_wrapper(text: str) -> bool:
     return bool(failure_tables().wrapper.search(text))
 
 
+def _names_a_cause(text: str) -> bool:
+    """An exception line that names a cause: not a wrapper, or a wrapper that carries the
+    message of the exception it wraps ("Worker failed with error 'Invalid thread config: ...'")."""
+    return not is_wrapper(text) or failure_tables().cause_of(text) is not None
+
+
 def _name_failure(
     ix: Indexed,
     explained: _Hit | None,
@@ -648,7 +654,7 @@ def _name_failure(
     name only when no such exception line is in the log."""
     if explained is not None:
         return explained.sig.id, None
-    primary = root if root is not None and not is_wrapper(root.line) else None
+    primary = root if root is not None and _names_a_cause(root.line) else None
     unclassified = fallback.unclassified_death
     if primary is not None:
         hit = _Hit(unclassified, primary.index, None, phase, op) if unclassified else None

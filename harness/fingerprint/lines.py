@@ -97,8 +97,14 @@ class LogLine:
     process: str | None = None
 
 
+# The same sequences as a terminal pastes them in caret notation ("^[[1;36m(APIServer pid=1)^[[0;0m"),
+# seen in an Intel llm-scaler report.
+_CARET_ANSI = re.compile(r"\^\[\[[0-9;]*m")
+
+
 def strip_ansi(text: str) -> str:
-    return _ANSI.sub("", text)
+    text = _ANSI.sub("", text)
+    return _CARET_ANSI.sub("", text) if "^[[" in text else text
 
 
 class _JsonRecord(BaseModel):

@@ -249,12 +249,16 @@ class Cause:
     in_excerpt: bool
     line: str | None  # the evidence line (the cause's, else the death's)
     line_number: int | None
+    name: str | None = None  # the failure's name (Fingerprint.failure_signature)
 
     @property
     def words(self) -> str:
         """The class in words; "cause not in this excerpt" (and the class when it says more than
         `other`) when the log does not hold the cause."""
         if self.in_excerpt:
+            # `other` alone says nothing: the name (a signature id, `exception:<Type>`) does
+            if self.failure_class is FailureClass.OTHER and self.name:
+                return f"other ({self.name})"
             return self.failure_class.words
         if self.failure_class is FailureClass.OTHER:
             return NOT_IN_EXCERPT_WORDS
@@ -293,7 +297,7 @@ def cause_of(fp: Fingerprint) -> Cause | None:
         ctx = fp.signature_context.get(name)
         if (shown := fp.evidence.get(f"signature:{name}")) is not None:
             line, number = shown, ctx.line if ctx is not None else None
-    return Cause(cls, in_excerpt, line, number)
+    return Cause(cls, in_excerpt, line, number, name)
 
 
 def failure_summary(fp: Fingerprint) -> str:

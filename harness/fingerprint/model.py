@@ -103,9 +103,10 @@ class Fingerprint(BaseModel):
     failure_op: str | None = None
     asked: str | None = None
     signature_context: dict[str, SignatureContext] = Field(default_factory=dict)
-    # The name every fatal log gets: the signature that explains it, else `traceback-cut` (the
-    # log ends inside a traceback), else `exception:<Type>` of the root cause, else
-    # `engine-died` (only a death line shows it).
+    # The name every fatal log gets: the signature that explains it, else `exception:<Type>` of an
+    # exception line that names a cause, else `traceback-cut` (the log ends inside a traceback and
+    # holds no such line), else `exception:<Type>` of a wrapper, else `engine-died` (only a death
+    # line shows it). docs/log-catalog.md, "Fatal logs always get a name".
     failure_signature: str | None = None
 
     @field_validator("failure_class", mode="before")

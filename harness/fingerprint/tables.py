@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.errors import ConfigError
 from harness.fingerprint.causes import FailureClass
@@ -115,6 +115,13 @@ class _SignatureSpec(BaseModel):
         if value is not None:
             re.compile(value)
         return value
+
+    @model_validator(mode="after")
+    def _fatal_names_a_class(self) -> _SignatureSpec:
+        # every death gets a cause class (docs/log-catalog.md, "Causes")
+        if self.severity == "fatal" and self.failure_class is None:
+            raise ValueError(f"{self.id}: a fatal signature needs a failure_class")
+        return self
 
 
 class _SignatureFile(BaseModel):

@@ -268,8 +268,10 @@ class Cause:
         """`line 12: <the cause's line>`, or `the log shows (line 12): <the death's line>`."""
         if not self.line:
             return "no line of the log shows it"
-        at = f"line {self.line_number}" if self.line_number else "the line"
-        return f"{at}: {self.line}" if self.in_excerpt else f"the log shows ({at}): {self.line}"
+        if self.in_excerpt:
+            return f"line {self.line_number}: {self.line}" if self.line_number else self.line
+        at = f" (line {self.line_number})" if self.line_number else ""
+        return f"the log shows{at}: {self.line}"
 
     def sentence(self) -> str:
         """The words and the evidence in one line."""

@@ -120,6 +120,10 @@ def test_a_host_side_assert_after_a_tma_descriptor_failure_is_not_a_device_side_
     assert "cuda-device-assert" not in fp.signatures
     assert "tma-descriptor-init-failed" in fp.signatures
     assert "cuda-device-assert" in fingerprint(DEVICE_ASSERT).signatures
+    # FlashMLA's form of the same CUresult check, from a real log (vllm#49922, vLLM 0.26.0)
+    real = fingerprint((CORPUS3 / "017-vllm49922-v0260-flashmla-tma-curesult-host-assert.log").read_text())
+    assert "cuda-device-assert" not in real.signatures
+    assert real.failure_class is FailureClass.KERNEL_CONFIG
 
 
 # PyTorch c10/cuda/CUDAException.cpp: "CUDA error: {cudaGetErrorString}" then the hint lines, the

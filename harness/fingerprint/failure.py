@@ -628,7 +628,7 @@ class _Fallbacks:
         return True
 
 
-def is_wrapper(text: str) -> bool:
+def _is_wrapper(text: str) -> bool:
     """A secondary message: an exception that only carries (or follows) another one."""
     return bool(failure_tables().wrapper.search(text))
 
@@ -636,7 +636,7 @@ def is_wrapper(text: str) -> bool:
 def _names_a_cause(text: str) -> bool:
     """An exception line that names a cause: not a wrapper, or a wrapper that carries the
     message of the exception it wraps ("Worker failed with error 'Invalid thread config: ...'")."""
-    return not is_wrapper(text) or failure_tables().cause_of(text) is not None
+    return not _is_wrapper(text) or failure_tables().cause_of(text) is not None
 
 
 def _name_failure(
@@ -719,7 +719,7 @@ def _classify(ix: Indexed, explained: _Hit | None, root: RootCause | None) -> Fa
     tables = failure_tables()
     if explained is not None and not explained.sig.refine and explained.sig.failure_class:
         return explained.sig.failure_class
-    primary = root if root is not None and not is_wrapper(root.line) else None
+    primary = root if root is not None and not _is_wrapper(root.line) else None
     texts = (_message(ix, primary) if primary else None,
              ix.lines[explained.index].message if explained else None,
              root.line if root is not None and primary is None else None)

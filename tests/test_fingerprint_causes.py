@@ -268,3 +268,21 @@ def test_the_report_and_bug_say_the_cause(tmp_path):
     assert symptom(cell).startswith("illegal memory access [illegal-memory-access]")
     text = bug_report(store, cell.id)
     assert "## Cause" in text and "**illegal memory access**" in text
+
+
+# vLLM 0.25.1 v1/attention/backends/mla/sparse_swa.py:433, an attention backend's assertion that a
+# path exists for one model family / mode only (no public log of it was found; the issue's own
+# sample is of this kind): `assert self.is_dspark, "Non-causal DeepseekV4 SWA is only supported
+# for the DSpark speculation mode, but causal=False was set without DSpark."`
+def test_a_backend_assertion_that_a_path_is_for_one_family_only_is_backend_unsupported():
+    log = "\n".join([
+        "(Worker_TP0 pid=77) ERROR 07-02 11:00:00 [multiproc_executor.py:1] WorkerProc hit an exception.",
+        "(Worker_TP0 pid=77) ERROR 07-02 11:00:00 [multiproc_executor.py:1] Traceback (most recent call last):",
+        '(Worker_TP0 pid=77) ERROR 07-02 11:00:00 [multiproc_executor.py:1]   File "/usr/local/lib/python3.12/dist-packages/vllm/v1/attention/backends/mla/sparse_swa.py", line 433, in build',
+        "(Worker_TP0 pid=77) ERROR 07-02 11:00:00 [multiproc_executor.py:1]     assert self.is_dspark, (",
+        "(Worker_TP0 pid=77) ERROR 07-02 11:00:00 [multiproc_executor.py:1] AssertionError: Non-causal DeepseekV4 SWA is only supported for the DSpark speculation mode, but causal=False was set without DSpark.",
+    ])
+    fp = fingerprint(log)
+    assert fp.fatal and fp.failure_class is FailureClass.BACKEND
+    assert fp.failure_signature == "exception:AssertionError"
+    assert cause_of(fp) is not None and cause_of(fp).in_excerpt  # type: ignore[union-attr]

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from rich.text import Text
 
 from harness.console import out
 from harness.errors import ConfigError
-from harness.fingerprint.causes import FailureClass
+from harness.fingerprint.causes import LEGACY, FailureClass
 from harness.fingerprint.model import Fingerprint
 from harness.fingerprint.parse import fingerprint
 from harness.fingerprint.tables import load_signatures
@@ -71,6 +71,13 @@ class Expect(BaseModel):
         description="every fatal signature id this log supports: one that fires and is not "
         "listed contradicts the log (one fact)",
     )
+
+    @field_validator("failure_class", mode="before")
+    @classmethod
+    def _older_class_names(cls, value: Any) -> Any:
+        # a sidecar written before the cause vocabulary ("unclassified", "device-assert") is
+        # scored against the class that name became; any other unknown value is a typo (exit 2)
+        return LEGACY.get(value, value) if isinstance(value, str) else value
 
 
 class Sidecar(BaseModel):

@@ -84,7 +84,8 @@ def test_crashed_cell_report(cand, mr):
     text = bug_report(cand, mr.CRASH)
     for section in SECTIONS:
         assert section in text, section
-    assert "illegal-memory-access: server crashes at start-up" in text.splitlines()[0]
+    assert "illegal memory access [illegal-memory-access]: server crashes at start-up" in text.splitlines()[0]
+    assert "## Cause" in text and "**illegal memory access**" in text
     assert "an illegal memory access was encountered" in text
     assert "Last " in text and "EngineCore failed to start" in text
     assert "Cell status: **crashed**" in text

@@ -210,7 +210,7 @@ def test_a_log_that_stops_during_capture_is_a_hang_only_when_the_run_timer_says_
     assert "ends-during-capture" in alone.signatures
     hung = fingerprint(text, hung=True)
     assert "cudagraph-capture-hang" in hung.signatures and "ends-during-capture" not in hung.signatures
-    assert hung.failure_class == "cuda-graph-hang"
+    assert hung.failure_class == "cuda-graph-capture"
     assert not fingerprint(text, process_ended=False).signatures
     finished = (
         text

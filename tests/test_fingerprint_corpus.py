@@ -60,3 +60,16 @@ def test_missing_sidecar_is_exit_2(scratch, capsys):
     (scratch / "016-v0191-phi3-ok.toml").unlink()
     assert main([str(scratch)]) == 2
     assert "missing sidecar" in capsys.readouterr().err
+
+
+def test_a_sidecar_with_an_older_class_name_is_scored_against_what_it_became(scratch, capsys):
+    # corpora written before the cause vocabulary (issue 42) still load: "unclassified" is "other"
+    side = scratch / "010-gb10-fi3486-swiglustep-refused.toml"
+    side.write_text(
+        side.read_text().replace('failure_class = "backend-refused"', 'failure_class = "unclassified"')
+    )
+    assert main([str(scratch)]) == 1
+    assert "failure_class: expected 'other', got 'backend-refused'" in capsys.readouterr().out
+    side.write_text(side.read_text().replace('failure_class = "unclassified"', 'failure_class = "no-such-class"'))
+    assert main([str(scratch)]) == 2
+    assert "failure_class" in capsys.readouterr().err

@@ -229,12 +229,12 @@ FAILURES = [
         "CUDA error: out of memory",
         None,
     ),
-    (  # something no signature knows: unclassified, with its line
+    (  # no signature knows it; a KeyError naming a parameter is load_weights': model load
         "ERROR 05-26 07:50:26 [core.py:396] EngineCore failed to start.\n"
         "ERROR 05-26 07:50:26 [core.py:396] Traceback (most recent call last):\n"
         "ERROR 05-26 07:50:26 [core.py:396] KeyError: 'model.layers.0.mlp.experts.w13_weight'",
         True,
-        "unclassified",
+        "model-load",
         "KeyError: 'model.layers.0.mlp.experts.w13_weight'",
         None,
     ),

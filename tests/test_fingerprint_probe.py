@@ -107,7 +107,7 @@ def test_cli_table(capsys):
     assert main(["fingerprint", "--hung", log]) == 1
     text = capsys.readouterr().out
     assert "cudagraph-capture-hang" in text
-    assert "cuda-graph-hang" in text  # failure_class row
+    assert "cuda-graph-capture" in text  # failure_class row
 
 
 def test_cli_passing_log_exits_0(capsys):

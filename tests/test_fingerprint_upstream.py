@@ -80,13 +80,25 @@ FACTS = {
 }
 
 
+# A FlashInfer per-tactic line ("Skipping tactic {runner} {tactic}, ...", "Failed when profiling
+# ...") whose op no line names counts only from two failed tactics up: one such line alone is an
+# excerpt's example, not a count (issue 42). Those are rendered as two tactics in one log.
+_PER_TACTIC = re.compile(r"Skipping tactic|Failed when profiling")
+
+
 @cache
 def matches(e: Entry) -> bool:
     """True when some sample variant, rendered behind every era's prefix, gives the fact."""
     fact = FACTS[e.category]
+    source = e.at.split()[-1]
     for variant in range(VARIANTS):
         message = render(e.template, list(e.fields), variant)
-        if all(fact(fingerprint(text)) for _, text in eras(message, e.level, e.at.split()[-1])):
+        texts = [text for _, text in eras(message, e.level, source)]
+        if e.category == "autotuner" and _PER_TACTIC.search(e.template):
+            # the same runner ({0}), a second tactic ({1})
+            other = render(e.template.replace("{1}", "{1}2", 1), list(e.fields), variant)
+            texts = [a + "\n" + b for a, (_, b) in zip(texts, eras(other, e.level, source), strict=True)]
+        if all(fact(fingerprint(text)) for text in texts):
             return True
     return False
 

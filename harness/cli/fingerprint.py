@@ -10,7 +10,7 @@ from rich.text import Text
 from harness.console import out
 from harness.errors import ConfigError
 from harness.fingerprint.parse import fingerprint
-from harness.fingerprint.verdicts import verdicts
+from harness.fingerprint.verdicts import cause_of, verdicts
 from harness.safety import numbers
 
 
@@ -201,6 +201,10 @@ def run(args) -> int:
             else value
         )
         rows.append([Text(key), Text("-" if shown in (None, "") else str(shown))])
+        if key == "fatal" and (cause := cause_of(fp)) is not None:
+            # the cause in words with its evidence line ("cause not in this excerpt" when the
+            # log does not hold it)
+            rows.append([Text("cause"), Text(cause.sentence())])
     show(out, f"fingerprint of {path}", [Col("fact", whole=True), Col("value")], rows)
 
     colour = {"pass": "green", "warn": "yellow", "fail": "red"}

@@ -17,14 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from rich.text import Text
 
 from harness.console import out
 from harness.errors import ConfigError
+from harness.fingerprint.causes import LEGACY, FailureClass
 from harness.fingerprint.model import Fingerprint
 from harness.fingerprint.parse import fingerprint
 from harness.fingerprint.tables import load_signatures
+from harness.fingerprint.verdicts import cause_of
 from harness.tables import Col, show
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "logs" / "corpus"
@@ -46,18 +48,36 @@ class Expect(BaseModel):
     graph_capture_s: float | None = Field(default=None, description="Graph capturing finished in")
     model_load_gib: float | None = Field(default=None, description="Model loading took (GiB)")
     moe_quant: str | None = Field(default=None, description="main model's MoE quantization")
-    autotuner_skipped: dict[str, int] | None = Field(default=None, description="op -> count")
+    autotuner_skipped: dict[str, int] | None = Field(
+        default=None, description="op -> count (0: the log gives that op no count)")
     drafter_moe_backend: str | None = Field(default=None, description="drafter's MoE backend")
     spec_method: str | None = Field(default=None, description="speculative method")
     num_speculative_tokens: int | None = Field(default=None, description="draft length")
     spec_acceptance_rate: float | None = Field(default=None, description="last metrics line")
     fatal: bool | None = Field(default=None, description="the engine died in this log")
-    failure_class: str | None = Field(default=None, description="see signatures.toml")
+    failure_class: FailureClass | None = Field(
+        default=None, description="the cause class (docs/log-catalog.md, Causes)")
     root_cause: str | None = Field(default=None, description="substring of the root-cause line")
     asked: str | None = Field(default=None, description="refused request, lower-case")
     signatures_absent: list[str] | None = Field(default=None, description="ids that must not fire")
     failure_signature: str | None = Field(default=None, description="the failure's one name")
     signatures_present: list[str] | None = Field(default=None, description="ids that must fire")
+    cause_in_excerpt: bool | None = Field(
+        default=None, description="the log holds a line that names the cause of the death")
+    cause_line: str | None = Field(
+        default=None, description="substring of the evidence line the cause is shown with")
+    fatal_ids: list[str] | None = Field(
+        default=None,
+        description="every fatal signature id this log supports: one that fires and is not "
+        "listed contradicts the log (one fact)",
+    )
+
+    @field_validator("failure_class", mode="before")
+    @classmethod
+    def _older_class_names(cls, value: Any) -> Any:
+        # a sidecar written before the cause vocabulary ("unclassified", "device-assert") is
+        # scored against the class that name became; any other unknown value is a typo (exit 2)
+        return LEGACY.get(value, value) if isinstance(value, str) else value
 
 
 class Sidecar(BaseModel):
@@ -71,6 +91,11 @@ class Sidecar(BaseModel):
     )
     excerpt: bool = Field(default=False, description="a cut of a longer log")
     notes: str = Field(default="", description="what a reader should know")
+    cause: str = Field(
+        default="",
+        description="the cause of a fatal log in words, written by hand after reading the log "
+        "and before running the fingerprint ('not in this excerpt' when the log lacks it)",
+    )
     expect: Expect = Field(default_factory=Expect, description="facts checked by hand")
 
 
@@ -93,7 +118,7 @@ def check(name: str, expect: Expect, fp: Fingerprint) -> list[Fact]:
     """One Fact per asserted key (one per id for `signatures_absent`)."""
     facts: list[Fact] = []
     known = load_signatures()
-    for key, want in expect.model_dump(exclude_none=True).items():
+    for key, want in expect.model_dump(mode="json", exclude_none=True).items():
         if key == "signatures_absent":
             for sig in want:
                 # An id the table does not have can never fire: that is a corpus mistake.
@@ -107,10 +132,21 @@ def check(name: str, expect: Expect, fp: Fingerprint) -> list[Fact]:
                 state = "unknown id" if sig not in known else ("fired" if ok else "absent")
                 facts.append(Fact(name, f"signatures_present:{sig}", "fired", state, ok))
             continue
+        if key == "fatal_ids":
+            fired = [s for s in fp.signatures if s in known and known[s].severity == "fatal"]
+            extra = [s for s in fired if s not in want]
+            ok = not extra and all(s in known for s in want)
+            state = f"contradicting: {', '.join(extra)}" if extra else (
+                "unknown id" if not ok else "consistent")
+            facts.append(Fact(name, "fatal_ids", want, state, ok))
+            continue
+        if key in ("cause_in_excerpt", "cause_line"):
+            facts.append(_cause_fact(name, key, want, fp))
+            continue
         got = _got(fp, key)
         if key == "autotuner_skipped":
-            # only the ops the expectation names are asserted (None: the log skipped none)
-            got = dict.fromkeys(want) | {op: n for op, n in got.items() if op in want}
+            # only the ops the expectation names are asserted (0: the log gives it no count)
+            got = {op: dict(got).get(op, 0) for op in want}
             ok = all(got[op] == n for op, n in want.items())
         elif key == "linear_kernels":
             ok = sorted(want) == sorted(got)
@@ -123,8 +159,21 @@ def check(name: str, expect: Expect, fp: Fingerprint) -> list[Fact]:
             ok = got is not None and got.lower() == want.lower()
         else:
             ok = got == want
+        if isinstance(got, FailureClass):  # shown as stored, like the sidecar's value
+            got = got.value
         facts.append(Fact(name, key, want, got, ok))
     return facts
+
+
+def _cause_fact(name: str, key: str, want: Any, fp: Fingerprint) -> Fact:
+    """`cause_in_excerpt` (does the log hold the cause) or `cause_line` (a substring of the line
+    the cause is shown with), as report, bug and `harness fingerprint` show them."""
+    cause = cause_of(fp)
+    if key == "cause_in_excerpt":
+        shown = None if cause is None else cause.in_excerpt
+        return Fact(name, key, want, shown, shown == want)
+    line = None if cause is None else cause.line
+    return Fact(name, key, want, line, line is not None and want in line)
 
 
 def load(directory: Path) -> list[tuple[str, Sidecar, Path]]:

@@ -26,6 +26,7 @@ from pydantic import (
     model_serializer,
 )
 
+from harness.fingerprint.causes import FailureClass
 from harness.fingerprint.lines import LogLine
 from harness.fingerprint.readers import Context
 from harness.fingerprint.tables import Signature, _invalid, _read, signatures
@@ -56,6 +57,18 @@ class _Op(BaseModel):
     pattern: str = Field(description="Regex searched in the lines around a failing line.")
 
 
+class _Cause(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    class_: FailureClass = Field(alias="class", description="The cause class this rule names.")
+    pattern: str = Field(description="Regex searched in the root-cause line.")
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        re.compile(value)
+        return value
+
+
 class _FailureFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     death: list[str] = Field(description="Regexes of lines that prove the engine died.")
@@ -65,6 +78,7 @@ class _FailureFile(BaseModel):
     phase: list[_Phase] = Field(description="Start-up phases, in order.")
     op_window: int = Field(description="Lines searched around a failing line for its operation.")
     op: list[_Op] = Field(description="Operations, most specific first.")
+    cause: list[_Cause] = Field(description="Cause rules for the root-cause line, first match wins.")
 
     @field_validator("death", "wrappers")
     @classmethod
@@ -83,6 +97,11 @@ class FailureTables:
     phases: tuple[tuple[str, re.Pattern[str]], ...]
     op_window: int
     ops: tuple[tuple[str, re.Pattern[str]], ...]
+    causes: tuple[tuple[FailureClass, re.Pattern[str]], ...]
+
+    def cause_of(self, text: str) -> FailureClass | None:
+        """The class of the first [[cause]] rule whose pattern `text` matches."""
+        return next((cls for cls, rx in self.causes if rx.search(text)), None)
 
 
 @cache
@@ -102,6 +121,7 @@ def failure_tables() -> FailureTables:
         phases=tuple((p.name, re.compile(p.start, re.M)) for p in spec.phase),
         op_window=spec.op_window,
         ops=tuple((o.name, re.compile(o.pattern)) for o in spec.op),
+        causes=tuple((c.class_, re.compile(c.pattern)) for c in spec.cause),
     )
 
 
@@ -549,6 +569,13 @@ def _signature_hit(
         )
     else:
         candidates = ix.find(_multiline(sig.pattern))
+    if sig.last_only:
+        # a progress bar: only its last update says where the log stopped
+        candidates = iter([i for i in candidates][-1:])
+    # the hit is the first line that qualifies; with min_hits, the last of them (a stall the log
+    # ends in is timed from its last report)
+    keep_last = sig.min_hits > 1
+    found, hit = 0, None
     for i in candidates:
         ln = lines[i]
         if sig.raised_only and ln.level in QUIET_LEVELS:
@@ -561,9 +588,10 @@ def _signature_hit(
             continue
         m = sig.pattern.search(ln.message)
         asked = m.group("asked") if m and "asked" in sig.pattern.groupindex else None
-        hit = _Hit(sig, i, asked, phase, op)
-        break
-    else:
+        hit, found = _Hit(sig, i, asked, phase, op), found + 1
+        if not keep_last:
+            break
+    if hit is None or found < sig.min_hits:
         return None
     if not all(ix.any(_multiline(r)) for r in sig.requires):
         return None
@@ -600,6 +628,17 @@ class _Fallbacks:
         return True
 
 
+def _is_wrapper(text: str) -> bool:
+    """A secondary message: an exception that only carries (or follows) another one."""
+    return bool(failure_tables().wrapper.search(text))
+
+
+def _names_a_cause(text: str) -> bool:
+    """An exception line that names a cause: not a wrapper, or a wrapper that carries the
+    message of the exception it wraps ("Worker failed with error 'Invalid thread config: ...'")."""
+    return not _is_wrapper(text) or failure_tables().cause_of(text) is not None
+
+
 def _name_failure(
     ix: Indexed,
     explained: _Hit | None,
@@ -610,39 +649,90 @@ def _name_failure(
     op: str | None,
 ) -> tuple[str | None, _Hit | None]:
     """(the failure's name, the fallback signature hit to add when no table signature explains
-    it). A traceback the log ends inside wins over an earlier exception: that exception did not
-    kill the process whose traceback was being printed."""
+    it). A raised exception that names a cause wins over a traceback the log ends inside (the cut
+    one is at best the same exception printed again by another process): `traceback-cut` is the
+    name only when no such exception line is in the log."""
     if explained is not None:
         return explained.sig.id, None
+    primary = root if root is not None and _names_a_cause(root.line) else None
+    unclassified = fallback.unclassified_death
+    if primary is not None:
+        hit = _Hit(unclassified, primary.index, None, phase, op) if unclassified else None
+        return f"exception:{primary.type}", hit
     cut = cut_traceback(ix)
-    if cut is not None and (root is None or root.index < cut.last) and fallback.traceback_cut:
+    if cut is not None and fallback.traceback_cut:
         return "traceback-cut", _Hit(fallback.traceback_cut, cut.index, None, ix.phase(cut.index),
                                      op_near(ix, len(ix.lines) - 1))
     if root is not None:
-        sig = fallback.unclassified_death
-        return f"exception:{root.type}", _Hit(sig, root.index, None, phase, op) if sig else None
+        hit = _Hit(unclassified, root.index, None, phase, op) if unclassified else None
+        return f"exception:{root.type}", hit
     if death is not None:
         sig = fallback.engine_died
         return "engine-died", _Hit(sig, death, None, phase, op) if sig else None
     return None, None
 
 
-def _classify(hits: list[_Hit], root: RootCause | None, ix: Indexed) -> tuple[_Hit | None, str]:
-    """The fatal signature that explains the death, and its class.
-
-    First (in table order, specific before generic) a signature whose pattern or required
-    pattern matches the root-cause line; then the earliest fatal hit in the log."""
+def _explaining(hits: list[_Hit], root: RootCause | None) -> _Hit | None:
+    """The fatal table signature that explains the death: one matching the root-cause line (its
+    pattern or a required pattern), else the earliest; within each, a signature that names a
+    cause before one that names a shape (`refine`)."""
     fatal = [h for h in hits if h.sig.severity == "fatal" and h.sig.failure_class]
+    specific = [h for h in fatal if not h.sig.refine]
+    generic = [h for h in fatal if h.sig.refine]
     if root is not None:
-        for h in fatal:
-            if h.index == root.index or any(
-                r.search(root.line) for r in (h.sig.pattern, *h.sig.requires)
-            ):
-                return h, h.sig.failure_class or "unclassified"
-    if fatal:
-        h = min(fatal, key=lambda h: h.index)
-        return h, h.sig.failure_class or "unclassified"
-    return None, "unclassified"
+        for group in (specific, generic):
+            for h in group:
+                if h.index == root.index or any(
+                    r.search(root.line) for r in (h.sig.pattern, *h.sig.requires)
+                ):
+                    return h
+    for group in (specific, generic):
+        if group:
+            return min(group, key=lambda h: h.index)
+    return None
+
+
+def _message(ix: Indexed, root: RootCause) -> str:
+    """The root-cause line and the lines that continue its message (pydantic's "1 validation
+    error for ModelConfig" names the cause on the lines after it): up to three lines of the same
+    process that start no frame, traceback, log record or exception of their own."""
+    parts, lines = [root.line], ix.lines
+    process, level = lines[root.index].process, lines[root.index].level
+    for ln in lines[root.index + 1 : root.index + 4]:
+        msg = ln.message
+        if (ln.process != process or ln.level != level or msg == _TRACEBACK or _FRAME.match(msg)
+                or _EXCEPTION.match(msg) or msg.startswith("During handling")
+                or msg.startswith("The above exception")):
+            break
+        parts.append(msg)
+    return " ".join(parts)
+
+
+def _classify(ix: Indexed, explained: _Hit | None, root: RootCause | None) -> FailureClass:
+    """The most specific cause class the lines support.
+
+    A signature that names a cause gives its class. Otherwise the [[cause]] rules read the primary
+    root-cause line (a raised exception that is not a wrapper), the explaining signature's own
+    line, then the message a wrapper carries ("Worker failed with error '...'"). A refining
+    signature's own class comes next; then `other` for a primary exception no rule knows, and
+    `secondary` when only secondary messages (a death line, a wrapper) show the death."""
+    tables = failure_tables()
+    if explained is not None and not explained.sig.refine and explained.sig.failure_class:
+        return explained.sig.failure_class
+    primary = root if root is not None and not _is_wrapper(root.line) else None
+    texts = (_message(ix, primary) if primary else None,
+             ix.lines[explained.index].message if explained else None,
+             root.line if root is not None and primary is None else None)
+    for text in texts:
+        if text and (cls := tables.cause_of(text)) is not None:
+            return cls
+    if explained is not None and explained.sig.failure_class:
+        return explained.sig.failure_class
+    if primary is not None:
+        return FailureClass.OTHER
+    if root is not None or ix.any(tables.death):
+        return FailureClass.SECONDARY
+    return FailureClass.OTHER
 
 
 class SignatureContext(BaseModel):
@@ -675,7 +765,7 @@ class FailureFacts(BaseModel):
     model_config = ConfigDict(frozen=True)
     signatures: tuple[str, ...] = ()
     fatal: bool = False
-    failure_class: str | None = None
+    failure_class: FailureClass | None = None
     root_cause: str | None = None
     root_cause_line: int | None = None
     failure_phase: str | None = None
@@ -700,10 +790,12 @@ def read_failure(lines: list[LogLine], requested: dict[str, str | None], cx: Con
         if hit := _signature_hit(sig, ix, root, process_ended, hung):
             hits.append(hit)
     fatal = death is not None or any(h.sig.severity == "fatal" for h in hits)
-    failure_class = cause = phase = op = asked = named = None
+    cause = phase = op = asked = named = None
+    failure_class: FailureClass | None = None
     cause_line: int | None = None
     if fatal:
-        explained, failure_class = _classify(hits, root, ix)
+        explained = _explaining(hits, root)
+        failure_class = _classify(ix, explained, root)
         if root is not None:
             cause, cause_line = root.line, lines[root.index].number
             ev["root_cause"] = root.line
@@ -723,7 +815,7 @@ def read_failure(lines: list[LogLine], requested: dict[str, str | None], cx: Con
             where = cut.frames[-1] if cut.frames else "its first frame"
             cause = f"traceback cut off after {where} ({cut.process or 'unprefixed process'})"
             cause_line = lines[cut.index].number
-        if explained is not None and explained.sig.failure_class == "backend-refused":
+        if explained is not None and explained.sig.failure_class is FailureClass.BACKEND:
             asked_from = explained.sig.asked_from
             asked = requested[asked_from] if asked_from else None
             if asked is None and explained.asked:

@@ -45,6 +45,13 @@ _COMPOSE = re.compile(r"^[\w.-]+\s+\|\s")
 # Log viewers that export "2026-05-01 18:52:10.981 | line" (seen in a GB10 report); the pipe is
 # required so FlashInfer's own "2026-05-03 18:41:37,368 - INFO - ..." lines keep their timestamp.
 _VIEWER_TS = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\s+\|\s?")
+# A web log viewer's table copied as text (seen in a Qwen3-VL report): empty gutter cells, the
+# viewer's own timestamp and a "host >>" marker before the line, its cell border after it:
+# "  |   | 2025-11-04 10:08:01.174646 master-0 >> (EngineCore_DP0 pid=2933) ERROR ... |  "
+_TABLE_CELL = re.compile(
+    r"^(?:\|\s*)+(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\s+)?(?:[\w.-]+\s+>>\s+)?"
+)
+_TABLE_BORDER = re.compile(r"\s+\|\s*$")
 _PROCESS = re.compile(
     r"^\((?P<proc>[^()]*?)\s*pid=(?P<pid>\d+)(?:,\s*ip=[\w.:]+)?(?:,[^()]*)?\)\s*"
 )
@@ -71,6 +78,14 @@ _FLASHINFER = re.compile(
 )
 
 
+# A paste that lost its newlines runs vLLM lines together on one physical line ("... in __init__
+# ERROR 11-04 18:02:56 [v1/executor/multiproc_executor.py:597] self.all_reduce(data) ERROR ..."):
+# each embedded vLLM prefix after a space starts a line of its own. Only long lines are looked at.
+_EMBEDDED_PREFIX = re.compile(r"(?<=\s)(?=(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]\s]+:\d+\] )")
+_FLATTENED_MIN = 200
+_SPACED_LEVELS = (" DEBUG ", " INFO ", " WARNING ", " ERROR ", " CRITICAL ")
+
+
 @dataclass(frozen=True, slots=True)  # one per line of a long log
 class LogLine:
     """One line of the log: its message part, and the line as written (colour removed)."""
@@ -82,8 +97,14 @@ class LogLine:
     process: str | None = None
 
 
+# The same sequences as a terminal pastes them in caret notation ("^[[1;36m(APIServer pid=1)^[[0;0m"),
+# seen in an Intel llm-scaler report.
+_CARET_ANSI = re.compile(r"\^\[\[[0-9;]*m")
+
+
 def strip_ansi(text: str) -> str:
-    return _ANSI.sub("", text)
+    text = _ANSI.sub("", text)
+    return _CARET_ANSI.sub("", text) if "^[[" in text else text
 
 
 class _JsonRecord(BaseModel):
@@ -131,6 +152,9 @@ def _strip_prefixes(line: str) -> tuple[str, str | None]:
     # process-prefixed lines that make up most of a long log skip them all.
     if head == "|" and line.startswith("| ["):  # a CI viewer's gutter: "  | [2025-03-10T15:07:20Z] ..."
         line, head = line[2:], "["
+    elif head == "|" and (m := _TABLE_CELL.match(line)) and m.end() > 1:
+        line = _TABLE_BORDER.sub("", line[m.end() :])
+        head = line[:1]
     if head != "(":
         if head.isdigit() or line[3:4] == " ":
             line = _JOURNALD.sub("", line, count=1)
@@ -189,17 +213,35 @@ def parse_line(number: int, raw: str) -> LogLine:
 
 def split_lines(text: str) -> list[LogLine]:
     """Every non-empty line of `text`, carriage-return progress updates split apart. A JSON
-    record whose message spans several lines (a traceback) gives one LogLine per line."""
+    record whose message spans several lines (a traceback) gives one LogLine per line; a long
+    physical line holding several vLLM lines run together gives one per vLLM line."""
     clean = strip_ansi(text).replace("\r\n", "\n").replace("\r", "\n")
     out: list[LogLine] = []
-    for number, raw in enumerate(clean.split("\n"), start=1):
-        if not raw or raw.isspace():  # `not raw.strip()` without copying the line
+    for number, whole in enumerate(clean.split("\n"), start=1):
+        if not whole or whole.isspace():  # `not raw.strip()` without copying the line
             continue
-        ln = parse_line(number, raw.rstrip())
-        if "\n" in ln.message:
-            for part in ln.message.split("\n"):
-                if part.strip():
-                    out.append(LogLine(number, part.strip(), raw, ln.level, ln.process))
-        else:
-            out.append(ln)
+        if len(whole) < _FLATTENED_MIN:
+            _append(out, number, whole)
+            continue
+        # (str.count first: most long lines are config dumps that hold no level word at all)
+        if sum(whole.count(level) for level in _SPACED_LEVELS) < 2:
+            _append(out, number, whole)
+            continue
+        cuts = [m.start() for m in _EMBEDDED_PREFIX.finditer(whole)]
+        if len(cuts) < 2:  # one embedded prefix is a message quoting a log line, not a paste
+            _append(out, number, whole)
+            continue
+        for start, end in zip([0, *cuts], [*cuts, len(whole)], strict=True):
+            if not whole[start:end].isspace():
+                _append(out, number, whole[start:end])
     return out
+
+
+def _append(out: list[LogLine], number: int, raw: str) -> None:
+    ln = parse_line(number, raw.rstrip())
+    if "\n" in ln.message:
+        for part in ln.message.split("\n"):
+            if part.strip():
+                out.append(LogLine(number, part.strip(), raw, ln.level, ln.process))
+    else:
+        out.append(ln)

@@ -21,9 +21,12 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
     model_validator,
 )
+
+from harness.fingerprint.causes import FailureClass
 
 # the sub-records are typed where they are produced: the request reader's mismatches, the failure
 # reader's signature context
@@ -71,7 +74,8 @@ class Fingerprint(BaseModel):
     evidence: dict[str, str] = Field(default_factory=dict)
     # how the engine died, when it did (root cause = first exception that is not a wrapper)
     fatal: bool = False
-    failure_class: str | None = None
+    failure_class: FailureClass | None = Field(
+        default=None, description="the cause class (harness/fingerprint/causes.py)")
     root_cause: str | None = None
     # speculative decoding: the drafter's own kernels and its acceptance
     drafter_moe_backend: str | None = None
@@ -99,10 +103,17 @@ class Fingerprint(BaseModel):
     failure_op: str | None = None
     asked: str | None = None
     signature_context: dict[str, SignatureContext] = Field(default_factory=dict)
-    # The name every fatal log gets: the signature that explains it, else `traceback-cut` (the
-    # log ends inside a traceback), else `exception:<Type>` of the root cause, else
-    # `engine-died` (only a death line shows it).
+    # The name every fatal log gets: the signature that explains it, else `exception:<Type>` of an
+    # exception line that names a cause, else `traceback-cut` (the log ends inside a traceback and
+    # holds no such line), else `exception:<Type>` of a wrapper, else `engine-died` (only a death
+    # line shows it). docs/log-catalog.md, "Fatal logs always get a name".
     failure_signature: str | None = None
+
+    @field_validator("failure_class", mode="before")
+    @classmethod
+    def _class_of_any_release(cls, value: Any) -> FailureClass | None:
+        # records written before the cause vocabulary carry its older names ("unclassified")
+        return FailureClass.read(value)
 
     @model_validator(mode="before")
     @classmethod

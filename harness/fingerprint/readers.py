@@ -343,6 +343,27 @@ _CG_OFF = re.compile(
     r"|fall ?back to (?:the )?eager mode|disabling cudagraph(?:_mode)?\b|cudagraph_mode=none\b"
     r"|[Ff]orcing enforce eager|Skipping CUDA graph capture|No cudagraph will be used"
 )
+# A config dump hard-wrapped inside the enum name ("... 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECE"
+# then "WISE: (2, 1)>, ..." on the next line, a paste seen in a vLLM pull request)
+_CG_CUT = re.compile(r"""['"]cudagraph_mode['"]\s*:\s*<CUDAGraphMode\.(?P<head>[A-Z_]*)$""")
+_CG_TAIL = re.compile(r"(?P<tail>[A-Z_]*)[:>]")
+_CG_NAMES = frozenset({"NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"})
+# gpu_model_runner.py _capture_cudagraphs (0.10-0.33): the tqdm bar of each capture pass,
+# "Capturing CUDA graphs ({'decode' | 'mixed prefill-decode'}, {CUDAGraphMode name})"
+_CG_BAR = re.compile(r"Capturing CUDA graphs \((?P<kind>decode|mixed prefill-decode), (?P<mode>[A-Z_]+)\)")
+# The runtime modes the capture passes show -> the cudagraph_mode that captures exactly those
+# (config/compilation.py CUDAGraphMode: FULL_AND_PIECEWISE = FULL for uniform decode batches,
+# PIECEWISE for mixed ones; FULL_DECODE_ONLY captures decode only).
+_CG_FROM_BARS = {
+    (("mixed prefill-decode", "PIECEWISE"),): "PIECEWISE",
+    (("decode", "FULL"), ("mixed prefill-decode", "PIECEWISE")): "FULL_AND_PIECEWISE",
+    (("decode", "FULL"),): "FULL_DECODE_ONLY",
+    (("mixed prefill-decode", "FULL"),): "FULL",
+    (("decode", "FULL"), ("mixed prefill-decode", "FULL")): "FULL",
+}
+# entrypoints' `non-default args: {...}` with `'enforce_eager': True`: no CUDA graphs, even in a
+# release (or an excerpt) that prints no eager line of its own
+_EAGER_ARG = re.compile(r"non-default args: \{.*['\"]enforce_eager['\"]: True\b")
 _GRAPH_DONE = re.compile(
     r"Graph capturing finished in (?P<s>[\d.]+) secs?, took (?P<gib>-?[\d.]+) GiB"
 )
@@ -377,12 +398,26 @@ class GraphReader(Reader):
         self.started = False
         self.cap_s: float | None = None
         self.cap_gib: float | None = None
+        self.bars: dict[str, tuple[str, str]] = {}  # capture pass kind -> (mode, its first line)
+        self.eager_arg: str | None = None  # the non-default args line asking enforce_eager
+        self.cut: str | None = None  # the head of an enum name a hard wrap cut (_CG_CUT)
+        self.cx: Context | None = None
 
     def read(self, ln: LogLine, msg: str, cx: Context) -> None:
         ev = cx.evidence
+        self.cx = cx
         prose = len(msg) < _PROSE_MAX
+        if "enforce_eager" in msg and self.eager_arg is None and _EAGER_ARG.search(msg):
+            self.eager_arg = msg
 
-        if "cudagraph_mode" in msg and "cudagraph_mode" not in ev and (m := _CG_CONFIG.search(msg)):
+        if self.cut is not None:
+            head, self.cut = self.cut, None
+            if (m := _CG_TAIL.match(msg)) and (name := head + m.group("tail")) in _CG_NAMES:
+                self.mode = name
+                ev["cudagraph_mode"] = f"{head}{msg[: m.end() + 8]}"
+        if "cudagraph_mode" in msg and "cudagraph_mode" not in ev and (m := _CG_CUT.search(msg)):
+            self.cut = m.group("head")
+        elif "cudagraph_mode" in msg and "cudagraph_mode" not in ev and (m := _CG_CONFIG.search(msg)):
             if m.group("name"):
                 self.mode = m.group("name")
             elif m.group("num"):
@@ -405,12 +440,26 @@ class GraphReader(Reader):
             ev["cudagraph_mode"] = msg
         if "Capturing CUDA graphs" in msg:
             self.started = True
+            if (m := _CG_BAR.search(msg)) and m.group("kind") not in self.bars:
+                self.bars[m.group("kind")] = (m.group("mode"), msg[m.start() : m.end()])
         if "Graph capturing finished" in msg and (m := _GRAPH_DONE.search(msg)):
             self.cap_s, self.cap_gib = float(m.group("s")), float(m.group("gib"))
             ev["graph_capture"] = msg
 
     def facts(self) -> GraphFacts:
-        return GraphFacts(cudagraph_mode=self.mode, graph_capture_s=self.cap_s,
+        mode = self.mode
+        # no config dump, downgrade or eager line said it: the capture passes the log shows, else
+        # an enforce_eager request in the non-default args
+        if mode is None and self.bars:
+            shown = tuple(sorted((kind, m) for kind, (m, _) in self.bars.items()))
+            mode = _CG_FROM_BARS.get(shown)
+            if mode is not None and self.cx is not None:
+                self.cx.evidence["cudagraph_mode"] = "; ".join(line for _, line in sorted(self.bars.values()))
+        if mode is None and self.eager_arg is not None and not self.started:
+            mode = "NONE"
+            if self.cx is not None:
+                self.cx.evidence["cudagraph_mode"] = self.eager_arg
+        return GraphFacts(cudagraph_mode=mode, graph_capture_s=self.cap_s,
                           graph_capture_gib=self.cap_gib, capture_started=self.started)
 
 
@@ -528,7 +577,10 @@ class AutotunerReader(Reader):
     """Skipped tactics per op: the summary line's count, or the distinct tactics of the older
     per-tactic lines, each attributed to the op being tuned (the line's own `while ranking {op}`,
     the process's last `Tuning {op}` line, the process's next summary line, or the runner's op
-    from kernel_names.toml [autotuner.runner_ops]; the runner's class name only when none says)."""
+    from kernel_names.toml [autotuner.runner_ops]; the runner's class name only when none says).
+
+    A runner whose op no line names counts only from two failed tactics up: one such line is an
+    excerpt's example ("I see a lot of prints like: ..."), not a count, and the op is a guess."""
 
     words = "utotuner|uto[Tt]uner|unsupported tactic"
 
@@ -570,6 +622,8 @@ class AutotunerReader(Reader):
         tactics = {op: set(t) for op, t in self.tactics.items()}
         for runners in self.pending.values():
             for runner, (failed, line) in runners.items():
+                if len(failed) < 2:
+                    continue
                 op = self.cx.names.runner_op(runner) if self.cx else None
                 if op is None:
                     op = m.group("cls") if (m := _RUNNER_CLASS.search(runner)) else runner

@@ -13,23 +13,12 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.errors import ConfigError
+from harness.fingerprint.causes import FailureClass
 
 Severity = Literal["fatal", "warn"]
-FailureClass = Literal[
-    "oom",
-    "backend-refused",
-    "driver-tma",
-    "illegal-instruction",
-    "illegal-memory-access",
-    "cuda-graph-hang",
-    "unsupported-arch",
-    "import-error",
-    "device-assert",
-    "unclassified",
-]
 Phase = Literal[
     "load",
     "drafter-load",
@@ -68,7 +57,18 @@ class _SignatureSpec(BaseModel):
     link: str = Field(description="Issue, release note or doc to read first.")
     meaning: str = Field(description="What it means and what to try.")
     failure_class: FailureClass | None = Field(
-        default=None, description="The class a death explained by this signature gets."
+        default=None, description="The cause class a death explained by this signature gets."
+    )
+    refine: bool = Field(
+        default=False,
+        description="The signature names a shape, not a cause: the [[cause]] rules of "
+        "failures.toml name the class from the root-cause line when one matches.",
+    )
+    min_hits: int = Field(
+        default=1, ge=1, description="The pattern must match at least this many lines."
+    )
+    last_only: bool = Field(
+        default=False, description="Only the last line the pattern matches counts."
     )
     on: Literal["line", "root-cause", "unclassified-death", "traceback-cut", "engine-died"] = Field(
         default="line",
@@ -115,6 +115,13 @@ class _SignatureSpec(BaseModel):
         if value is not None:
             re.compile(value)
         return value
+
+    @model_validator(mode="after")
+    def _fatal_names_a_class(self) -> _SignatureSpec:
+        # every death gets a cause class (docs/log-catalog.md, "Causes")
+        if self.severity == "fatal" and self.failure_class is None:
+            raise ValueError(f"{self.id}: a fatal signature needs a failure_class")
+        return self
 
 
 class _SignatureFile(BaseModel):
@@ -195,7 +202,7 @@ class Signature:
     tracker: SignatureTracker
     link: str
     meaning: str
-    failure_class: str | None = None
+    failure_class: FailureClass | None = None
     on: str = "line"
     raised_only: bool = False
     phases: frozenset[str] = frozenset()
@@ -206,6 +213,9 @@ class Signature:
     unless_any: re.Pattern[str] | None = None
     hung_only: bool = False
     unless_hung: bool = False
+    refine: bool = False
+    min_hits: int = 1
+    last_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -300,6 +310,9 @@ def signatures() -> tuple[Signature, ...]:
             unless_any=re.compile(s.unless_any) if s.unless_any else None,
             hung_only=s.hung_only,
             unless_hung=s.unless_hung,
+            refine=s.refine,
+            min_hits=s.min_hits,
+            last_only=s.last_only,
         )
         for s in spec.signature
     )

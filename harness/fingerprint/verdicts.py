@@ -7,11 +7,13 @@ the kernel-couple study in matrix/rtx-pro-6000.toml). Each verdict quotes the lo
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.fingerprint.causes import NOT_IN_EXCERPT, FailureClass
 from harness.fingerprint.model import Fingerprint
 from harness.fingerprint.tables import kernel_names, signatures
 
@@ -227,11 +229,82 @@ def _context(fp: Fingerprint, sig_id: str) -> str:
 
 
 def _cause_lines(fp: Fingerprint) -> tuple[str, ...]:
-    return tuple(x for x in [fp.root_cause] if x)
+    cause = cause_of(fp)
+    return (cause.line,) if cause is not None and cause.line else ()
+
+
+# Failure names that say what the death looked like, never what caused it: the log ends inside a
+# traceback, only a death line shows, torch's CUDA hint survived without its error line.
+_SHAPE_NAMES = frozenset({"traceback-cut", "engine-died", "cuda-error-async"})
+NOT_IN_EXCERPT_WORDS = "cause not in this excerpt"
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Why a fatal log's engine died, as the report, `harness bug` and `harness fingerprint` say
+    it: the class in words and the log line that shows it (`in_excerpt`), or, when the log does
+    not hold the cause, "cause not in this excerpt" and the line that shows the death."""
+
+    failure_class: FailureClass
+    in_excerpt: bool
+    line: str | None  # the evidence line (the cause's, else the death's)
+    line_number: int | None
+    name: str | None = None  # the failure's name (Fingerprint.failure_signature)
+
+    @property
+    def words(self) -> str:
+        """The class in words; "cause not in this excerpt" (and the class when it says more than
+        `other`) when the log does not hold the cause."""
+        if self.in_excerpt:
+            # `other` alone says nothing: the name (a signature id, `exception:<Type>`) does
+            if self.failure_class is FailureClass.OTHER and self.name:
+                return f"other ({self.name})"
+            return self.failure_class.words
+        if self.failure_class is FailureClass.OTHER:
+            return NOT_IN_EXCERPT_WORDS
+        return f"{NOT_IN_EXCERPT_WORDS} ({self.failure_class.words})"
+
+    def evidence(self) -> str:
+        """`line 12: <the cause's line>`, or `the log shows (line 12): <the death's line>`."""
+        if not self.line:
+            return "no line of the log shows it"
+        if self.in_excerpt:
+            return f"line {self.line_number}: {self.line}" if self.line_number else self.line
+        at = f" (line {self.line_number})" if self.line_number else ""
+        return f"the log shows{at}: {self.line}"
+
+    def sentence(self) -> str:
+        """The words and the evidence in one line."""
+        return f"{self.words}; {self.evidence()}"
+
+
+def cause_of(fp: Fingerprint) -> Cause | None:
+    """The cause of a fatal log, None for a log that shows no death. A record written before the
+    cause vocabulary reads too: its `unclassified` is `other`, and one written before `fatal` and
+    `failure_class` were kept is read from its fatal signatures."""
+    table = {s.id: s for s in signatures()}
+    fatal_ids = [s for s in fp.signatures if s in table and table[s].severity == "fatal"]
+    if not fp.fatal and not fatal_ids:
+        return None
+    name = fp.failure_signature or (fatal_ids[0] if fatal_ids else None)
+    cls = fp.failure_class
+    if cls is None and name in table and not table[name].refine:
+        cls = table[name].failure_class
+    cls = cls or FailureClass.OTHER
+    in_excerpt = cls not in NOT_IN_EXCERPT and name not in _SHAPE_NAMES
+    line, number = fp.root_cause, fp.root_cause_line
+    # a table signature that names the cause quotes its own line (the root-cause line may be the
+    # wrapper around it, or another process's)
+    if in_excerpt and name and not name.startswith("exception:"):
+        ctx = fp.signature_context.get(name)
+        if (shown := fp.evidence.get(f"signature:{name}")) is not None:
+            line, number = shown, ctx.line if ctx is not None else None
+    return Cause(cls, in_excerpt, line, number, name)
 
 
 def failure_summary(fp: Fingerprint) -> str:
-    """One line: class, what was asked, where, and the root-cause line."""
+    """One line: the cause in words (or "cause not in this excerpt"), the failure's name, what
+    was asked, where, and the evidence line."""
     where = ", ".join(
         x
         for x in (
@@ -241,11 +314,9 @@ def failure_summary(fp: Fingerprint) -> str:
         )
         if x
     )
-    head = f"engine died: {fp.failure_class or 'unclassified'}"
-    # the name says more than the class when no table signature explains the death
-    if fp.failure_signature and (fp.failure_class or "unclassified") == "unclassified":
-        head += f" [{fp.failure_signature}]"
+    cause = cause_of(fp) or Cause(FailureClass.OTHER, False, None, None)
+    name = f" [{fp.failure_signature}]" if fp.failure_signature else ""
+    head = f"engine died: {cause.words}{name}"
     if where:
         head += f" ({where})"
-    line = f" at line {fp.root_cause_line}" if fp.root_cause_line else ""
-    return f"{head}; root cause{line}: {fp.root_cause or 'not in the log'}"
+    return f"{head}; {cause.evidence()}"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness.bench.roofline import roofline_efficiency
 from harness.fingerprint.model import Fingerprint
+from harness.fingerprint.verdicts import cause_of
 from harness.results.model import (
     FORMAT_CHECK,
     BenchInfo,
@@ -88,6 +89,10 @@ class Cell:
     compare_with: str | None = None  # NVFP4: the FP8 cell the run paired it with
     error: str | None = None  # status "error": the tool raised inside the cell ("Type: message")
     traceback: tuple[str, ...] = ()
+    # the server died: why, in words ("cause not in this excerpt" when its log does not hold it),
+    # and the log line that shows it
+    cause: str | None = None
+    cause_line: str | None = None
 
 
 @dataclass(frozen=True)
@@ -328,6 +333,7 @@ def _cell(cell: CellResult, run: RunRecord) -> Cell:
             eff_top = roofline_efficiency(aggregate.value / top_c, active_b * 1e9, bpp, bandwidth)
 
     error = _error(cell)
+    cause = cause_of(fp) if fp else None
     return Cell(
         **_identity(cell),
         reasons=_reasons(cell),
@@ -355,6 +361,8 @@ def _cell(cell: CellResult, run: RunRecord) -> Cell:
         compare_with=cell.compare_with,
         error=error,
         traceback=cell.error.traceback if cell.error else (),
+        cause=cause.words if cause else None,
+        cause_line=cause.evidence() if cause else None,
     )
 
 

@@ -111,6 +111,23 @@ def _errors(r: Report) -> Section | None:
     )
 
 
+def _causes(r: Report) -> Section | None:
+    """Cells whose server died: the cause in words and the log line that shows it."""
+    died = [c for c in r.cells if c.cause]
+    if not died:
+        return None
+    rows = tuple((Td(c.id), Td(c.cause or "", WARN), Td(c.cause_line or "-")) for c in died)
+    return Section(
+        "causes",
+        "Why the server died",
+        (f"{len(died)} cell(s) with a death in their server log: the cause as a class of "
+         "docs/log-catalog.md, and the log line it rests on. \"cause not in this excerpt\": the "
+         "log holds only the death (a cut traceback, a secondary process's message).",),
+        ("cell", "cause", "evidence"),
+        rows,
+    )
+
+
 def _kernels(r: Report) -> Section:
     cols = ("moe", "linear", "attention", "cudagraph")
     rows, items = [], []
@@ -348,10 +365,12 @@ def _spec(r: Report) -> Section | None:
 
 def sections(r: Report) -> list[Section]:
     errors = _errors(r)
+    causes = _causes(r)
     spec = _spec(r)
     return [
         _overview(r),
         *([errors] if errors else []),
+        *([causes] if causes else []),
         _kernels(r),
         *([spec] if spec else []),
         _decode(r),

@@ -25,6 +25,7 @@ from harness.audit.report import AuditSummary
 from harness.errors import ConfigError
 from harness.fingerprint.model import Fingerprint
 from harness.fingerprint.tables import SignatureTracker, signatures
+from harness.fingerprint.verdicts import cause_of
 from harness.redact import redact_args, redact_env, redact_text
 from harness.results.model import (
     SELECTION_CHECKS,
@@ -98,12 +99,16 @@ def _flag(check: str) -> str:
 
 
 def symptom(cell: CellResult) -> str:
-    """One line naming what went wrong, most specific evidence first: a fatal signature, a
+    """One line naming what went wrong, most specific evidence first: the cause of a death in
+    words with the failure's name ("cause not in this excerpt" when the log does not hold it), a
     start-up failure, a tool error, a kernel the cell asked for and did not get, one the log's
     own record of the request did not get, then the first failed verdict."""
-    fatal = _fatal(cell.fingerprint)
-    if fatal:
-        return f"{fatal[0]}: {_CRASH_VERB[cell.status] or 'server fails'}"
+    cause = cause_of(cell.fingerprint) if cell.fingerprint else None
+    if cause is not None and cell.fingerprint is not None:
+        fatal = _fatal(cell.fingerprint)
+        name = cell.fingerprint.failure_signature or (fatal[0] if fatal else None)
+        shown = f" [{name}]" if name else ""
+        return f"{cause.words}{shown}: {_CRASH_VERB[cell.status] or 'server fails'}"
     if verb := _CRASH_VERB[cell.status]:
         return verb
     if cell.status is Status.ERROR and cell.error:
@@ -389,6 +394,23 @@ def _expected_actual(cell: CellResult) -> list[str]:
     return lines
 
 
+def _cause(cell: CellResult) -> list[str]:
+    """The cause of a death in words and the log line that shows it; when the log does not hold
+    the cause, says so and quotes what it does show (a maintainer then asks for the full log)."""
+    cause = cause_of(cell.fingerprint) if cell.fingerprint else None
+    if cause is None:
+        return []
+    lines = ["## Cause", "", f"**{cause.words}** (class `{cause.failure_class.value}`)", ""]
+    if cause.line:
+        at = f" (log line {cause.line_number})" if cause.line_number else ""
+        head = "Evidence" if cause.in_excerpt else "The log shows only the death"
+        lines += [f"{head}{at}:", "", "```", cause.line, "```", ""]
+    if not cause.in_excerpt:
+        lines += ["The line that names the cause is not in the recorded log: attach the whole "
+                  "server log (every process's output) to the report.", ""]
+    return lines
+
+
 def _log_tail(store: RunStore, cell: CellResult) -> list[str]:
     tail = cell.serve.log_tail if cell.serve else ()
     if tail:
@@ -473,6 +495,7 @@ def bug_report(store: RunStore, cell_id: str, *, force: bool = False) -> str:
     lines += _rebuild(cell, build, matrix, quoted_id)
     lines += _serve(cell) + [""]
     lines += _expected_actual(cell) + [""]
+    lines += _cause(cell)
     lines += _evidence(store, cell) + [""]
     lines += [
         "## Reproduce",

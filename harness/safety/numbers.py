@@ -85,10 +85,10 @@ def parse(text: object, name: str, kind: type[N], *, lo: float | None = None, hi
           lo_open: bool = False, hi_open: bool = False, hint: str | None = None, sep: str = " ") -> N:
     """`text` as a `kind` number in the range, or a ConfigError (exit 2) naming `name`."""
     value, why = problem(text, kind, lo=lo, hi=hi, lo_open=lo_open, hi_open=hi_open)
-    if why is not None:
+    if why is not None or value is None:
         raise ConfigError(f"{name}{sep}{shown(text)} {why}",
                           hint=hint or f"give {name} {describe(kind, lo, hi, lo_open, hi_open)}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def arg(name: str, kind: type[N], *, lo: float | None = None, hi: float | None = None,

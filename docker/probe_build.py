@@ -22,8 +22,12 @@ import sys
 import time
 from pathlib import Path
 
-KEY_LINE = re.compile(r"harness cut|arch-specific|CUDA supported target|-- Building |Not building|CMake Error|"
-                      r"FETCHCONTENT_FULLY_DISCONNECTED|Populating|fatal:")
+KEY_LINE = re.compile(r"harness cut|harness probe cut|arch-specific|CUDA supported target|-- Building |Not building|"
+                      r"CMake Error|FETCHCONTENT_FULLY_DISCONNECTED|Populating|fatal:|CUDA architectures:|"
+                      r"Pytorch version|The CXX compiler identification|The CUDA compiler identification")
+# every arch decision a configure prints: "Building X for archs: LIST" (vLLM's own kernels) and
+# "X CUDA architectures: LIST" (its external projects: DeepGEMM, FlashMLA, QuTLASS, ...)
+DECISION = re.compile(r"^-- (?:Building (.+?) for archs:|(.+?) CUDA architectures:)[ \t]*(\S*)[ \t]*$", re.MULTILINE)
 
 
 def configure(src: Path, build: Path, log: Path) -> tuple[int, float]:
@@ -42,6 +46,30 @@ def decision(log_text: str, prefix: str) -> str | None:
     return m.group(1) if m else None
 
 
+def decisions(log_text: str) -> dict[str, str]:
+    """Every arch decision of a configure log, by what it builds (the first line of each name)."""
+    found: dict[str, str] = {}
+    for m in DECISION.finditer(log_text):
+        found.setdefault((m.group(1) or m.group(2)).strip(), m.group(3))
+    return found
+
+
+def toolchain() -> dict[str, str]:
+    """What compiled the units, read where they were compiled (the base image may be a stand-in)."""
+    def first(argv: list[str]) -> str:
+        try:
+            res = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"unavailable: {exc}"
+        lines = [x for x in (res.stdout + res.stderr).splitlines() if x.strip()]
+        return lines[-1].strip() if argv[0] == "nvcc" and lines else (lines[0].strip() if lines else "")
+    cxx = os.environ.get("CXX") or "c++"
+    torch = first([sys.executable, "-c", "import torch; print(torch.__version__, 'CUDA', torch.version.cuda)"])
+    return {"python": sys.version.split()[0], "torch": torch, "nvcc": first(["nvcc", "--version"]),
+            "cxx": f"{cxx}: {first([cxx, '--version'])}", "cmake": first(["cmake", "--version"]),
+            "ninja": first(["ninja", "--version"])}
+
+
 def object_target(build_ninja: str, source: str) -> str | None:
     m = re.search(r"^build (\S+?/" + re.escape(source) + r"\.o):", build_ninja, re.MULTILINE)
     return m.group(1) if m else None
@@ -58,7 +86,8 @@ def main() -> int:
     units = json.loads(a.units)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "objects").mkdir(exist_ok=True)
-    result = {"units": [], "configure_s": {}, "configure_rc": {}}
+    result = {"units": [], "configure_s": {}, "configure_rc": {}, "toolchain": toolchain(), "decisions": {}}
+    print("probe: toolchain: " + "; ".join(f"{k} {v}" for k, v in result["toolchain"].items()), flush=True)
     stock = a.out / "stock-src"
     kind, what, pin = a.stock_source.split()
     fetch = [sys.executable, "/opt/build/fetch_source.py", kind, what, pin, "--dest", str(stock)]
@@ -68,6 +97,7 @@ def main() -> int:
         rc, secs = configure(src, a.out / f"{name}-build", a.out / f"{name}-configure.log")
         result["configure_s"][name], result["configure_rc"][name] = secs, rc
         logs[name] = (a.out / f"{name}-configure.log").read_text(errors="replace")
+        result["decisions"][name] = decisions(logs[name])
         for line in logs[name].splitlines():  # the decisions (and errors) into the build log
             if KEY_LINE.search(line):
                 print(f"[{name}] {line}")

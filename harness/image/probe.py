@@ -316,7 +316,7 @@ LABELS = "harness."  # the image labels a probe record keeps (what the image is,
 
 
 def collect(engine, ref: str, labels: dict[str, str], units: tuple[Unit, ...], ccs: tuple[str, ...],
-            dest: Path, keep_logs: Callable[[str, str], None] | None = None) -> tuple[ProbeReport, list[ProbeRow]]:
+            dest: Path, keep_logs: Callable[[str, str], object] | None = None) -> tuple[ProbeReport, list[ProbeRow]]:
     """probe.json and the audit of each object, copied out of the probe image (never started)."""
 
     out = engine.export_path(ref, OUT, dest, labels=labels) / Path(OUT).name

@@ -68,3 +68,10 @@ def test_a_budget_stops_ninja_and_its_steps_and_keeps_what_finished(tmp_path):
     assert done["stopped_by_budget"] and done["wall_s"] < 15
     assert list(done["step_seconds"]) == ["CMakeFiles/x.dir/quick.cu.o"]
     assert done["unfinished"] == ["CMakeFiles/x.dir/slow.cu.o"]
+    # the stopped step had run about the whole budget: a floor of its cost, counted so in the estimate
+    ran = done["unfinished_ran_s"]["CMakeFiles/x.dir/slow.cu.o"]
+    assert 2.0 <= ran <= 6.0, ran
+    graph = [("CMakeFiles/x.dir/quick.cu.o", "x", "cu"), ("CMakeFiles/x.dir/slow.cu.o", "x", "cu")]
+    est = ct.estimate(graph, done["step_seconds"], 2, done["unfinished_ran_s"])
+    assert est["kind"].endswith("(a floor: some steps were stopped)") and est["stopped_steps_counted_as_run_so_far"] == 1
+    assert est["per_target"]["x"]["timed_step_s"] == round(done["step_seconds"]["CMakeFiles/x.dir/quick.cu.o"] + ran, 1)

@@ -87,10 +87,12 @@ def compile_targets(build: Path, targets: list[str], jobs: int, budget_s: float 
     proc = subprocess.Popen(["ninja", "-C", str(build), f"-j{jobs}", *targets], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     stopped = False
+    running: dict[str, float] = {}
     try:
         output, _ = proc.communicate(timeout=budget_s)
     except subprocess.TimeoutExpired:
         stopped = True
+        running = _running(proc.pid, targets)  # how long each unfinished step had run: a floor of its cost
         os.killpg(proc.pid, signal.SIGTERM)  # its own session: ninja and every compiler it started
         output, _ = proc.communicate()
     cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -100,9 +102,31 @@ def compile_targets(build: Path, targets: list[str], jobs: int, budget_s: float 
     return {"targets": targets, "jobs": jobs, "cpus": os.cpu_count(), "returncode": proc.returncode,
             "wall_s": wall, "budget_s": budget_s, "stopped_by_budget": stopped,
             "unfinished": [t for t in targets if t not in each] if stopped else [],
+            "unfinished_ran_s": {t: v for t, v in running.items() if t not in each},
             "steps": len(each), "step_minutes": round(sum(each.values()) / 60, 1),
             "cpu_minutes": round(cpu / 60, 1), "step_seconds": each,
             "tail": (output or "").splitlines()[-5:]}
+
+
+def _running(session: int, targets: list[str]) -> dict[str, float]:
+    """For each target a process of `session` is compiling (its output path on the command line),
+    how many seconds the oldest such process has run (Linux /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    now = float(Path("/proc/uptime").read_text().split()[0])
+    found: dict[str, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(fields[3]) != session:  # fields after the name: state, ppid, pgrp, session, ...
+            continue
+        ran = round(now - int(fields[19]) / ticks, 1)  # starttime, in clock ticks since boot
+        for t in targets:
+            if t in cmdline:
+                found[t] = max(found.get(t, 0.0), ran)
+    return found
 
 
 def _ninja_log(log: Path) -> dict[str, float]:
@@ -125,18 +149,22 @@ def sample(objs: list[tuple[str, str, str]], every: int, offset: int = 0) -> lis
     return [o for i, o in enumerate(objs) if i % every == offset % every]
 
 
-def estimate(objs: list[tuple[str, str, str]], timed: dict[str, float], jobs: int) -> dict:
+def estimate(objs: list[tuple[str, str, str]], timed: dict[str, float], jobs: int,
+             unfinished: dict[str, float] | None = None) -> dict:
     """A whole build's cost from a sample's own step times: per CMake target, the mean of its timed
     objects times its object count (step-seconds); the wall time on `jobs` cores is at least that
-    sum over `jobs` (perfect packing) and at least the longest step seen. An estimate, named so:
-    a target with no timed object is listed, not guessed."""
+    sum over `jobs` (perfect packing) and at least the longest step seen. A step stopped by the
+    budget counts with the time it had run (a floor of its cost), so the sum is a floor too when
+    any was stopped. An estimate, named so: a target with no timed object is listed, not guessed."""
+    seen = {**(unfinished or {}), **timed}
     per: dict[str, dict] = {}
     for out, target, _lang in objs:
-        t = per.setdefault(target, {"objects": 0, "timed": 0, "timed_step_s": 0.0})
+        t = per.setdefault(target, {"objects": 0, "timed": 0, "stopped": 0, "timed_step_s": 0.0})
         t["objects"] += 1
-        if out in timed:
+        if out in seen:
             t["timed"] += 1
-            t["timed_step_s"] += timed[out]
+            t["stopped"] += out not in timed
+            t["timed_step_s"] = round(t["timed_step_s"] + seen[out], 1)
     total, untimed = 0.0, []
     for name, t in per.items():
         if t["timed"]:
@@ -144,8 +172,10 @@ def estimate(objs: list[tuple[str, str, str]], timed: dict[str, float], jobs: in
             total += t["estimated_step_s"]
         else:
             untimed.append(name)
-    longest = max(timed.values(), default=0.0)
-    return {"kind": "estimate from sampled step times", "objects": len(objs), "timed_objects": len(timed),
+    longest = max(seen.values(), default=0.0)
+    stopped = sum(t["stopped"] for t in per.values())
+    return {"kind": "estimate from sampled step times" + (" (a floor: some steps were stopped)" if stopped else ""),
+            "objects": len(objs), "timed_objects": len(seen), "stopped_steps_counted_as_run_so_far": stopped,
             "estimated_step_minutes": round(total / 60, 1), "jobs": jobs,
             "estimated_wall_minutes_at_least": round(max(total / jobs, longest) / 60, 1),
             "longest_step_s": longest, "targets_without_a_timed_object": sorted(untimed),
@@ -301,7 +331,7 @@ def main() -> int:
         done = compile_targets(build, [o for o, _t, _l in picked], a.jobs, a.budget)
         done.pop("targets")
         record["sample"] = {"every": a.sample_every, "offset": a.sample_offset, "picked": len(picked), **done,
-                            "estimate": estimate(graph, done["step_seconds"], a.jobs)}
+                            "estimate": estimate(graph, done["step_seconds"], a.jobs, done["unfinished_ran_s"])}
     (a.out / "record.json").write_text(json.dumps(record, indent=1, sort_keys=False) + "\n")
     print(json.dumps({k: record[k] for k in ("vllm", "returncode", "stopped_at", "cuda_objects_total", "fa3")}))
     return 0

@@ -24,10 +24,12 @@ from pathlib import Path
 
 KEY_LINE = re.compile(r"harness cut|harness probe cut|arch-specific|CUDA supported target|-- Building |Not building|"
                       r"CMake Error|FETCHCONTENT_FULLY_DISCONNECTED|Populating|fatal:|CUDA architectures:|"
-                      r"Pytorch version|The CXX compiler identification|The CUDA compiler identification")
+                      r"Pytorch version|The CXX compiler identification|The CUDA compiler identification|SM12x arch list")
 # every arch decision a configure prints: "Building X for archs: LIST" (vLLM's own kernels) and
 # "X CUDA architectures: LIST" (its external projects: DeepGEMM, FlashMLA, QuTLASS, ...)
-DECISION = re.compile(r"^-- (?:Building (.+?) for archs:|(.+?) CUDA architectures:)[ \t]*(\S*)[ \t]*$", re.MULTILINE)
+# (and patch 0001's "SM12x arch list NAME: LIST (stock: LIST)", every list it sets)
+DECISION = re.compile(r"^-- (?:Building (.+?) for archs:|(.+?) CUDA architectures:|(SM12x arch list \w+):)"
+                      r"[ \t]*(\S*(?: \(stock: \S*\))?)[ \t]*$", re.MULTILINE)
 
 
 def configure(src: Path, build: Path, log: Path) -> tuple[int, float]:
@@ -50,7 +52,7 @@ def decisions(log_text: str) -> dict[str, str]:
     """Every arch decision of a configure log, by what it builds (the first line of each name)."""
     found: dict[str, str] = {}
     for m in DECISION.finditer(log_text):
-        found.setdefault((m.group(1) or m.group(2)).strip(), m.group(3))
+        found.setdefault((m.group(1) or m.group(2) or m.group(3)).strip(), m.group(4))
     return found
 
 
@@ -62,7 +64,9 @@ def toolchain() -> dict[str, str]:
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"unavailable: {exc}"
         lines = [x for x in (res.stdout + res.stderr).splitlines() if x.strip()]
-        return lines[-1].strip() if argv[0] == "nvcc" and lines else (lines[0].strip() if lines else "")
+        if argv[0] == "nvcc":  # "Cuda compilation tools, release 13.0, V13.0.88"
+            return next((x.strip() for x in lines if "release" in x), lines[-1].strip() if lines else "")
+        return lines[0].strip() if lines else ""
     cxx = os.environ.get("CXX") or "c++"
     torch = first([sys.executable, "-c", "import torch; print(torch.__version__, 'CUDA', torch.version.cuda)"])
     return {"python": sys.version.split()[0], "torch": torch, "nvcc": first(["nvcc", "--version"]),

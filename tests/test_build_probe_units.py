@@ -109,3 +109,6 @@ def test_every_arch_decision_and_the_0330_units_are_read_from_a_0330_configure_l
     assert found["SM12x NVFP4"] == "12.1a" and found["Marlin kernels"] == "8.0+PTX"
     assert found["dsv3_fused_a_gemm"] == "12.0f" and found["fused GDN decode"] == "12.0f"
     assert all(n not in found for n in ("deepgemm", "DeepGEMM"))  # left out by the probe patch
+    # patch 0001's own lines: every list it sets, with the stock one beside it
+    assert found["SM12x arch list FP4_SM120_ARCHS"] == "12.1a (stock: 12.0f)"
+    assert found["SM12x arch list MARLIN_MOE_FP8_ARCHS"] == "12.1a (stock: 12.0f)"

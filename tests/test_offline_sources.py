@@ -494,3 +494,31 @@ sha256 = ""
     assert re.sub(r'sha256 = "[0-9a-f]*"', 'sha256 = ""', got) == text
     loaded = offline.load_table("9.9.9", table)
     assert [p.stands_in_for for p in loaded.stand_ins] == ["v2"] and loaded.unpinned[0][0] == "other"
+
+
+def test_dry_run_names_every_unpinned_source_and_each_stand_in():
+    """What `harness build --dry-run` prints per stack (harness.image.prefetch.source_lines): the
+    shipped Spark matrix clones nine sources unchecked; its units-probe variant names the stand-in
+    and what the probe patch leaves out, and nothing stays unpinned."""
+    import sys
+
+    from harness.image.prefetch import source_lines, stack_needs
+
+    shipped = stack_needs(load_matrix(ROOT / "matrix" / "spark.toml"), "spark-121a")
+    lines = source_lines(shipped)
+    assert lines[0] == "1 pinned (vllm-0.33.0.toml)"
+    unpinned = [x for x in lines if x.startswith("NOT pinned: ")]
+    assert [x.split()[2] for x in unpinned] == ["cutlass", "flash-attention", "flashmla", "deepgemm", "deepselect",
+                                                "flashkda", "tml_fa4", "fmha_sm100", "triton_kernels"]
+    assert all(x.endswith(": the build clones it, unchecked") for x in unpinned)
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import defaults_probe
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    probe = stack_needs(load_matrix(defaults_probe.variant(ROOT / "matrix" / "spark.toml", "amd64", units=True)),
+                        "spark-121a")
+    assert source_lines(probe) == [
+        "1 pinned (vllm-0.33.0.toml)", "stand-in: cutlass @ dcf215af68a2 for v4.7.1",
+        "left out by a patch: deepgemm, deepselect, flash-attention, flashkda, flashmla, fmha_sm100, tml_fa4, "
+        "triton_kernels"]

@@ -74,6 +74,17 @@ def toolchain() -> dict[str, str]:
             "ninja": first(["ninja", "--version"])}
 
 
+def step_seconds(ninja_log: Path) -> dict[str, float]:
+    """Each output's step time in a .ninja_log (start and end ms, then mtime, output, hash)."""
+    found: dict[str, float] = {}
+    lines = ninja_log.read_text().splitlines()[1:] if ninja_log.is_file() else []
+    for line in lines:
+        parts = line.split("\t")
+        if len(parts) >= 4 and parts[0].isdigit() and parts[1].isdigit():
+            found[parts[3]] = round((int(parts[1]) - int(parts[0])) / 1000, 1)
+    return found
+
+
 def object_target(build_ninja: str, source: str) -> str | None:
     m = re.search(r"^build (\S+?/" + re.escape(source) + r"\.o):", build_ninja, re.MULTILINE)
     return m.group(1) if m else None
@@ -126,7 +137,9 @@ def main() -> int:
     rc = subprocess.run(["ninja", "-C", str(a.out / "patched-build"), f"-j{os.environ.get('MAX_JOBS', '2')}",
                          *targets]).returncode if targets else 0
     result["compile_s"], result["compile_rc"] = round(time.monotonic() - t0, 1), rc
+    steps = step_seconds(a.out / "patched-build" / ".ninja_log")
     for row in result["units"]:
+        row["step_s"] = steps.get(row["target"]) if row["target"] else None  # its own time, from .ninja_log
         obj = a.out / "patched-build" / row["target"] if row["target"] else None
         if obj and obj.is_file():
             row["object"] = Path(row["source"]).name + ".o"

@@ -5,9 +5,8 @@ vLLM 0.25.1 sdist with patches 0001 + 0002, TORCH_CUDA_ARCH_LIST="9.0a;12.1a", n
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
-
 from dataclasses import replace
+from pathlib import Path
 
 from harness.image.probe import ProbeReport, ProbeRow, judge, load_units
 from harness.matrix.archs import ccs_of
@@ -112,3 +111,11 @@ def test_every_arch_decision_and_the_0330_units_are_read_from_a_0330_configure_l
     # patch 0001's own lines: every list it sets, with the stock one beside it
     assert found["SM12x arch list FP4_SM120_ARCHS"] == "12.1a (stock: 12.0f)"
     assert found["SM12x arch list MARLIN_MOE_FP8_ARCHS"] == "12.1a (stock: 12.0f)"
+
+
+def test_each_units_own_compile_time_is_read_from_ninja_log(tmp_path):
+    log = tmp_path / ".ninja_log"
+    log.write_text("# ninja log v6\n0\t156300\t0\tCMakeFiles/x.dir/a.cu.o\tabc\n10\t4010\t0\tCMakeFiles/x.dir/b.cu.o\tdef\n"
+                   "garbage line\n")
+    assert probe_build.step_seconds(log) == {"CMakeFiles/x.dir/a.cu.o": 156.3, "CMakeFiles/x.dir/b.cu.o": 4.0}
+    assert probe_build.step_seconds(tmp_path / "none") == {}

@@ -233,6 +233,7 @@ class ProbeRow:
     archs: str  # cubin archs of the compiled object, e.g. "sm_90a=1,sm_121a=1"
     verdicts: tuple[str, ...]  # per target: "pass: ..." (SASS checked for FP4 units)
     fp4: bool
+    step_s: float | None = None  # the unit's compile step, its own time (.ninja_log in the image)
 
 
 class UnitResult(Open):
@@ -245,6 +246,7 @@ class UnitResult(Open):
     patched: str | None = None
     target: str | None = None
     object: str | None = None
+    step_s: float | None = None  # its compile step's own time (.ninja_log)
 
 
 class PerSource(Open):
@@ -340,7 +342,7 @@ def collect(engine, ref: str, labels: dict[str, str], units: tuple[Unit, ...], c
                 report = audit_path(Path(one), targets, jobs=1)
             archs = ",".join(f"{a}={n}" for a, n in sorted(report.totals().items())) or "no cubins"
             verdicts = tuple(f"{v.target.name}: {v.status}: {v.message}" for v in report.verdicts)
-        rows.append(ProbeRow(u.family, u.source, row.stock, row.patched, archs, verdicts, u.fp4))
+        rows.append(ProbeRow(u.family, u.source, row.stock, row.patched, archs, verdicts, u.fp4, row.step_s))
     return data, rows
 
 

@@ -65,12 +65,16 @@ test: test-say install docker-up test-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The source-build probe test and what it needs: the image harness-test/toolchain:cu130 (2.6 GB
-# of torch and CUDA wheels the first time, an 8.6 GB image, ~6 min on 2 cores; needs nvcc).
+# of torch and CUDA wheels the first time, an 8.6 GB image, ~6 min on 2 cores; needs nvcc); the
+# vLLM 0.33.0 configure test and its image harness-test/cuda13-devel:trixie (3.1 GB of wheels,
+# a 6.7 GB image, ~9 min on 2 cores).
 # `make test` runs that test only where the image is there, and skips it with this command.
 test-toolchain: install docker-up
 	PYTHON=$(PY) bash tools/toolchain-base.sh
 	PYTHON=$(PY) bash tools/cuda13-base.sh
-	HARNESS_REQUIRE_TOOLCHAIN=1 $(PY) -m pytest tests/test_source_probe_docker.py tests/test_packaging_probe_docker.py $(PYTEST_ARGS)
+	PYTHON=$(PY) bash tools/cuda13-devel-base.sh
+	HARNESS_REQUIRE_TOOLCHAIN=1 $(PY) -m pytest tests/test_source_probe_docker.py tests/test_packaging_probe_docker.py \
+	  tests/test_configure_0330_docker.py $(PYTEST_ARGS)
 
 # The packaging probe of every stack of the three default matrices, on the stand-in CUDA 13 base
 # of the host's platform and on linux/arm64 (the DGX Spark's CPU) under qemu-user-static:

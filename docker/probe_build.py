@@ -22,8 +22,14 @@ import sys
 import time
 from pathlib import Path
 
-KEY_LINE = re.compile(r"harness cut|arch-specific|CUDA supported target|-- Building |Not building|CMake Error|"
-                      r"FETCHCONTENT_FULLY_DISCONNECTED|Populating|fatal:")
+KEY_LINE = re.compile(r"harness cut|harness probe cut|arch-specific|CUDA supported target|-- Building |Not building|"
+                      r"CMake Error|FETCHCONTENT_FULLY_DISCONNECTED|Populating|fatal:|CUDA architectures:|"
+                      r"Pytorch version|The CXX compiler identification|The CUDA compiler identification|SM12x arch list")
+# every arch decision a configure prints: "Building X for archs: LIST" (vLLM's own kernels) and
+# "X CUDA architectures: LIST" (its external projects: DeepGEMM, FlashMLA, QuTLASS, ...)
+# (and patch 0001's "SM12x arch list NAME: LIST (stock: LIST)", every list it sets)
+DECISION = re.compile(r"^-- (?:Building (.+?) for archs:|(.+?) CUDA architectures:|(SM12x arch list \w+):)"
+                      r"[ \t]*(\S*(?: \(stock: \S*\))?)[ \t]*$", re.MULTILINE)
 
 
 def configure(src: Path, build: Path, log: Path) -> tuple[int, float]:
@@ -42,6 +48,43 @@ def decision(log_text: str, prefix: str) -> str | None:
     return m.group(1) if m else None
 
 
+def decisions(log_text: str) -> dict[str, str]:
+    """Every arch decision of a configure log, by what it builds (the first line of each name)."""
+    found: dict[str, str] = {}
+    for m in DECISION.finditer(log_text):
+        found.setdefault((m.group(1) or m.group(2) or m.group(3)).strip(), m.group(4))
+    return found
+
+
+def toolchain() -> dict[str, str]:
+    """What compiled the units, read where they were compiled (the base image may be a stand-in)."""
+    def first(argv: list[str]) -> str:
+        try:
+            res = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"unavailable: {exc}"
+        lines = [x for x in (res.stdout + res.stderr).splitlines() if x.strip()]
+        if argv[0] == "nvcc":  # "Cuda compilation tools, release 13.0, V13.0.88"
+            return next((x.strip() for x in lines if "release" in x), lines[-1].strip() if lines else "")
+        return lines[0].strip() if lines else ""
+    cxx = os.environ.get("CXX") or "c++"
+    torch = first([sys.executable, "-c", "import torch; print(torch.__version__, 'CUDA', torch.version.cuda)"])
+    return {"python": sys.version.split()[0], "torch": torch, "nvcc": first(["nvcc", "--version"]),
+            "cxx": f"{cxx}: {first([cxx, '--version'])}", "cmake": first(["cmake", "--version"]),
+            "ninja": first(["ninja", "--version"])}
+
+
+def step_seconds(ninja_log: Path) -> dict[str, float]:
+    """Each output's step time in a .ninja_log (start and end ms, then mtime, output, hash)."""
+    found: dict[str, float] = {}
+    lines = ninja_log.read_text().splitlines()[1:] if ninja_log.is_file() else []
+    for line in lines:
+        parts = line.split("\t")
+        if len(parts) >= 4 and parts[0].isdigit() and parts[1].isdigit():
+            found[parts[3]] = round((int(parts[1]) - int(parts[0])) / 1000, 1)
+    return found
+
+
 def object_target(build_ninja: str, source: str) -> str | None:
     m = re.search(r"^build (\S+?/" + re.escape(source) + r"\.o):", build_ninja, re.MULTILINE)
     return m.group(1) if m else None
@@ -58,7 +101,8 @@ def main() -> int:
     units = json.loads(a.units)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "objects").mkdir(exist_ok=True)
-    result = {"units": [], "configure_s": {}, "configure_rc": {}}
+    result = {"units": [], "configure_s": {}, "configure_rc": {}, "toolchain": toolchain(), "decisions": {}}
+    print("probe: toolchain: " + "; ".join(f"{k} {v}" for k, v in result["toolchain"].items()), flush=True)
     stock = a.out / "stock-src"
     kind, what, pin = a.stock_source.split()
     fetch = [sys.executable, "/opt/build/fetch_source.py", kind, what, pin, "--dest", str(stock)]
@@ -68,6 +112,7 @@ def main() -> int:
         rc, secs = configure(src, a.out / f"{name}-build", a.out / f"{name}-configure.log")
         result["configure_s"][name], result["configure_rc"][name] = secs, rc
         logs[name] = (a.out / f"{name}-configure.log").read_text(errors="replace")
+        result["decisions"][name] = decisions(logs[name])
         for line in logs[name].splitlines():  # the decisions (and errors) into the build log
             if KEY_LINE.search(line):
                 print(f"[{name}] {line}")
@@ -92,7 +137,9 @@ def main() -> int:
     rc = subprocess.run(["ninja", "-C", str(a.out / "patched-build"), f"-j{os.environ.get('MAX_JOBS', '2')}",
                          *targets]).returncode if targets else 0
     result["compile_s"], result["compile_rc"] = round(time.monotonic() - t0, 1), rc
+    steps = step_seconds(a.out / "patched-build" / ".ninja_log")
     for row in result["units"]:
+        row["step_s"] = steps.get(row["target"]) if row["target"] else None  # its own time, from .ninja_log
         obj = a.out / "patched-build" / row["target"] if row["target"] else None
         if obj and obj.is_file():
             row["object"] = Path(row["source"]).name + ".o"

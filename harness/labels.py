@@ -64,6 +64,7 @@ FLASHINFER_AOT = f"{PREFIX}.flashinfer.aot"
 OFFLINE = f"{PREFIX}.offline"
 VLLM_OFFLINE_SOURCES = f"{PREFIX}.vllm.offline-sources"
 VLLM_LEFT_OUT = f"{PREFIX}.vllm.left-out"
+VLLM_STAND_INS = f"{PREFIX}.vllm.stand-ins"
 VLLM_DEPS_WHEELHOUSE = f"{PREFIX}.vllm.deps-wheelhouse"
 # a `local` stack records where its vLLM lives (it has no image)
 LOCAL_VLLM_DIR = f"{PREFIX}.local.vllm_dir"

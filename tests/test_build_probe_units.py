@@ -5,6 +5,7 @@ vLLM 0.25.1 sdist with patches 0001 + 0002, TORCH_CUDA_ARCH_LIST="9.0a;12.1a", n
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
 
 from harness.archs import CC, ArchList
@@ -74,7 +75,12 @@ def test_the_probe_records_read_the_helpers_files_and_write_probe_json_as_before
                         compile_cache=CompileCache(hits=2, misses=1))
     doc = done.as_json()
     assert list(doc) == ["stack", "image_ref", "status", "reason", "rows", "timings", "log_path", "packaging",
-                         "units_status", "compile_cache"]
+                         "units_status", "compile_cache", "labels", "toolchain", "decisions"]
+    assert (doc["labels"], doc["toolchain"], doc["decisions"]) == ({}, {}, {})
+    stood = replace(done, labels=(("harness.base.stand-in-for", "nvidia/cuda:13.0.1-devel-ubuntu24.04"),),
+                    toolchain=(("cxx", "g++-13 13.3.0"),), decisions=(("stock", (("SM12x NVFP4", "12.0f"),)),))
+    assert stood.as_json()["labels"] == {"harness.base.stand-in-for": "nvidia/cuda:13.0.1-devel-ubuntu24.04"}
+    assert stood.as_json()["decisions"] == {"stock": {"SM12x NVFP4": "12.0f"}}
     assert doc["timings"] == {"configure_s": {"stock": 3.5, "patched": 4.0}, "compile_s": 9.1, "image_build_s": 60.0}
     assert doc["compile_cache"]["hits"] == 2 and doc["compile_cache"]["misses"] == 1
 
@@ -85,3 +91,32 @@ def test_the_probe_records_read_the_helpers_files_and_write_probe_json_as_before
                                             "build_requirements": ["ok: a", "harness: b unmet"]})
     assert judge_packaging(unmet, "0.33.0") == ("fail", "build requirements not met in the image: harness: b unmet")
     assert judge_packaging(PackagingReport.model_validate({"vllm": "0.33.0"}), "0.33.0") == ("pass", "")
+
+
+def test_every_arch_decision_and_the_0330_units_are_read_from_a_0330_configure_log():
+    """A configure log of the 0.33.0 sdist (trimmed by tools/default-release-inputs.sh) with patch
+    0001 and the probe patch, `12.1a`, in the devel stand-in base (GCC 13.3, torch 2.14.0, nvcc
+    13.0), written by examples/default-release/device.sh sample on the 2-core build machine
+    (tests/fixtures/build/cmake/vllm-0.33.0-0001-12.1a.configure.log): each unit's decision, and
+    every decision line kept by name."""
+    log = (CMAKE / "vllm-0.33.0-0001-12.1a.configure.log").read_text()
+    units = load_units("0.33.0")
+    assert [u.family for u in units if u.fp4] == ["NVFP4 GEMM (SM12x)", "NVFP4 MoE grouped GEMM (SM12x)"]
+    assert {u.family: probe_build.decision(log, u.decision) for u in units} == {
+        "NVFP4 GEMM (SM12x)": "12.1a", "NVFP4 MoE grouped GEMM (SM12x)": "12.1a",
+        "scaled_mm c3x SM12x (FP8)": "12.1a", "CUTLASS MoE data": "12.1a"}
+    found = probe_build.decisions(log)
+    assert found["SM12x NVFP4"] == "12.1a" and found["Marlin kernels"] == "8.0+PTX"
+    assert found["dsv3_fused_a_gemm"] == "12.0f" and found["fused GDN decode"] == "12.0f"
+    assert all(n not in found for n in ("deepgemm", "DeepGEMM"))  # left out by the probe patch
+    # patch 0001's own lines: every list it sets, with the stock one beside it
+    assert found["SM12x arch list FP4_SM120_ARCHS"] == "12.1a (stock: 12.0f)"
+    assert found["SM12x arch list MARLIN_MOE_FP8_ARCHS"] == "12.1a (stock: 12.0f)"
+
+
+def test_each_units_own_compile_time_is_read_from_ninja_log(tmp_path):
+    log = tmp_path / ".ninja_log"
+    log.write_text("# ninja log v6\n0\t156300\t0\tCMakeFiles/x.dir/a.cu.o\tabc\n10\t4010\t0\tCMakeFiles/x.dir/b.cu.o\tdef\n"
+                   "garbage line\n")
+    assert probe_build.step_seconds(log) == {"CMakeFiles/x.dir/a.cu.o": 156.3, "CMakeFiles/x.dir/b.cu.o": 4.0}
+    assert probe_build.step_seconds(tmp_path / "none") == {}

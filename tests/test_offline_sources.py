@@ -323,3 +323,203 @@ def test_an_xz_bomb_in_the_source_cache_stops_at_the_bound(tmp_path, monkeypatch
     (usb / pin.archive_name).symlink_to(cache / pin.archive_name)
     with pytest.raises(ConfigError, match="symbolic link"):
         offline.fetch(pin, from_dir=usb, cache=tmp_path / "other")
+
+
+VLLM_0330_SHA = "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
+PROBE_CUT = ROOT / "patches" / "vllm" / "vllm-0.33.0-probe-offline.patch"
+ARCH_0330 = ROOT / "patches" / "vllm" / "0001-cmake-sm121a-on-cuda13.patch"
+
+
+@pytest.fixture(scope="module")
+def vllm_0330_tree():
+    return sources.tree(sources.Source("vllm", "pypi", "vllm", "0.33.0", VLLM_0330_SHA))
+
+
+@pytest.mark.network
+def test_table_matches_what_vllm_0330_cmake_fetches(vllm_0330_tree):
+    """Every source 0.33.0's CMake fetches is in its table, with the override variable and the
+    commit (or tag) the named file holds; a stand-in names the ref it replaces, from that file."""
+    table = offline.load_table("0.33.0")
+    raw = __import__("tomllib").loads(table.path.read_text())
+    entries = raw["sources"] + raw["unpinned"]
+    assert {e["name"] for e in entries} == {"cutlass", "flash-attention", "qutlass", "flashmla", "deepgemm",
+                                            "deepselect", "flashkda", "tml_fa4", "fmha_sm100", "triton_kernels"}
+    for e in entries:
+        declared = vllm_0330_tree / e["declared_in"].split(" ")[0]
+        text = declared.read_text()
+        assert f"ENV{{{e['env']}}}" in text, (e["name"], declared)
+        assert (e.get("commit") and e["commit"] in text) or (e.get("ref") and f'"{e["ref"]}"' in text), e["name"]
+        assert e["url"].removesuffix(".git").lower() in text.lower(), e["name"]
+    for u in raw["unpinned"]:
+        assert u["why"], u["name"]  # each says what was missing
+    declared_files = {e["declared_in"].split(" ")[0] for e in entries}
+    cmake_files = ["CMakeLists.txt", *(f"cmake/external_projects/{p.name}"
+                                       for p in (vllm_0330_tree / "cmake" / "external_projects").glob("*.cmake"))]
+    fetching = {f for f in cmake_files if "GIT_REPOSITORY" in (vllm_0330_tree / f).read_text()}
+    assert fetching == declared_files
+    (cutlass,) = table.stand_ins
+    assert (cutlass.name, cutlass.stands_in_for) == ("cutlass", "v4.7.1")
+    assert 'set(CUTLASS_REVISION "v4.7.1")' in (vllm_0330_tree / "CMakeLists.txt").read_text()
+
+
+def test_the_0330_archives_hold_the_pinned_content_and_what_the_build_reads(tmp_path):
+    """The trimmed archives shipped in tests/fixtures/offline (made by tools/pin-offline-sources.py
+    from public snapshots) enter a cache as an air-gapped host takes them, content sha256 checked."""
+    table = offline.load_table("0.33.0")
+    for pin in (*table.pins, *table.stand_ins):
+        archive = offline.fetch(pin, from_dir=FIXTURE_ARCHIVES, cache=tmp_path / "cache")
+        with tarfile.open(archive) as tar:
+            names = set(tar.getnames())
+        assert {k for k in pin.keep if not any(n == k or n.startswith(k + "/") for n in names)} == set(), pin.name
+    qutlass = next(p for p in table.pins if p.name == "qutlass")
+    with tarfile.open(tmp_path / "cache" / qutlass.archive_name) as tar:
+        names = set(tar.getnames())
+    # what qutlass.cmake compiles (its sources, against vLLM's CUTLASS: no submodule kept)
+    assert {"qutlass/csrc/bindings.cpp", "qutlass/csrc/gemm.cu", "qutlass/csrc/fused_quantize_nv.cu"} <= names
+
+
+def test_patch_lines_leave_out_and_stand_in_and_the_rest_stays_unpinned():
+    from harness.image.offline_stack import plan_sources, stood_in
+
+    table = offline.load_table("0.33.0")
+    plain = plan_sources("stacks.s", table, [ARCH_0330.read_bytes()])
+    assert [p.name for p in plain.pins] == ["qutlass"] and plain.stand_ins == ()
+    assert set(plain.unpinned) == set(table.names) - {"qutlass"}
+    probe = plan_sources("stacks.s", table, [ARCH_0330.read_bytes(), PROBE_CUT.read_bytes()])
+    assert stood_in([PROBE_CUT.read_bytes()]) == {"cutlass"} and stood_in([ARCH_0330.read_bytes()]) == set()
+    assert [(p.name, p.commit[:8], p.stands_in_for) for p in probe.pins] == [
+        ("qutlass", "e74319e3", ""), ("cutlass", "dcf215af", "v4.7.1")]
+    assert probe.unpinned == () and probe.cut == {"flash-attention", "flashmla", "deepgemm", "deepselect",
+                                                  "flashkda", "tml_fa4", "fmha_sm100", "triton_kernels"}
+    asks = b"Stand-in: flashmla\n\ndiff --git a/x b/x\n"
+    with pytest.raises(ConfigError, match="stand-in for flashmla, which vllm-0.33.0.toml has none of"):
+        plan_sources("stacks.s", table, [asks])
+    both = b"Stand-in: cutlass\nLeaves-out: cutlass\n\ndiff --git a/x b/x\n"
+    with pytest.raises(ConfigError, match="both leaves out and stands in for cutlass"):
+        plan_sources("stacks.s", table, [both])
+    # a line after the first `diff --git` is patch content, not a header line
+    assert stood_in([b"diff --git a/x b/x\n+Stand-in: cutlass\n"]) == set()
+
+
+def test_a_stand_in_must_replace_an_unpinned_source(tmp_path):
+    text = (offline.TABLES / "vllm-0.33.0.toml").read_text()
+    bad = tmp_path / "vllm-9.9.9.toml"
+    bad.write_text(text.replace('name = "cutlass"\nstands_in_for', 'name = "qutlass"\nstands_in_for'))
+    with pytest.raises(ConfigError, match="stand_ins: 'qutlass' is not an \\[\\[unpinned\\]\\] source"):
+        offline.load_table("9.9.9", bad)
+
+
+@pytest.mark.network
+def test_an_offline_render_with_a_stand_in_names_it_in_its_labels(tmp_path, monkeypatch):
+    """The probe matrix tools/defaults_probe.py writes: the stand-in archive enters the context and
+    the image's labels; without the probe patch the same stack is refused, naming every unpinned source."""
+    import sys
+
+    from harness.image.dockerfile import render
+
+    sources.sdist(sources.Source("vllm", "pypi", "vllm", "0.33.0", VLLM_0330_SHA))
+    sources.sdist(sources.Source("flashinfer", "pypi", "flashinfer-python", "0.7.2.post1",
+                                 "af60319898dcfd552ba12a34165b9dd46c0bbd83d48ce665b1df6bd6ae77e9f1"))
+    monkeypatch.setattr(offline, "OFFLINE", tmp_path / "cache")
+    table = offline.load_table("0.33.0")
+    for pin in (*table.pins, *table.stand_ins):
+        offline.fetch(pin, from_dir=FIXTURE_ARCHIVES, cache=offline.OFFLINE)
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import defaults_probe
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    path = defaults_probe.variant(ROOT / "matrix" / "spark.toml", "amd64", units=True)
+    m = load_matrix(path)
+    r = render(m, "spark-121a", base_image_id="sha256:" + "0" * 64, requirements=False)
+    assert r.labels["harness.vllm.stand-ins"] == "cutlass@dcf215af68a2 for v4.7.1"
+    assert r.labels["harness.vllm.left-out"] == "deepgemm,deepselect,flash-attention,flashkda,flashmla,fmha_sm100,tml_fa4,triton_kernels"
+    assert "VLLM_CUTLASS_SRC_DIR=/opt/build/deps/cutlass" in r.dockerfile
+    assert "sources/cutlass-dcf215af68a2.tar.xz" in dict(r.files)
+    stack = m.spec.stacks["spark-121a"]
+    with pytest.raises(ConfigError, match="fetches cutlass, flash-attention, flashmla, deepgemm, deepselect, flashkda, "
+                                          "tml_fa4, fmha_sm100, triton_kernels, which vllm-0.33.0.toml does not pin"):
+        offline_parts(m, "spark-121a", stack, [ARCH_0330.read_bytes()])
+
+
+def test_the_pin_tool_rewrites_the_sha256_of_sources_and_stand_ins_and_nothing_else(repos, tmp_path):
+    """tools/pin-offline-sources.py on a table with a [[sources]] entry, an [[unpinned]] one and a
+    [[stand_ins]] one (real git repositories made here, read as mirrors): both digests are the
+    trimmed trees', every other byte of the file stays."""
+    import subprocess
+    import sys
+
+    tmp, top, sub = repos
+    table = tmp_path / "t.toml"
+    text = f'''vllm = "9.9.9"
+read_from = "here"
+
+[[sources]]
+name = "demo"
+url = "https://example.invalid/top.git"
+commit = "{top}"
+env = "DEMO_SRC_DIR"
+declared_in = "x"
+keep = ["CMakeLists.txt", "src", "third/sub/include"]
+submodules = [{{ path = "third/sub", url = "https://example.invalid/sub.git", commit = "{sub}" }}]
+sha256 = ""
+
+[[unpinned]]
+name = "other"
+url = "https://example.invalid/other.git"
+env = "OTHER_SRC_DIR"
+declared_in = "y"
+
+[[stand_ins]]
+name = "other"
+stands_in_for = "v2"
+url = "https://example.invalid/top.git"
+commit = "{top}"
+env = "OTHER_SRC_DIR"
+declared_in = "y"
+keep = ["src"]
+sha256 = ""
+'''
+    table.write_text(text)
+    mirrors = [f"{u}={p}" for u, p in _mirrors(tmp).items()]
+    res = subprocess.run([sys.executable, str(ROOT / "tools" / "pin-offline-sources.py"), str(table), *mirrors],
+                         capture_output=True, text=True, cwd=ROOT, check=False)
+    assert res.returncode == 0, res.stderr
+    got = table.read_text()
+    digests = re.findall(r'(?m)^sha256 = "([0-9a-f]{64})"$', got)
+    full, only_src = tmp_path / "full", tmp_path / "src"
+    offline.assemble(_pin(top, sub), _mirrors(tmp), full)
+    offline.assemble(offline.Pin("other", "https://example.invalid/top.git", top, "OTHER_SRC_DIR", ("src",), (), ""),
+                     _mirrors(tmp), only_src)
+    assert digests == [offline.tree_sha256(full), offline.tree_sha256(only_src)]
+    assert re.sub(r'sha256 = "[0-9a-f]*"', 'sha256 = ""', got) == text
+    loaded = offline.load_table("9.9.9", table)
+    assert [p.stands_in_for for p in loaded.stand_ins] == ["v2"] and loaded.unpinned[0][0] == "other"
+
+
+def test_dry_run_names_every_unpinned_source_and_each_stand_in():
+    """What `harness build --dry-run` prints per stack (harness.image.prefetch.source_lines): the
+    shipped Spark matrix clones nine sources unchecked; its units-probe variant names the stand-in
+    and what the probe patch leaves out, and nothing stays unpinned."""
+    import sys
+
+    from harness.image.prefetch import source_lines, stack_needs
+
+    shipped = stack_needs(load_matrix(ROOT / "matrix" / "spark.toml"), "spark-121a")
+    lines = source_lines(shipped)
+    assert lines[0] == "1 pinned (vllm-0.33.0.toml)"
+    unpinned = [x for x in lines if x.startswith("NOT pinned: ")]
+    assert [x.split()[2] for x in unpinned] == ["cutlass", "flash-attention", "flashmla", "deepgemm", "deepselect",
+                                                "flashkda", "tml_fa4", "fmha_sm100", "triton_kernels"]
+    assert all(x.endswith(": the build clones it, unchecked") for x in unpinned)
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import defaults_probe
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    probe = stack_needs(load_matrix(defaults_probe.variant(ROOT / "matrix" / "spark.toml", "amd64", units=True)),
+                        "spark-121a")
+    assert source_lines(probe) == [
+        "1 pinned (vllm-0.33.0.toml)", "stand-in: cutlass @ dcf215af68a2 for v4.7.1",
+        "left out by a patch: deepgemm, deepselect, flash-attention, flashkda, flashmla, fmha_sm100, tml_fa4, "
+        "triton_kernels"]

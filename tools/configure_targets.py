@@ -22,14 +22,19 @@ import json
 import os
 import re
 import resource
+import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import time
 from pathlib import Path
 
-DECISION = re.compile(r"^-- (?:Building (?P<what>.+?) for archs: *(?P<archs>.*?)|(?P<var>FA[23]_ARCHS): *(?P<val>.*?))\s*$",
-                      re.M)
+# the arch decisions a configure prints: vLLM's "Building X for archs: L", vllm-flash-attn's
+# "FA2_ARCHS: L", an external project's "X CUDA architectures: L", and patch 0001's
+# "SM12x arch list NAME: L (stock: L)" (every list that patch sets, Marlin's template lists included)
+DECISION = re.compile(r"^-- (?:Building (?P<what>.+?) for archs: *(?P<archs>.*?)|(?P<var>FA[23]_ARCHS"
+                      r"|SM12x arch list \w+|[\w .-]+? CUDA architectures): *(?P<val>.*?))\s*$", re.M)
 SUPPORTED = re.compile(r"^-- CUDA supported target architectures: *(.*?)\s*$", re.M)
 CMAKE_ERROR = re.compile(r"^CMake Error at (\S+?)(?: \((\w+)\))?:\s*$", re.M)
 OBJECT = re.compile(r"^build (?P<out>\S*?CMakeFiles/(?P<target>[^/]+)\.dir/\S+?\.(?P<lang>cu|cpp|c)\.o):", re.M)
@@ -69,29 +74,125 @@ def fa3_asked(setup_py: str, arch_list: str) -> tuple[bool, str]:
     return True, "stock setup.py asks for it whenever nvcc >= 12.3"
 
 
-def compile_targets(build: Path, targets: list[str], jobs: int) -> dict:
+def compile_targets(build: Path, targets: list[str], jobs: int, budget_s: float | None = None) -> dict:
     """Compile `targets` alone and time them: the wall time with `jobs` parallel steps, the sum of
     every step's own time from .ninja_log (step-seconds, what the steps cost whatever -j), and the
     CPU time the compilers used (user + system of every process ninja waited for: what the steps
-    cost whatever else the machine runs), with each step's own time."""
+    cost whatever else the machine runs), with each step's own time. With `budget_s`, ninja and its
+    compilers are stopped at that wall time: the steps that finished are kept, the others listed."""
     t0 = time.monotonic()
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    res = subprocess.run(["ninja", "-C", str(build), f"-j{jobs}", *targets], capture_output=True, text=True, check=False)
+    log = build / ".ninja_log"
+    before = set(_ninja_log(log))
+    proc = subprocess.Popen(["ninja", "-C", str(build), f"-j{jobs}", *targets], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    stopped = False
+    running: dict[str, float] = {}
+    try:
+        output, _ = proc.communicate(timeout=budget_s)
+    except subprocess.TimeoutExpired:
+        stopped = True
+        running = _running(proc.pid, targets)  # how long each unfinished step had run: a floor of its cost
+        os.killpg(proc.pid, signal.SIGTERM)  # its own session: ninja and every compiler it started
+        output, _ = proc.communicate()
     cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = round(time.monotonic() - t0, 1)
-    steps, step_ms = 0, 0
+    each = {out: secs for out, secs in _ninja_log(log).items() if out not in before}
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    return {"targets": targets, "jobs": jobs, "cpus": os.cpu_count(), "returncode": proc.returncode,
+            "wall_s": wall, "budget_s": budget_s, "stopped_by_budget": stopped,
+            "unfinished": [t for t in targets if t not in each] if stopped else [],
+            "unfinished_ran_s": {t: v for t, v in running.items() if t not in each},
+            "steps": len(each), "step_minutes": round(sum(each.values()) / 60, 1),
+            "cpu_minutes": round(cpu / 60, 1), "step_seconds": each,
+            "tail": (output or "").splitlines()[-5:]}
+
+
+def _running(session: int, targets: list[str]) -> dict[str, float]:
+    """For each target a process of `session` is compiling (its output path on the command line),
+    how many seconds the oldest such process has run (Linux /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    now = float(Path("/proc/uptime").read_text().split()[0])
+    found: dict[str, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(fields[3]) != session:  # fields after the name: state, ppid, pgrp, session, ...
+            continue
+        ran = round(now - int(fields[19]) / ticks, 1)  # starttime, in clock ticks since boot
+        for t in targets:
+            if t in cmdline:
+                found[t] = max(found.get(t, 0.0), ran)
+    return found
+
+
+def _ninja_log(log: Path) -> dict[str, float]:
+    """Each output's step time (s) in a .ninja_log (v5/v6: start, end, mtime, output, hash)."""
     each: dict[str, float] = {}
-    log = build / ".ninja_log"
     for line in (log.read_text().splitlines()[1:] if log.is_file() else []):
         start, end, _mtime, out, *_ = line.split("\t")
-        steps += 1
-        step_ms += int(end) - int(start)
         each[out] = round((int(end) - int(start)) / 1000, 1)
-    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-    return {"targets": targets, "jobs": jobs, "cpus": os.cpu_count(), "returncode": res.returncode,
-            "wall_s": wall, "steps": steps, "step_minutes": round(step_ms / 60000, 1),
-            "cpu_minutes": round(cpu / 60, 1), "step_seconds": each,
-            "tail": (res.stdout + res.stderr).splitlines()[-5:]}
+    return each
+
+
+def objects(ninja_text: str) -> list[tuple[str, str, str]]:
+    """Every object of a build graph: (output, CMake target, language), sorted by output."""
+    return sorted((m["out"], m["target"], m["lang"]) for m in OBJECT.finditer(ninja_text))
+
+
+def sample(objs: list[tuple[str, str, str]], every: int, offset: int = 0) -> list[tuple[str, str, str]]:
+    """Every `every`-th object of the sorted graph, from `offset` (each CMake target's objects sit
+    together in that order, so each target is sampled at the same rate)."""
+    return [o for i, o in enumerate(objs) if i % every == offset % every]
+
+
+def estimate(objs: list[tuple[str, str, str]], timed: dict[str, float], jobs: int,
+             unfinished: dict[str, float] | None = None) -> dict:
+    """A whole build's cost from a sample's own step times: per CMake target, the mean of its timed
+    objects times its object count (step-seconds); the wall time on `jobs` cores is at least that
+    sum over `jobs` (perfect packing) and at least the longest step seen. A step stopped by the
+    budget counts with the time it had run (a floor of its cost), so the sum is a floor too when
+    any was stopped. An estimate, named so: a target with no timed object is listed, not guessed."""
+    seen = {**(unfinished or {}), **timed}
+    per: dict[str, dict] = {}
+    for out, target, _lang in objs:
+        t = per.setdefault(target, {"objects": 0, "timed": 0, "stopped": 0, "timed_step_s": 0.0})
+        t["objects"] += 1
+        if out in seen:
+            t["timed"] += 1
+            t["stopped"] += out not in timed
+            t["timed_step_s"] = round(t["timed_step_s"] + seen[out], 1)
+    total, untimed = 0.0, []
+    for name, t in per.items():
+        if t["timed"]:
+            t["estimated_step_s"] = round(t["timed_step_s"] / t["timed"] * t["objects"], 1)
+            total += t["estimated_step_s"]
+        else:
+            untimed.append(name)
+    longest = max(seen.values(), default=0.0)
+    stopped = sum(t["stopped"] for t in per.values())
+    return {"kind": "estimate from sampled step times" + (" (a floor: some steps were stopped)" if stopped else ""),
+            "objects": len(objs), "timed_objects": len(seen), "stopped_steps_counted_as_run_so_far": stopped,
+            "estimated_step_minutes": round(total / 60, 1), "jobs": jobs,
+            "estimated_wall_minutes_at_least": round(max(total / jobs, longest) / 60, 1),
+            "longest_step_s": longest, "targets_without_a_timed_object": sorted(untimed),
+            "per_target": dict(sorted(per.items()))}
+
+
+def _object_facts(path: Path) -> dict:
+    """Size and sha256 of a compiled object, and what cuobjdump says of its cubins where it is
+    installed: the arch of each ELF and, in the SASS, how many block-scaled FP4 MMAs (OMMA.SF)."""
+    facts: dict = {"bytes": path.stat().st_size, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    if shutil.which("cuobjdump"):
+        elf = run(["cuobjdump", "--list-elf", str(path)])
+        facts["cubins"] = re.findall(r"\b(sm_\w+)\.cubin", elf.stdout)
+        sass = run(["cuobjdump", "-sass", str(path)])
+        facts["omma_sf"] = len(re.findall(r"\bOMMA\.SF\b", sass.stdout))
+        facts["cuobjdump_rc"] = sass.returncode
+    return facts
 
 
 def main() -> int:
@@ -103,17 +204,26 @@ def main() -> int:
     ap.add_argument("--sources", default="{}", help="JSON: name -> {env, dir, pin}")
     ap.add_argument("--build-target", action="append", default=[],
                     help="after the configure, compile these ninja targets and time them (repeatable)")
+    ap.add_argument("--build-source", action="append", default=[],
+                    help="after the configure, compile the object of this source (path in the vLLM tree; repeatable)")
+    ap.add_argument("--sample-every", type=int, default=0,
+                    help="after the configure, compile every N-th object of the whole build graph and estimate the "
+                         "whole build from their step times (record.json \"sample\")")
+    ap.add_argument("--sample-offset", type=int, default=0, help="which object of each N the sample starts at")
+    ap.add_argument("--budget", type=float, default=None, help="stop the compile after this many seconds")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="ninja -j for --build-target")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/configure-targets"),
+                    help="where the sdist is unpacked and built (one per configure running at once)")
     ap.add_argument("--commands", action="store_true",
                     help="also write commands.json: each object's compile command (ninja -t compdb), "
                          "to compare what two configures compile differently")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    work = Path("/tmp/configure-targets")
-    with tarfile.open(a.sdist) as tf:
+    work = a.work
+    with tarfile.open(a.sdist) as tf:  # an sdist (.tar.gz) or a trimmed tree of one (.tar.xz)
         top = tf.getnames()[0].split("/")[0]
     work.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["tar", "xzf", str(a.sdist), "-C", str(work)], check=True)
+    subprocess.run(["tar", "xf", str(a.sdist), "-C", str(work)], check=True)
     src = work / top
     patches = []
     for p in a.patch:
@@ -186,6 +296,8 @@ def main() -> int:
         "sources": {k: {"env": v["env"], "pin": v.get("pin", "")} for k, v in sorted(sources.items())},
         "toolchain": {
             "image": os.environ.get("HARNESS_TOOLCHAIN_IMAGE", ""),
+            # a stand-in base says how it differs from the registry's (its harness.base.* labels)
+            "base_labels": json.loads(os.environ.get("HARNESS_BASE_LABELS") or "{}"),
             "nvcc": first_line(["nvcc", "--version"], -2),
             "cmake": first_line(["cmake", "--version"]),
             "gcc": first_line(["gcc", "--version"]),
@@ -205,8 +317,21 @@ def main() -> int:
                 "arch_flags_of_one_object": fa3_flags, "asked_by_setup_py": asked, "why": why},
         "cuda_objects_setup_py_builds": cuda_total - (0 if asked else fa3_cuda) if targets else None,
     }
-    if a.build_target and res.returncode == 0:
-        record["build"] = compile_targets(build, a.build_target, a.jobs)
+    graph = objects(ninja_file.read_text()) if res.returncode == 0 and ninja_file.is_file() else []
+    wanted = list(a.build_target)
+    for source in a.build_source:  # the object of a source, as build.ninja names it
+        found = [out for out, _t, _l in graph if out.endswith("/" + source + ".o")]
+        record.setdefault("build_sources", {})[source] = found[0] if found else None
+        wanted += found[:1]
+    if wanted:
+        record["build"] = compile_targets(build, wanted, a.jobs, a.budget)
+        record["build"]["objects"] = {t: _object_facts(build / t) for t in wanted if (build / t).is_file()}
+    if a.sample_every and graph:
+        picked = sample(graph, a.sample_every, a.sample_offset)
+        done = compile_targets(build, [o for o, _t, _l in picked], a.jobs, a.budget)
+        done.pop("targets")
+        record["sample"] = {"every": a.sample_every, "offset": a.sample_offset, "picked": len(picked), **done,
+                            "estimate": estimate(graph, done["step_seconds"], a.jobs, done["unfinished_ran_s"])}
     (a.out / "record.json").write_text(json.dumps(record, indent=1, sort_keys=False) + "\n")
     print(json.dumps({k: record[k] for k in ("vllm", "returncode", "stopped_at", "cuda_objects_total", "fa3")}))
     return 0

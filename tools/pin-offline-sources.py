@@ -4,8 +4,8 @@
 
 Each source is exported at its commit (from a local git mirror given as URL=PATH, else from
 its URL), its submodules put in place, trimmed to `keep`, and digested as
-harness.image.offline.tree_sha256 does. The `sha256 = "..."` line of each [[sources]] entry is
-rewritten; nothing else in the file changes. Run it after changing a commit or a keep list;
+harness.image.offline.tree_sha256 does. The `sha256 = "..."` line of each [[sources]] and
+[[stand_ins]] entry is rewritten; nothing else in the file changes. Run it after changing a commit or a keep list;
 `--only` pins the named sources and leaves the others as they are (their trees need not be
 reachable).
 """
@@ -27,11 +27,16 @@ def main() -> None:
     args = ap.parse_args()
     repos = dict(arg.split("=", 1) for arg in args.mirrors)
     data = tomllib.loads(args.table.read_text())
-    unknown = set(args.only) - {src["name"] for src in data["sources"]}
+    entries = data["sources"] + data.get("stand_ins", [])
+    unknown = set(args.only) - {src["name"] for src in entries}
     if unknown:
-        ap.error(f"--only {', '.join(sorted(unknown))}: no such [[sources]] entry in {args.table}")
-    blocks = args.table.read_text().split("[[sources]]")
-    for i, src in enumerate(data["sources"], start=1):
+        ap.error(f"--only {', '.join(sorted(unknown))}: no such [[sources]] or [[stand_ins]] entry in {args.table}")
+    # blocks[i] is the text of the i-th entry, [[sources]] first, then [[stand_ins]] (the order
+    # tomllib lists them in); blocks[0] is what comes before the first entry
+    parts = re.split(r"(?m)^(\[\[(?:sources|stand_ins)\]\])$", args.table.read_text())
+    heads, blocks = parts[1::2], [parts[0]] + parts[2::2]
+    order = [i for kind in ("[[sources]]", "[[stand_ins]]") for i, h in enumerate(heads, start=1) if h == kind]
+    for i, src in zip(order, entries, strict=True):
         if args.only and src["name"] not in args.only:
             continue
         pin = Pin(src["name"], src["url"], src["commit"], src["env"], tuple(src["keep"]),
@@ -41,7 +46,7 @@ def main() -> None:
             digest = tree_sha256(Path(tmp) / "t")
         blocks[i] = re.sub(r'(?m)^sha256 = "[0-9a-f]*"', f'sha256 = "{digest}"', blocks[i], count=1)
         print(f"{pin.name} {pin.commit[:12]} {digest}")
-    args.table.write_text("[[sources]]".join(blocks))
+    args.table.write_text(blocks[0] + "".join(h + b for h, b in zip(heads, blocks[1:], strict=True)))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@
 #   qemu-user-static + binfmt-support  the arm64 test (emulated linux/arm64)  ~40 MB
 # and, where a Docker engine answers, harness-test/ray (tools/ray-image.sh: ray from PyPI) for
 # the multi-node tests, and harness-test/arm64:bookworm (tools/arm64-image.sh: debootstrap
-# --arch=arm64 + a few aarch64 wheels from PyPI) for the arm64 test. harness-test/toolchain:cu130 (tools/toolchain-base.sh: torch 2.11.0 +
+# --arch=arm64 + a few aarch64 wheels from PyPI) for the arm64 test. harness-test/cuda13-devel:trixie
+# (tools/cuda13-devel-base.sh: 3.1 GB of wheels, a 6.7 GB image, ~9 min on 2 cores) for the vLLM
+# 0.33.0 configure test is built with the toolchain, when asked. harness-test/toolchain:cu130 (tools/toolchain-base.sh: torch 2.11.0 +
 # CUDA libraries from PyPI, 2.6 GB of wheels cached the first time, an 8.6 GB image, ~6 min on
 # 2 cores) for the source-build probe test is built only when asked: HARNESS_TOOLCHAIN=1 or
 # HARNESS_REQUIRE_TOOLCHAIN=1 (CI), or `make test-toolchain`; without it that test skips and says so.
@@ -42,6 +44,9 @@ SAY
     Docker image harness-test/cuda13:bookworm-<amd64|arm64> for the packaging probe test of a
     default stack (tools/cuda13-base.sh: debootstrap + PyPI's nvcc, ~2 min); the test's build
     then downloads torch 2.14.0, its CUDA libraries and vLLM's runtime requirements (several GB)
+    Docker image harness-test/cuda13-devel:trixie for the vLLM 0.33.0 configure test
+    (tools/cuda13-devel-base.sh: debootstrap trixie + gcc-13 from Debian, torch 2.14.0 and the
+    CUDA 13.0 wheels from PyPI: 3.1 GB of wheels, a 6.7 GB image, ~9 min on 2 cores)
 SAY
   exit 0
 fi
@@ -63,6 +68,10 @@ ray_image() {
     if toolchain_asked; then
       PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/cuda13-base.sh" \
         || echo "test-deps: the CUDA 13 stand-in base could not be built: the packaging probe test will skip"
+    fi
+    if toolchain_asked; then
+      PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/cuda13-devel-base.sh" \
+        || echo "test-deps: the CUDA 13 devel stand-in could not be built: the vLLM 0.33.0 configure test will skip"
     fi
   fi
 }

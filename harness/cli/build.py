@@ -79,6 +79,7 @@ def _requirement_lines(r) -> list[str]:
 def dry_run(matrix, stacks: list[str], platform_arg: str | None) -> int:
     engine = _engine_or_none()
     from harness import platforms
+    from harness.image.prefetch import source_lines, stack_needs
     from harness.tables import Col, show
 
     platform = (platforms.parse(platform_arg) if platform_arg
@@ -103,11 +104,14 @@ def dry_run(matrix, stacks: list[str], platform_arg: str | None) -> int:
             for p in series.patches:
                 lines.append(f"{series.project} ({series.source}): {p.describe()}")
             bad += not series.ok
+        needs = stack_needs(matrix, name)
+        fetched = source_lines(needs) if needs is not None else ["-"]
         rows.append([Text(name), Text(r.image_ref), Text(r.content_hash[:16]), Text(exists), Text(pinned),
-                     Text("\n".join(lines)), Text("\n".join(_requirement_lines(r)))])
+                     Text("\n".join(lines)), Text("\n".join(fetched)), Text("\n".join(_requirement_lines(r)))])
     show(out, f"{matrix.spec.matrix.name}: {len(stacks)} image(s) for {platform.docker}",
          [Col("stack", whole=True), Col("image", whole=True), Col("content hash", whole=True), Col("exists"),
-          Col("base pinned"), Col("patch preflight"), Col("build requirements <- the file that lists them")], rows)
+          Col("base pinned"), Col("patch preflight"), Col("what vLLM's CMake fetches"),
+          Col("build requirements <- the file that lists them")], rows)
     if bad:
         raise PatchError(f"{bad} patch series do not apply to their pinned sources",
                          hint="refresh the stale patch (`harness patches add-pr`, or rebase it) and run again")

@@ -54,7 +54,14 @@ def run_list(args) -> int:
             state = "left out" if p.name in cut else (
                 "cached" if (offline.OFFLINE / p.archive_name).is_file() else "NOT cached")
             out.print(f"  {p.name:16} {p.commit[:12]}  {p.env:24} {state}", markup=False)
+        stand = {p.name: p for p in (n.plan.stand_ins if n.plan else ())}
         for u_name, u_url, u_env in table.unpinned:
+            if u_name in stand:
+                p = stand[u_name]
+                state = "cached" if (offline.OFFLINE / p.archive_name).is_file() else "NOT cached"
+                out.print(f"  {u_name:16} {p.commit[:12]}  {u_env:24} {state}: stand-in for {p.stands_in_for} "
+                          "(a patch asks for it)", markup=False)
+                continue
             state = "left out" if u_name in cut else "NOT pinned: an offline build is refused"
             out.print(f"  {u_name:16} {'-':12}  {u_env:24} {state}  ({u_url})", markup=False)
     return 0

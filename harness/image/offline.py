@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harness import git
 from harness.errors import ConfigError, EnvironmentProblem
@@ -76,6 +76,11 @@ class Unpinned(_Strict):
     ref: str = Field("", description="The tag it names, if it names one.")
     env: str = Field(pattern=r"^[A-Z][A-Z0-9_]+$", description="The override variable.")
     declared_in: str = Field(description="The file of the vLLM source that declares the fetch.")
+    why: str = Field("", description="Why it is not pinned (what could not be had where the table was written).")
+
+
+class StandInEntry(SourceEntry):
+    stands_in_for: str = Field(min_length=1, description="The ref or commit vLLM names, which this tree replaces.")
 
 
 class SourceTable(_Strict):
@@ -83,6 +88,17 @@ class SourceTable(_Strict):
     read_from: str = Field(description="Where the table was read (sdist file and its sha256).")
     sources: list[SourceEntry]
     unpinned: list[Unpinned] = Field(default_factory=list, description="Fetched by the build, not pinned here.")
+    stand_ins: list[StandInEntry] = Field(
+        default_factory=list, description="Trees used instead of an unpinned source, only by a stack one of whose "
+        "patches says `Stand-in: NAME`: another commit of the same repository, named in every image and record.")
+
+    @model_validator(mode="after")
+    def _stand_ins_replace_unpinned(self) -> SourceTable:
+        unpinned = {u.name for u in self.unpinned}
+        for s in self.stand_ins:
+            if s.name not in unpinned:
+                raise ValueError(f"stand_ins: {s.name!r} is not an [[unpinned]] source (a stand-in replaces one)")
+        return self
 
 
 @dataclass(frozen=True)
@@ -94,6 +110,7 @@ class Pin:
     keep: tuple[str, ...]
     submodules: tuple[tuple[str, str, str], ...]
     sha256: str
+    stands_in_for: str = ""  # a stand-in: the ref or commit vLLM names, which this tree replaces
 
     @property
     def archive_name(self) -> str:
@@ -110,6 +127,7 @@ class Table:
     pins: tuple[Pin, ...]
     unpinned: tuple[tuple[str, str, str], ...]  # (name, url, env): declared by vLLM, no pin here
     path: Path
+    stand_ins: tuple[Pin, ...] = ()  # used for an unpinned source only when a patch asks (`Stand-in: NAME`)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -129,9 +147,13 @@ def load_table(vllm_version: str, path: Path | None = None) -> Table | None:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise ConfigError(f"{path}: {where}: {first['msg']}", hint="fix the source table") from None
-    pins = tuple(Pin(s.name, s.url, s.commit, s.env, tuple(s.keep),
-                     tuple((m.path, m.url, m.commit) for m in s.submodules), s.sha256) for s in table.sources)
-    return Table(table.vllm, pins, tuple((u.name, u.url, u.env) for u in table.unpinned), path)
+    def pin(s: SourceEntry, stands_in_for: str = "") -> Pin:
+        return Pin(s.name, s.url, s.commit, s.env, tuple(s.keep), tuple((m.path, m.url, m.commit) for m in s.submodules),
+                   s.sha256, stands_in_for)
+
+    return Table(table.vllm, tuple(pin(s) for s in table.sources),
+                 tuple((u.name, u.url, u.env) for u in table.unpinned), path,
+                 tuple(pin(s, s.stands_in_for) for s in table.stand_ins))
 
 
 def tree_sha256(root: Path) -> str:

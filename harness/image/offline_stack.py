@@ -24,6 +24,7 @@ from harness.matrix.model import Stack
 from harness.safety.roots import Root
 
 LEAVES_OUT = re.compile(r"^Leaves-out:\s*(.+)$", re.MULTILINE)
+STAND_IN = re.compile(r"^Stand-in:\s*(.+)$", re.MULTILINE)
 
 REGISTRY_BASE = '''# deadsnakes is not needed on ubuntu24.04 for 3.12; other versions fail here, loudly.
 RUN apt-get update \\
@@ -57,14 +58,56 @@ class OfflineParts:
     labels: dict[str, str]
 
 
-def left_out(patch_texts: list[bytes]) -> set[str]:
-    """Sources a patch series removes from the build: `Leaves-out: a, b` in a patch's header."""
+def _header_names(patch_texts: list[bytes], line: re.Pattern[str]) -> set[str]:
     names: set[str] = set()
     for data in patch_texts:
         head = data.decode("utf-8", "replace").split("\ndiff --git", 1)[0]
-        for m in LEAVES_OUT.finditer(head):
+        for m in line.finditer(head):
             names |= {n.strip() for n in m.group(1).split(",") if n.strip()}
     return names
+
+
+def left_out(patch_texts: list[bytes]) -> set[str]:
+    """Sources a patch series removes from the build: `Leaves-out: a, b` in a patch's header."""
+    return _header_names(patch_texts, LEAVES_OUT)
+
+
+def stood_in(patch_texts: list[bytes]) -> set[str]:
+    """Unpinned sources a patch series builds from the table's stand-in tree instead: `Stand-in: a`."""
+    return _header_names(patch_texts, STAND_IN)
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    """What a stack's build reads of what its vLLM's CMake fetches, its patches applied."""
+
+    pins: tuple[offline.Pin, ...]  # pinned, then stand-ins (Pin.stands_in_for set)
+    cut: frozenset[str]  # left out by a patch
+    unpinned: tuple[str, ...]  # still needed and not pinned: an offline build is refused
+
+    @property
+    def stand_ins(self) -> tuple[offline.Pin, ...]:
+        return tuple(p for p in self.pins if p.stands_in_for)
+
+
+def plan_sources(where: str, table: offline.Table, patch_texts: list[bytes]) -> SourcePlan:
+    """The table read through the patches' `Leaves-out:` and `Stand-in:` lines; a name the table
+    does not know, or a stand-in it has none of, is an error naming the patch line."""
+    cut, asked = left_out(patch_texts), stood_in(patch_texts)
+    unknown = cut - set(table.names)
+    if unknown:
+        raise ConfigError(f"{where}: a patch leaves out {', '.join(sorted(unknown))}, which vLLM "
+                          f"{table.vllm} does not fetch", hint=f"use names from {table.path.name}")
+    have = {p.name for p in table.stand_ins}
+    if asked - have:
+        raise ConfigError(f"{where}: a patch asks for a stand-in for {', '.join(sorted(asked - have))}, which "
+                          f"{table.path.name} has none of", hint="add a [[stand_ins]] entry, or drop the Stand-in line")
+    if asked & cut:
+        raise ConfigError(f"{where}: a patch both leaves out and stands in for {', '.join(sorted(asked & cut))}",
+                          hint="keep one of the two patch header lines")
+    stand = tuple(p for p in table.stand_ins if p.name in asked)
+    return SourcePlan(tuple(p for p in table.pins if p.name not in cut) + stand, frozenset(cut),
+                      tuple(u[0] for u in table.unpinned if u[0] not in cut and u[0] not in asked))
 
 
 def online(stack: Stack) -> OfflineParts:
@@ -151,13 +194,9 @@ def offline_parts(matrix, stack_name: str, stack: Stack, patch_texts: list[bytes
             path.name, limit=sources.SDIST_MAX_BYTES)))
         buildargs[f"{project.upper()}_SOURCE"] = f"file /opt/build/sources/{path.name} {src.pin}"
     table = require_table(where, version)
-    cut = left_out(patch_texts)
-    unknown = cut - set(table.names)
-    if unknown:
-        raise ConfigError(f"{where}: a patch leaves out {', '.join(sorted(unknown))}, which vLLM "
-                          f"{table.vllm} does not fetch", hint=f"use names from {table.path.name}")
-    refuse_unpinned(where, table, [u[0] for u in table.unpinned if u[0] not in cut])
-    pins = [p for p in table.pins if p.name not in cut]
+    plan = plan_sources(where, table, patch_texts)
+    refuse_unpinned(where, table, list(plan.unpinned))
+    pins, cut = plan.pins, plan.cut
     lines, envs = [], ['-DFETCHCONTENT_FULLY_DISCONNECTED=ON']
     exports = []
     for pin in pins:
@@ -184,6 +223,9 @@ def offline_parts(matrix, stack_name: str, stack: Stack, patch_texts: list[bytes
     labels = {label.OFFLINE: "true",
               label.VLLM_OFFLINE_SOURCES: ",".join(f"{p.name}@{p.commit[:12]} sha256:{p.sha256}" for p in pins),
               label.VLLM_LEFT_OUT: ",".join(sorted(cut))}
+    if plan.stand_ins:  # another commit than the release names: every image and record says so
+        labels[label.VLLM_STAND_INS] = ",".join(f"{p.name}@{p.commit[:12]} for {p.stands_in_for}"
+                                                for p in plan.stand_ins)
     if wheelhouse := (stack.vllm.deps_wheelhouse if stack.vllm else None):  # vllm: require_release
         wfiles, what = _wheelhouse(matrix, stack_name, wheelhouse)
         files += wfiles

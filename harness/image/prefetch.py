@@ -17,7 +17,13 @@ from pathlib import Path
 from harness.errors import ConfigError, EnvironmentProblem
 from harness.image import offline, sources
 from harness.image.offline import Pin, Table
-from harness.image.offline_stack import left_out, refuse_unpinned, require_release, require_table
+from harness.image.offline_stack import (
+    SourcePlan,
+    plan_sources,
+    refuse_unpinned,
+    require_release,
+    require_table,
+)
 from harness.image.render import patch_files
 from harness.matrix.plan import expand, group_by_stack
 from harness.safety.roots import Root
@@ -31,15 +37,21 @@ class StackNeeds:
     offline: bool
     sdists: tuple[sources.Source, ...]
     table: Table | None
-    cut: frozenset[str]  # sources its patches leave out
+    plan: SourcePlan | None  # the table read through the stack's patches (None: no table)
+
+    @property
+    def cut(self) -> frozenset[str]:
+        """Sources its patches leave out."""
+        return self.plan.cut if self.plan else frozenset()
 
     @property
     def pins(self) -> tuple[Pin, ...]:
-        return tuple(p for p in self.table.pins if p.name not in self.cut) if self.table else ()
+        """Pinned sources its build reads, stand-ins included."""
+        return self.plan.pins if self.plan else ()
 
     @property
     def unpinned(self) -> tuple[str, ...]:
-        return tuple(u[0] for u in self.table.unpinned if u[0] not in self.cut) if self.table else ()
+        return self.plan.unpinned if self.plan else ()
 
 
 @dataclass(frozen=True)
@@ -51,16 +63,35 @@ class Got:
 
 def needs(matrix, k: str | None = None) -> list[StackNeeds]:
     """Every selected stack that builds vLLM from source (docker, no prebuilt image or wheels)."""
-    out = []
-    for name in group_by_stack(expand(matrix, k)):
-        stack = matrix.spec.stacks[name]
-        if stack.runner != "docker" or stack.image is not None or stack.wheels is not None or stack.vllm is None:
-            continue
-        srcs = [sources.vllm_source(stack)] + ([sources.flashinfer_source(stack)] if stack.flashinfer else [])
-        table = offline.load_table(stack.vllm.pypi) if stack.vllm.pypi else None
-        cut = left_out([p.data for p in patch_files(matrix, stack) if p.series == "vllm"])
-        out.append(StackNeeds(name, stack.offline, tuple(srcs), table, frozenset(cut)))
-    return out
+    return [n for name in group_by_stack(expand(matrix, k)) if (n := stack_needs(matrix, name)) is not None]
+
+
+def stack_needs(matrix, name: str) -> StackNeeds | None:
+    """What one stack's build reads from the network; None for a stack that builds no vLLM."""
+    stack = matrix.spec.stacks[name]
+    if stack.runner != "docker" or stack.image is not None or stack.wheels is not None or stack.vllm is None:
+        return None
+    srcs = [sources.vllm_source(stack)] + ([sources.flashinfer_source(stack)] if stack.flashinfer else [])
+    table = offline.load_table(stack.vllm.pypi) if stack.vllm.pypi else None
+    texts = [p.data for p in patch_files(matrix, stack) if p.series == "vllm"]
+    plan = plan_sources(f"stacks.{name}", table, texts) if table else None
+    return StackNeeds(name, stack.offline, tuple(srcs), table, plan)
+
+
+def source_lines(n: StackNeeds) -> list[str]:
+    """What `harness build --dry-run` says of the sources vLLM's CMake fetches for one stack: each
+    one still unpinned by name (an offline build refuses it; an online one clones it unchecked),
+    each stand-in and what it replaces, what the patches leave out."""
+    if n.table is None:
+        return ["no table of what this vLLM's CMake fetches (harness/data/sources/)"]
+    lines = [f"{len(n.pins) - len(n.plan.stand_ins if n.plan else ())} pinned ({n.table.path.name})"]
+    urls = {u[0]: u[1] for u in n.table.unpinned}
+    lines += [f"NOT pinned: {name} ({urls[name]})" + (": an offline build is refused" if n.offline else ": the build clones it, unchecked")
+              for name in n.unpinned]
+    lines += [f"stand-in: {p.name} @ {p.commit[:12]} for {p.stands_in_for}" for p in (n.plan.stand_ins if n.plan else ())]
+    if n.cut:
+        lines.append("left out by a patch: " + ", ".join(sorted(n.cut)))
+    return lines
 
 
 def parse_mirrors(items: list[str]) -> dict[str, str]:

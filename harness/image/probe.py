@@ -16,6 +16,7 @@ import re
 import shutil
 import tempfile
 import tomllib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -30,11 +31,12 @@ from harness.image.builder import audit_ccs, build_one, local_base_id
 from harness.image.dockerfile import render
 from harness.image.offline_stack import offline_parts
 from harness.image.render import DOCKER_DIR, Rendered, content_hash
-from harness.labels import CONTENT_HASH, PROBE, ROLE, Role
+from harness.labels import CONTENT_HASH, PREFIX, PROBE, ROLE, Role
 from harness.platforms import Platform
 from harness.results.model import CompileCache, Open
 from harness.safety.paths import tail_text, under
 from harness.safety.readers import load_json
+from harness.safety.roots import Root
 
 UNITS = Path(str(resources.files("harness").joinpath("data", "probe", "units.toml")))
 CUT = "# --- vLLM build (`harness build --probe` replaces everything from here on)"
@@ -233,6 +235,7 @@ class ProbeRow:
     archs: str  # cubin archs of the compiled object, e.g. "sm_90a=1,sm_121a=1"
     verdicts: tuple[str, ...]  # per target: "pass: ..." (SASS checked for FP4 units)
     fp4: bool
+    step_s: float | None = None  # the unit's compile step, its own time (.ninja_log in the image)
 
 
 class UnitResult(Open):
@@ -245,6 +248,7 @@ class UnitResult(Open):
     patched: str | None = None
     target: str | None = None
     object: str | None = None
+    step_s: float | None = None  # its compile step's own time (.ninja_log)
 
 
 class PerSource(Open):
@@ -270,6 +274,8 @@ class ProbeReport(Open):
     configure_rc: ExitPerSource = ExitPerSource()
     compile_s: float | None = None
     compile_rc: int | None = None
+    toolchain: dict[str, str] = {}  # what compiled the units, read in the image (python, torch, nvcc, cxx, cmake)
+    decisions: dict[str, dict[str, str]] = {}  # "stock"/"patched" -> every arch decision the configure printed
 
 
 class ProbeTimings(Open):
@@ -292,24 +298,38 @@ class ProbeOutcome:
     packaging: PackagingResult | None = None  # the packaging probe, when asked
     units_status: str = ""  # the units probe's own status ("skipped" when not asked)
     compile_cache: CompileCache | None = None  # of the units probe image's build
+    # the probe image's harness.* labels: the pins, the patches, the sources it read (stand-ins
+    # named) and, inherited from a stand-in base, how that base differs from the registry's
+    labels: tuple[tuple[str, str], ...] = ()
+    toolchain: tuple[tuple[str, str], ...] = ()  # read in the image by probe_build.py
+    decisions: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()  # stock/patched: every arch decision
 
     def as_json(self) -> dict[str, object]:
         """probe-<stack>.json: the fields in order, `timings` {} when there are none."""
         doc = asdict(replace(self, timings=None, compile_cache=None))
         doc["timings"] = self.timings.model_dump(mode="json") if self.timings else {}
         doc["compile_cache"] = self.compile_cache.model_dump(mode="json") if self.compile_cache else None
+        doc["labels"] = dict(self.labels)
+        doc["toolchain"] = dict(self.toolchain)
+        doc["decisions"] = {k: dict(v) for k, v in self.decisions}
         return doc
 
 
 PARTS = ("packaging", "units")
+LABELS = PREFIX + "."  # the image labels a probe record keeps (what the image is, and what its base is)
 
 
 def collect(engine, ref: str, labels: dict[str, str], units: tuple[Unit, ...], ccs: tuple[str, ...],
-            dest: Path) -> tuple[ProbeReport, list[ProbeRow]]:
+            dest: Path, keep_logs: Callable[[str, str], object] | None = None) -> tuple[ProbeReport, list[ProbeRow]]:
     """probe.json and the audit of each object, copied out of the probe image (never started)."""
 
     out = engine.export_path(ref, OUT, dest, labels=labels) / Path(OUT).name
     data = ProbeReport.model_validate(load_json(out / "probe.json", limit=16 << 20, what="probe result"))
+    if keep_logs is not None:  # each configure log whole, beside the record: what decided each arch list
+        for side in ("stock", "patched"):
+            name = f"{side}-configure.log"
+            if Root(out, what="probe output").exists(name):
+                keep_logs(side, Root(out, what="probe output").load_text(name, limit=16 << 20))
     rows = []
     for u, row in zip(units, data.units, strict=False):
         archs = "not compiled"
@@ -325,7 +345,7 @@ def collect(engine, ref: str, labels: dict[str, str], units: tuple[Unit, ...], c
                 report = audit_path(Path(one), targets, jobs=1)
             archs = ",".join(f"{a}={n}" for a, n in sorted(report.totals().items())) or "no cubins"
             verdicts = tuple(f"{v.target.name}: {v.status}: {v.message}" for v in report.verdicts)
-        rows.append(ProbeRow(u.family, u.source, row.stock, row.patched, archs, verdicts, u.fp4))
+        rows.append(ProbeRow(u.family, u.source, row.stock, row.patched, archs, verdicts, u.fp4, row.step_s))
     return data, rows
 
 
@@ -360,7 +380,11 @@ def probe_stack(matrix, stack_name: str, *, engine, log_dir: Path, on_event=None
         reasons.append(f"units: {o.reason}")
     if packaging and packaging.reason:
         reasons.append(f"packaging: {packaging.reason}")
-    return replace(o, status=status, reason="; ".join(reasons), packaging=packaging, units_status=o.status)
+    ref = o.image_ref or (packaging.image_ref if packaging else "")
+    labels = (engine.image_labels(ref) or {}) if ref else {}
+    kept = tuple(sorted((k[:200], v[:2000]) for k, v in labels.items() if k.startswith(LABELS)))[:400]
+    return replace(o, status=status, reason="; ".join(reasons), packaging=packaging, units_status=o.status,
+                   labels=kept)
 
 
 def _units_probe(matrix, stack_name: str, *, engine, log_dir: Path, on_event=None, force: bool = False,
@@ -384,12 +408,19 @@ def _units_probe(matrix, stack_name: str, *, engine, log_dir: Path, on_event=Non
     ccs = audit_ccs(matrix, stack_name)
     with tempfile.TemporaryDirectory(prefix="harness-probe-") as tmp:
         try:
-            data, rows = collect(engine, ref, rendered.labels, units, ccs, Path(tmp))
+            root = Root(log_dir, what="--log-dir", create=True)
+            data, rows = collect(engine, ref, rendered.labels, units, ccs, Path(tmp),
+                                 keep_logs=lambda side, text: root.save_text(f"{stack_name}.{side}-configure.log",
+                                                                             text))
         except (EngineError, OSError, ValueError) as exc:
             return ProbeOutcome(stack_name, ref, "error", f"probe output unreadable: {exc}", (), None,
                                 outcome.log_path or "")
     status, reason = judge(rows, data)
     timings = ProbeTimings(configure_s=data.configure_s if "configure_s" in data.model_fields_set else None,
                            compile_s=data.compile_s, image_build_s=outcome.duration_s)
+    cap = lambda v: str(v)[:300]  # noqa: E731 - strings from the image, capped
     return ProbeOutcome(stack_name, ref, status, reason, tuple(rows), timings, outcome.log_path or "",
-                        compile_cache=outcome.compile_cache)
+                        compile_cache=outcome.compile_cache,
+                        toolchain=tuple((cap(k), cap(v)) for k, v in list(data.toolchain.items())[:20]),
+                        decisions=tuple((cap(side), tuple((cap(k), cap(v)) for k, v in list(d.items())[:200]))
+                                        for side, d in list(data.decisions.items())[:2]))

@@ -56,10 +56,12 @@ def run_probes(matrix, stacks: list[str], *, engine, log_dir: Path, force: bool 
                 passed.append(name)
             continue
         table = Table(title=_cell(f"{name}: units probe {o.units_status} ({o.image_ref})"))
-        for col in ("kernel family", "stock", "patched", "object cubins", "audit (SASS for FP4)"):
+        for col in ("kernel family", "stock", "patched", "object cubins", "compile", "audit (SASS for FP4)"):
             table.add_column(col, overflow="fold")
         for r in o.rows:
-            table.add_row(*map(_cell, (r.family, r.stock or "-", r.patched or "-", r.archs, "\n".join(r.verdicts) or "-")))
+            table.add_row(*map(_cell, (r.family, r.stock or "-", r.patched or "-", r.archs,
+                                       f"{r.step_s:.0f} s" if r.step_s is not None else "-",
+                                       "\n".join(r.verdicts) or "-")))
         out.print(table)
         t = o.timings
         conf = t.configure_s if t else None

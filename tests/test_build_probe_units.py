@@ -5,8 +5,11 @@ vLLM 0.25.1 sdist with patches 0001 + 0002, TORCH_CUDA_ARCH_LIST="9.0a;12.1a", n
 from __future__ import annotations
 
 import importlib.util
+import json
 from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from harness.archs import CC, ArchList
 from harness.image.probe import ProbeReport, ProbeRow, judge, load_units
@@ -53,6 +56,32 @@ def test_judge_and_targets():
     assert judge([ok], ProbeReport())[0] == "fail"  # no patched configure recorded: it did not configure
     assert ArchList.read("9.0a;12.1a").ccs == {CC(9, 0), CC(12, 1)}
     assert ArchList.read("12.0f 8.0+PTX").ccs == {CC(12, 0), CC(8, 0)}
+
+
+def test_the_probe_judges_the_silent_override_as_the_trap_whatever_the_sass_holds():
+    """Asked 12.1a, the configure built the SM12x NVFP4 kernels for 12.0f: the units probe fails
+    with the trap's reason (as a full build's log check does), although the 12.0f kernels hold
+    OMMA.SF and load on a 12.1 chip; the SASS finding stays in the row beside it. The patched
+    decision 12.1a passes; a 12.0a;12.1a request built for 12.0a only is the trap too."""
+    sass = ("SM_121: pass: NVFP4/FP4 GEMM kernels exist only as sm_120f: 12.1 loads sm_120f (family "
+            "SASS); 4 of 4 kernels use the native block-scaled FP4 MMA",)
+    row = ProbeRow("NVFP4 GEMM (SM12x)", "s", "12.0f", "12.0f", "sm_120f=1", sass, True)
+
+    def report(nvfp4: str) -> ProbeReport:
+        return ProbeReport.model_validate({"configure_rc": {"patched": 0}, "compile_rc": 0,
+                                           "decisions": {"stock": {"SM12x NVFP4": "12.0f"},
+                                                         "patched": {"SM12x NVFP4": nvfp4}}})
+
+    status, reason = judge([row], report("12.0f"), ArchList.read("12.1a"))
+    assert status == "fail" and reason.startswith("the trap: arch-collapsed: asked 12.1a")
+    assert "built for 12.0f" in reason and "0001-cmake-sm121a-on-cuda13.patch" in reason
+    assert judge([row], report("12.1a"), ArchList.read("12.1a")) == ("pass", "")
+    assert judge([row], report("12.0a"), ArchList.read("12.0a")) == ("pass", "")
+    status, reason = judge([row], report("12.0a"), ArchList.read("12.0a;12.1a"))
+    assert status == "fail" and "arch-missing: asked 12.1a" in reason
+    # a release whose configure printed no SM12x NVFP4 decision is judged by its objects alone
+    assert judge([row], ProbeReport.model_validate({"configure_rc": {"patched": 0}, "compile_rc": 0}),
+                 ArchList.read("12.1a")) == ("pass", "")
 
 
 def test_the_probe_records_read_the_helpers_files_and_write_probe_json_as_before():
@@ -120,3 +149,23 @@ def test_each_units_own_compile_time_is_read_from_ninja_log(tmp_path):
                    "garbage line\n")
     assert probe_build.step_seconds(log) == {"CMakeFiles/x.dir/a.cu.o": 156.3, "CMakeFiles/x.dir/b.cu.o": 4.0}
     assert probe_build.step_seconds(tmp_path / "none") == {}
+
+
+@pytest.mark.parametrize(("record", "arch_list", "status"), [
+    ("spark/amd64/probe-spark-stock.json", "12.1a", "fail"),
+    ("spark/amd64/probe-spark-121a.json", "12.1a", "pass"),
+    ("rtx-pro-6000/amd64/probe-rtx-120a.json", "12.0a", "pass"),
+])
+def test_the_default_release_records_judged_again_from_their_stored_decisions(record, arch_list, status):
+    """examples/default-release: the three probes of vLLM 0.33.0 judged from what they stored (the
+    decisions, the objects' audit): the stock Spark stack is the trap (12.1a asked, 12.0f built),
+    though its FP4 kernels hold OMMA.SF; the patched one and the RTX stack pass."""
+    doc = json.loads((ROOT / "examples/default-release" / record).read_text())
+    data = ProbeReport.model_validate({"configure_rc": {"patched": 0}, "compile_rc": 0,
+                                       "decisions": doc["decisions"]})
+    rows = [ProbeRow(**{k: (tuple(v) if k == "verdicts" else v) for k, v in r.items()}) for r in doc["rows"]]
+    got, reason = judge(rows, data, ArchList.read(arch_list))
+    assert got == status, reason
+    if status == "fail":
+        assert reason.startswith("the trap: arch-collapsed: asked 12.1a, SM12x NVFP4 built for 12.0f")
+        assert any("OMMA.SF" in v for r in rows for v in r.verdicts)  # the SASS finding stays beside it

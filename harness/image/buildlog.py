@@ -79,9 +79,18 @@ def check_build_log(text: str, asked: ArchList) -> list[BuildLogProblem]:
         problems.append(BuildLogProblem(
             "nvfp4-not-built", f"asked {asked}, the log says 'Not building SM12x NVFP4'"))
         return problems
-    built = ArchList.read(";".join(d.nvfp4_sm12x))
-    shown = ", ".join(d.nvfp4_sm12x)
-    for e in wanted:
+    return problems + nvfp4_problems(asked, d.nvfp4_sm12x)
+
+
+def nvfp4_problems(asked: ArchList, nvfp4_sm12x: tuple[str, ...]) -> list[BuildLogProblem]:
+    """What the SM12x NVFP4 decision (`Building SM12x NVFP4 for archs: ...`) did to the 12.x
+    entries asked: for each, built code that loads on that chip, and for an `a` entry its own `a`
+    code. The full build's log check and the units probe both judge by it: asked 12.1a, got
+    12.0f is THE trap (a silent override), whatever the SASS of the 12.0f code holds."""
+    problems: list[BuildLogProblem] = []
+    built = ArchList.read(";".join(nvfp4_sm12x))
+    shown = ", ".join(nvfp4_sm12x)
+    for e in (e for e in asked if e.major == 12):
         loads = built.load_on(e.cc) is not Load.NO
         own = e.suffix != "a" or any(b.cc == e.cc and b.suffix == "a" for b in built)
         if loads and own:

@@ -23,11 +23,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.archs import ArchList
+from harness.archs import ArchList, split
 from harness.audit.report import audit_path
 from harness.audit.verdict import Target
 from harness.errors import ConfigError, EngineError
 from harness.image.builder import audit_ccs, build_one, local_base_id
+from harness.image.buildlog import nvfp4_problems
 from harness.image.dockerfile import render
 from harness.image.offline_stack import offline_parts
 from harness.image.render import DOCKER_DIR, Rendered, content_hash
@@ -349,15 +350,22 @@ def collect(engine, ref: str, labels: dict[str, str], units: tuple[Unit, ...], c
     return data, rows
 
 
-def judge(rows: list[ProbeRow], data: ProbeReport) -> tuple[str, str]:
+def judge(rows: list[ProbeRow], data: ProbeReport, asked: ArchList | None = None) -> tuple[str, str]:
+    """The units probe's verdict. Besides the configure, the compile and the audit of each
+    object's SASS, the arch decision itself: the stack asked `asked`; a configure that silently
+    built something else for the SM12x NVFP4 kernels (asked 12.1a, got 12.0f) is THE trap the
+    tool exists to catch, and fails as it does in a full build (image/buildlog.py), whatever the
+    SASS of the code it built holds: that is reported beside it, for a GPU to weigh."""
     if data.configure_rc.patched != 0:
         return "fail", "the patched source does not configure (probe.log)"
     if data.compile_rc not in (0, None):
         return "fail", "a probed translation unit does not compile (probe.log)"
+    nvfp4 = data.decisions.get("patched", {}).get("SM12x NVFP4")
+    trap = nvfp4_problems(asked, tuple(split(nvfp4))) if asked is not None and nvfp4 else []
     bad = [r.family for r in rows if any(": fail:" in v for v in r.verdicts)]
-    if bad:
-        return "fail", f"audit fails for {', '.join(bad)}"
-    return "pass", ""
+    reasons = ([f"the trap: {'; '.join(str(p) for p in trap)}"] if trap else []) + \
+        ([f"audit fails for {', '.join(bad)}"] if bad else [])
+    return ("fail", "; ".join(reasons)) if reasons else ("pass", "")
 
 
 def probe_stack(matrix, stack_name: str, *, engine, log_dir: Path, on_event=None, force: bool = False,
@@ -415,7 +423,7 @@ def _units_probe(matrix, stack_name: str, *, engine, log_dir: Path, on_event=Non
         except (EngineError, OSError, ValueError) as exc:
             return ProbeOutcome(stack_name, ref, "error", f"probe output unreadable: {exc}", (), None,
                                 outcome.log_path or "")
-    status, reason = judge(rows, data)
+    status, reason = judge(rows, data, stack.torch_cuda_arch_list)
     timings = ProbeTimings(configure_s=data.configure_s if "configure_s" in data.model_fields_set else None,
                            compile_s=data.compile_s, image_build_s=outcome.duration_s)
     cap = lambda v: str(v)[:300]  # noqa: E731 - strings from the image, capped

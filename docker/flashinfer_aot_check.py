@@ -203,9 +203,14 @@ def _load_problems(names: list[str]) -> list[str]:
             env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [tmp, env.get("LD_LIBRARY_PATH")]))
         proc = subprocess.run([sys.executable, __file__, "_load", *names], env=env, capture_output=True,
                               text=True, timeout=3600, cwd=tmp)
+    lines = proc.stdout.strip().splitlines()
     try:
-        report = json.loads(proc.stdout.strip().splitlines()[-1])
+        report = json.loads(lines[-1])
     except (IndexError, ValueError):
+        loading = [ln.removeprefix("loading ") for ln in lines if ln.startswith("loading ")]
+        if loading and proc.returncode < 0:  # a signal: dlopen of a damaged file can raise SIGBUS
+            return [f"{loading[-1]}: loading it killed the process (signal {-proc.returncode}): not a loadable "
+                    "module (a served process would die the same way)"]
         return [f"the load step died (exit {proc.returncode}): {proc.stderr.strip()[-800:]}"]
     return [f"{name}: with JIT disabled, {why}" if why.startswith(("TVM FFI", "/")) else
             f"{name}: with JIT disabled, build_and_load() raised {why}: a served process would JIT-compile it"
@@ -220,6 +225,7 @@ def _load_child(names: list[str]) -> int:
     import tvm_ffi
 
     for name in names:
+        print(f"loading {name}", flush=True)
         try:
             if specs[name].build_and_load() is None:
                 failed[name] = "None"

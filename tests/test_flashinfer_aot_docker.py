@@ -142,9 +142,14 @@ def test_place_then_check_passes_on_a_real_aot_build(image, tmp_path):
      "silu_and_mul: FlashInfer resolves it to nothing, not"),
     ("misplaced", f"mv {AOT_DIR}/silu_and_mul/silu_and_mul.so {AOT_DIR}/silu_and_mul.so && rmdir {AOT_DIR}/silu_and_mul",
      f"a file of that name is at {AOT_DIR}/silu_and_mul.so"),
-    # cut short: an ELF header, then nothing dlopen can map; FlashInfer would fall back to JIT
-    ("not loadable", f"f={AOT_DIR}/silu_and_mul/silu_and_mul.so; head -c 8192 $f > /tmp/x && cp /tmp/x $f",
+    # a shared object dlopen refuses (a library it needs is gone): FlashInfer would fall back to JIT
+    ("not loadable", "echo 'int f(void){return 0;}' > /tmp/g.c && cc -shared -fPIC -o /tmp/libgone.so /tmp/g.c"
+     f" && cc -shared -fPIC -o {AOT_DIR}/silu_and_mul/silu_and_mul.so /tmp/g.c -L/tmp -Wl,--no-as-needed -lgone"
+     " && rm /tmp/libgone.so",
      "silu_and_mul: with JIT disabled, build_and_load() raised MissingJITCacheError"),
+    # cut short: dlopen maps past its end and the process dies of SIGBUS (a served one would too)
+    ("truncated", f"f={AOT_DIR}/silu_and_mul/silu_and_mul.so; head -c 8192 $f > /tmp/x && cp /tmp/x $f",
+     "silu_and_mul: loading it killed the process (signal 7)"),
     # a shared object that is no FlashInfer module (TVM FFI loads it all the same)
     ("not a module", f"cp /usr/lib/x86_64-linux-gnu/libz.so.1 {AOT_DIR}/silu_and_mul/silu_and_mul.so",
      "silu_and_mul.so exports no TVM FFI function"),

@@ -58,6 +58,13 @@ def main(argv: list[str] | None = None) -> int:
 
     # `python -m flashinfer.aot` imports FlashInfer from the current folder (its source tree) first
     sys.path.insert(0, os.getcwd())
+    import torch.utils.cpp_extension as cpp_extension
+
+    # A CPU build of torch (a test run on a machine without CUDA torch) leaves CUDA_HOME unset
+    # whatever the environment says, and some module generators read torch's CUDA include paths;
+    # a CUDA build (the stacks', the device's) finds the toolkit itself and this does nothing.
+    if cpp_extension.CUDA_HOME is None and os.environ.get("CUDA_HOME"):
+        cpp_extension.CUDA_HOME = os.environ["CUDA_HOME"]
     import flashinfer.aot as aot
     from flashinfer.jit import env as jit_env
 

@@ -25,8 +25,14 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from flashinfer_aot_plan import family_order  # noqa: E402
+
+ORDER = {name: i for i, name in enumerate(family_order())}
 
 
 def read_events(path: Path) -> list[dict]:
@@ -108,7 +114,7 @@ def analyse(arch: str, run: Path, jobs: int, ninja_path: Path | None, audits: li
 
 def summarise(arch: str, rows: list[dict], events: list[dict], jobs: int) -> dict:
     fams: dict[str, dict] = {}
-    for r in rows:
+    for r in sorted(rows, key=lambda r: ORDER.get(r["family"], len(ORDER))):
         f = fams.setdefault(r["family"], {"modules": 0, "done": 0, "cuda_sources": 0, "step_s": 0.0,
                                          "done_step_s": 0.0, "done_cuda_sources": 0, "rows": []})
         f["modules"] += 1

@@ -259,10 +259,11 @@ def main(argv: list[str] | None = None) -> int:
             record["runtime"].append(row)
     for plan in record["plans"]:
         names = {m["name"] for m in plan["modules"]}
+        chips = {a.rstrip("abcdefghijklmnopqrstuvwxyz") for a in plan["arch_list"].split()}
         plan["families"] = _families(plan["modules"])
         plan["runtime_not_in_aot"] = sorted({
-            f"{r['cc']}: {probe['module']}" for r in record["runtime"] for probe in r["probes"]
-            if probe.get("module") and probe["module"] not in names})
+            f"{r['cc']}: {probe['module']}" for r in record["runtime"] if r["cc"] in chips
+            for probe in r["probes"] if probe.get("module") and probe["module"] not in names})
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     for plan in record["plans"]:

@@ -103,3 +103,14 @@ def test_a_stopped_run_keeps_what_finished_and_estimates_the_rest(tmp_path):
 @pytest.mark.parametrize("script", ["device.sh"])
 def test_device_script_parses(script):
     subprocess.run(["bash", "-n", str(EX / script)], check=True)
+
+
+def test_what_one_run_did_not_finish_is_estimated_from_the_other_runs_same_family(tmp_path):
+    stopped = tmp_path / "stopped"
+    shutil.copytree(EX / "local-test", stopped)
+    log = stopped / "a-12.1a" / "ninja.log"  # 12.1a stopped before spdlog's link; 12.0a finished
+    log.write_text("".join(ln for ln in log.read_text().splitlines(True)
+                           if ln.startswith("#") or not ln.split("\t")[3].endswith("/spdlog.so")))
+    s121, s120 = timings(tmp_path, stopped)["summary"]["summaries"]
+    assert s120["whole"]["kind"] == "measured" and s121["whole"]["kind"] == "ESTIMATE"
+    assert s121["families"]["other"]["estimate_basis"] == "the same family's finished modules in the 12.0a run"

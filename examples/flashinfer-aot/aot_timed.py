@@ -9,7 +9,8 @@ It runs FlashInfer's own entry point, `flashinfer.aot.main()`, with the argument
 same module list (gen_all_modules with the default configuration), the same build.ninja per module,
 the same ninja at -j MAX_JOBS, the same copy to OUT (copy_built_kernels). One change:
 `build_jit_specs` runs once per kernel family, in the order of tools/flashinfer_aot_plan.py (the
-families an FP8/NVFP4 MoE model's serving path loads first), instead of once for the whole list,
+families an FP8/NVFP4 MoE model's serving path loads first; `--first` puts some before the rest),
+instead of once for the whole list,
 so that what finishes first is what serving needs and each family's wall time is its own. The
 families partition the list: every module is compiled, none twice. `--only` / `--families` keep
 a part of the list (a partial AOT build: OUT then holds that part).
@@ -45,7 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log", type=Path, required=True, help="where the timing files go")
     p.add_argument("--only", nargs="+", metavar="NAME", help="only these modules")
     p.add_argument("--families", nargs="+", metavar="FAMILY", choices=family_order(), help="only these families")
+    p.add_argument("--first", nargs="+", default=[], metavar="FAMILY", choices=family_order(),
+                   help="compile these families first, in this order; then the others in the usual order")
     a = p.parse_args(ours)
+    order = [*a.first, *(f for f in family_order() if f not in a.first)]
     a.log.mkdir(parents=True, exist_ok=True)
     events = a.log / "events.tsv"
     if not events.exists():
@@ -89,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     def build_jit_specs(specs, verbose=False, skip_prebuilt=True):
         ninja_log = Path(jit_env.FLASHINFER_JIT_DIR) / ".ninja_log"
         failed = []
-        for family in family_order():
+        for family in order:
             group = [s for s in specs if family_of(s.name) == family]
             if not group:
                 continue

@@ -84,7 +84,7 @@ def audit_rows(path: Path) -> dict[str, dict]:
     return rows
 
 
-def analyse(arch: str, run: Path, jobs: int, ninja_path: Path | None, audits: list[Path]) -> tuple[list[dict], dict]:
+def analyse(arch: str, run: Path, ninja_path: Path | None, audits: list[Path]) -> tuple[list[dict], list[dict]]:
     events = read_events(run / "events.tsv")
     plan = json.loads((run / "plan.json").read_text())
     ninja_file = ninja_path if ninja_path and ninja_path.exists() else run / "ninja.log"
@@ -109,10 +109,25 @@ def analyse(arch: str, run: Path, jobs: int, ninja_path: Path | None, audits: li
         if m["name"] in audited:
             row["audit"] = audited[m["name"]]
         rows.append(row)
-    return rows, summarise(arch, rows, events, jobs)
+    return rows, events
 
 
-def summarise(arch: str, rows: list[dict], events: list[dict], jobs: int) -> dict:
+def per_source_costs(rows: list[dict]) -> dict[str, tuple[float, str]]:
+    """family -> (step-seconds per CUDA source of its finished modules, the runs they come from),
+    over every run: the other arch list's modules of a family are the same sources for another
+    target, the nearest thing to a measurement of what one run did not finish."""
+    acc: dict[str, list] = defaultdict(lambda: [0.0, 0, set()])
+    for r in rows:
+        if r["state"] == "done":
+            a = acc[r["family"]]
+            a[0] += r["step_s"]
+            a[1] += max(r["cuda_sources"], 1)
+            a[2].add(r["arch"])
+    return {f: (s / n, ", ".join(sorted(arches))) for f, (s, n, arches) in acc.items() if n}
+
+
+def summarise(arch: str, rows: list[dict], events: list[dict], jobs: int,
+              shared: dict[str, tuple[float, str]] | None = None, other_use: float | None = None) -> dict:
     fams: dict[str, dict] = {}
     for r in sorted(rows, key=lambda r: ORDER.get(r["family"], len(ORDER))):
         f = fams.setdefault(r["family"], {"modules": 0, "done": 0, "cuda_sources": 0, "step_s": 0.0,
@@ -135,9 +150,20 @@ def summarise(arch: str, rows: list[dict], events: list[dict], jobs: int) -> dic
     use = busy / (span * jobs) if span else None  # how full ninja kept its -j slots
     out: dict = {"arch": arch, "jobs": jobs, "slot_use_measured": round(use, 3) if use else None,
                  "families": {}}
+    use_how = "measured slot use"
+    if use is None and other_use:  # no family of this run finished: the other run's, at the same time
+        use, use_how = other_use, "slot use measured on the other run"
     est_total_step = 0.0
+    shared = shared or {}
     for name, f in fams.items():
-        per_source = f["done_step_s"] / f["done_cuda_sources"] if f["done_cuda_sources"] else overall
+        if f["done_cuda_sources"]:
+            per_source, basis = f["done_step_s"] / f["done_cuda_sources"], "this family's finished modules"
+        elif name in shared:
+            per_source, basis = shared[name][0], f"the same family's finished modules in the {shared[name][1]} run"
+        elif overall:
+            per_source, basis = overall, "no module of this family finished: all finished modules' mean"
+        else:
+            per_source, basis = None, "nothing finished: no estimate"
         left = 0.0
         for r in f["rows"]:
             if r["state"] == "done":
@@ -151,10 +177,7 @@ def summarise(arch: str, rows: list[dict], events: list[dict], jobs: int) -> dic
             "wall_s": round(wall, 1) if wall is not None and f["done"] == f["modules"] else None,
             "step_s": round(f["step_s"], 1),
             "estimate_left_step_s": round(left, 1) if left else 0.0,
-            "estimate_basis": ("measured: all done" if f["done"] == f["modules"] else
-                               "this family's finished modules" if f["done_cuda_sources"] else
-                               "no module of this family finished: all finished modules' mean" if overall else
-                               "nothing finished: no estimate"),
+            "estimate_basis": "measured: all done" if f["done"] == f["modules"] else basis,
             "exit": status}
     measured_wall = sum(w for w, _s in walls.values())
     out["measured_wall_s"] = round(measured_wall, 1)
@@ -163,12 +186,12 @@ def summarise(arch: str, rows: list[dict], events: list[dict], jobs: int) -> dic
     out["modules"] = len(rows)
     if len(done_all) == len(rows):
         out["whole"] = {"kind": "measured", "wall_s": round(measured_wall, 1)}
-    elif use and overall:
+    elif use and (overall or shared):
         left_wall = est_total_step / (jobs * use)
         out["whole"] = {"kind": "ESTIMATE", "wall_s": round(measured_wall + left_wall, 1),
                         "left_step_s": round(est_total_step, 1),
                         "how": (f"measured {measured_wall:.0f} s; what is left: {est_total_step:.0f} step-seconds "
-                                f"at {jobs} jobs x {use:.2f} measured slot use")}
+                                f"at {jobs} jobs x {use:.2f} {use_how}")}
     else:
         out["whole"] = {"kind": "none", "why": "no family finished: nothing to estimate from"}
     return out
@@ -214,12 +237,17 @@ def main(argv: list[str] | None = None) -> int:
     for x in a.audit:
         arch, path = x.split("=", 1)
         audits[arch].append(Path(path))
-    rows, summaries = [], []
+    rows, runs = [], []
     for spec in a.run:
         arch, folder = spec.split("=", 1)
-        r, s = analyse(arch, Path(folder), a.jobs, Path(ninja[arch]) if arch in ninja else None, audits[arch])
+        r, events = analyse(arch, Path(folder), Path(ninja[arch]) if arch in ninja else None, audits[arch])
         rows += r
-        summaries.append(s)
+        runs.append((arch, r, events))
+    shared = per_source_costs(rows)
+    first = [summarise(arch, r, events, a.jobs, shared) for arch, r, events in runs]
+    uses = [s["slot_use_measured"] for s in first if s["slot_use_measured"]]
+    summaries = [summarise(arch, r, events, a.jobs, shared, sum(uses) / len(uses) if uses else None)
+                 for arch, r, events in runs]
     a.out.mkdir(parents=True, exist_ok=True)
     cols = ["arch", "family", "module", "cuda_sources", "objects_done", "objects_total", "state", "start", "end",
             "wall_s", "step_s"]

@@ -54,10 +54,14 @@ toolchain() {  # what the AOT step needs from the host, found or supplied; says 
   export CUDA_HOME
   export PATH="$CUDA_HOME/bin:$PATH"
   local nv; nv=$("$PY" -c 'import os, nvidia; print(os.path.join(list(nvidia.__path__)[0], "cu13"))' 2>/dev/null)
-  # the fmha_v2 generator compiles a host tool that includes cublasLt.h: torch's cuBLAS wheel has it
-  if [ ! -f "$CUDA_HOME/include/cublasLt.h" ] && [ -f "$nv/include/cublasLt.h" ]; then
-    export CPATH="$nv/include${CPATH:+:$CPATH}"; echo "cublasLt.h: from torch's wheel ($nv/include)"
-  fi
+  # headers of CUDA libraries a toolkit of nvcc alone lacks (the fmha_v2 generator's host tool
+  # includes cublasLt.h, the FP4 quantization kernels curand_kernel.h): torch's CUDA wheels have them
+  local h
+  for h in cublasLt.h curand_kernel.h; do
+    if [ ! -f "$CUDA_HOME/include/$h" ] && [ -f "$nv/include/$h" ] && [[ ":${CPATH:-}:" != *":$nv/include:"* ]]; then
+      export CPATH="$nv/include${CPATH:+:$CPATH}"; echo "$h: from torch's CUDA wheels ($nv/include)"
+    fi
+  done
   # FlashInfer links every module with -L$CUDA_HOME/lib64 -L$CUDA_HOME/lib64/stubs -lcudart -lcuda
   local ld="$W/ld"; mkdir -p "$ld"; local extra=""
   if [ ! -e "$CUDA_HOME/lib64/libcudart.so" ] && [ -e "$nv/lib/libcudart.so.13" ]; then
@@ -105,7 +109,7 @@ start)
   fi
   toolchain > "$W/toolchain.txt"; cat "$W/toolchain.txt"  # not in a pipe: its exports must stay
   {
-    echo "date: $(date -u +%FT%TZ)"; echo "CUDA_HOME: $CUDA_HOME"; echo "host: $(nproc) CPUs, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -srm)"
+    echo "date: $(date -u +%FT%TZ)"; echo "CUDA_HOME: $CUDA_HOME"; echo "CPATH: ${CPATH:-}"; echo "host: $(nproc) CPUs, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -srm)"
     echo "nvcc: $(nvcc --version | tail -2 | head -1)"; echo "gcc: $(gcc --version | head -1)"
     echo "ninja: $(ninja --version)"; echo "python: $("$PY" -V 2>&1)"
     "$PY" -c 'import torch, tvm_ffi; print("torch:", torch.__version__, "cuda", torch.version.cuda); print("apache-tvm-ffi:", tvm_ffi.__version__)'

@@ -16,8 +16,8 @@
 # too short for either to finish, each serving family is measured on at least one of them (the same
 # sources for another target: the other list's time for it is then an estimate from this one).
 #
-# Inputs: tools/flashinfer-aot-inputs.sh [OUT] makes .fi-aot-inputs/ (git-ignored): start/ (~21 MB,
-# with `start`) and audit/ (~9 MB, with `collect`).
+# Inputs: tools/flashinfer-aot-inputs.sh [OUT] makes .fi-aot-inputs/ (git-ignored, ~30 MB: start/ and
+# audit/), carried with `start` (which keeps audit/ in the work folder for `collect`).
 #   device.sh start          unpack, check the toolchain, start both AOT runs (setsid) and a
 #                            memory/load sampler; returns at once (~1 min)
 #   device.sh wait S         wait up to S seconds (<= 590) for both runs, printing progress;
@@ -86,8 +86,17 @@ install_missing() {  # $1: wheel folder; the rest: "module=wheel-prefix" pairs; 
     "$PY" -c "import ${pair%%=*}" 2>/dev/null || want+=("$dir/${pair#*=}"-*.whl)
   done
   [ ${#want[@]} -eq 0 ] && return 0
-  "$PY" -m pip install -q --no-index --no-deps --target "$W/site" "${want[@]}" \
+  wheels_into_site "${want[@]}" \
     && echo "installed what the host lacks: $(for w in "${want[@]}"; do basename $w; done | tr '\n' ' ')"
+}
+wheels_into_site() {  # pip --target where the Python has pip, else the wheels unpacked (they are zips)
+  if "$PY" -m pip --version >/dev/null 2>&1; then
+    "$PY" -m pip install -q --no-index --no-deps --target "$W/site" "$@"
+  else
+    local w; for w in "$@"; do "$PY" -m zipfile -e "$w" "$W/site" || return 1; done
+    [ -x "$W/site/ninja/data/bin/ninja" ] && mkdir -p "$W/site/bin" && ln -sf "$W/site/ninja/data/bin/ninja" "$W/site/bin/ninja"
+    chmod +x "$W"/site/nvidia/cu13/bin/* 2>/dev/null; return 0
+  fi
 }
 # what start installs and toolchain() supplies, for every verb
 export PATH="$W/site/bin:$PATH" PYTHONPATH="$W/site${PYTHONPATH:+:$PYTHONPATH}"
@@ -105,8 +114,10 @@ start)
     tqdm=tqdm urllib3=urllib3 idna=idna certifi=certifi charset_normalizer=charset_normalizer requests=requests \
     filelock=filelock packaging=packaging
   if ! command -v ninja >/dev/null; then  # FlashInfer runs `ninja` from PATH: the wheel's, in $W/site/bin
-    "$PY" -m pip install -q --no-index --no-deps --target "$W/site" "$DEV"/start/w/ninja-*.whl && echo "installed ninja"
+    wheels_into_site "$DEV"/start/w/ninja-*.whl && echo "installed ninja"
   fi
+  # the audit's inputs wait here for `collect` (which then needs nothing carried)
+  [ -d "$DEV/audit" ] && [ ! -d "$W/audit-inputs" ] && cp -r "$DEV/audit" "$W/audit-inputs"
   toolchain > "$W/toolchain.txt"; cat "$W/toolchain.txt"  # not in a pipe: its exports must stay
   {
     echo "date: $(date -u +%FT%TZ)"; echo "CUDA_HOME: $CUDA_HOME"; echo "CPATH: ${CPATH:-}"; echo "host: $(nproc) CPUs, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -srm)"
@@ -169,15 +180,16 @@ collect)
   R=$W/report; rm -rf "$R"; mkdir -p "$R"
   toolchain > /dev/null
   # the audit: the harness from this checkout, its dependencies where the host lacks them
-  if [ -d "$DEV/audit/w" ]; then
-    install_missing "$DEV/audit/w" pydantic=pydantic pydantic_core=pydantic_core annotated_types=annotated_types \
+  AUD=$DEV/audit/w; [ -d "$AUD" ] || AUD=$W/audit-inputs/w
+  if [ -d "$AUD" ]; then
+    install_missing "$AUD" pydantic=pydantic pydantic_core=pydantic_core annotated_types=annotated_types \
       typing_inspection=typing_inspection tomli_w=tomli_w tenacity=tenacity docker=docker isal=isal \
       rich=rich markdown_it=markdown_it_py mdurl=mdurl pygments=pygments typing_extensions=typing_extensions
     # the toolkit's cuobjdump and nvdisasm where it has them, else the wheels' (one pip run: a second
     # --target run into the same nvidia/ folder would skip it)
     if ! command -v nvdisasm >/dev/null || ! command -v cuobjdump >/dev/null; then
-      [ -x "$W/site/nvidia/cu13/bin/nvdisasm" ] || "$PY" -m pip install -q --no-index --no-deps --target "$W/site" \
-        "$DEV"/audit/w/nvidia_cuda_cuobjdump-*.whl "$DEV"/audit/w/nvidia_cuda_nvdisasm-*.whl
+      [ -x "$W/site/nvidia/cu13/bin/nvdisasm" ] || wheels_into_site \
+        "$AUD"/nvidia_cuda_cuobjdump-*.whl "$AUD"/nvidia_cuda_nvdisasm-*.whl
     fi
   fi
   export PATH="$PATH:$W/site/nvidia/cu13/bin" PYTHONPATH="$REPO:$PYTHONPATH"

@@ -70,7 +70,8 @@ test: test-say install docker-up test-deps
 test-toolchain: install docker-up
 	PYTHON=$(PY) bash tools/toolchain-base.sh
 	PYTHON=$(PY) bash tools/cuda13-base.sh
-	HARNESS_REQUIRE_TOOLCHAIN=1 $(PY) -m pytest tests/test_source_probe_docker.py tests/test_packaging_probe_docker.py $(PYTEST_ARGS)
+	HARNESS_REQUIRE_TOOLCHAIN=1 $(PY) -m pytest tests/test_source_probe_docker.py tests/test_packaging_probe_docker.py \
+	  tests/test_flashinfer_aot_docker.py $(PYTEST_ARGS)
 
 # The packaging probe of every stack of the three default matrices, on the stand-in CUDA 13 base
 # of the host's platform and on linux/arm64 (the DGX Spark's CPU) under qemu-user-static:

@@ -74,7 +74,7 @@ test-toolchain: install docker-up
 	PYTHON=$(PY) bash tools/cuda13-base.sh
 	PYTHON=$(PY) bash tools/cuda13-devel-base.sh
 	HARNESS_REQUIRE_TOOLCHAIN=1 $(PY) -m pytest tests/test_source_probe_docker.py tests/test_packaging_probe_docker.py \
-	  tests/test_configure_0330_docker.py $(PYTEST_ARGS)
+	  tests/test_configure_0330_docker.py tests/test_flashinfer_aot_docker.py $(PYTEST_ARGS)
 
 # The packaging probe of every stack of the three default matrices, on the stand-in CUDA 13 base
 # of the host's platform and on linux/arm64 (the DGX Spark's CPU) under qemu-user-static:

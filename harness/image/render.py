@@ -63,6 +63,21 @@ COPY_LINE = re.compile(r"^\s*COPY\s+(?:--\S+\s+)*(\S+)\s+\S+\s*$", re.MULTILINE)
 
 NO_SYNTAX = "# no syntax line: BuildKit would pull its frontend image for one"
 
+# FlashInfer's AOT step (python -m flashinfer.aot, its default module set) and, after it, the
+# modules moved to where FlashInfer loads AOT modules from and proven to resolve and load there
+# (docker/flashinfer_aot_check.py: why, and how). Its build folder holds every object file: gone
+# in the same step. `cd /`: the check must import the installed package, not the source tree.
+FLASHINFER_AOT_OUT = "/opt/build/flashinfer-aot"
+FLASHINFER_AOT_PLACE_AND_CHECK = (
+    f'cd / && python /opt/build/flashinfer_aot_check.py place {FLASHINFER_AOT_OUT} \\\n'
+    ' && python /opt/build/flashinfer_aot_check.py check 2>&1 | tee -a /opt/build/flashinfer-build.log')
+FLASHINFER_AOT_STEP = (
+    ' && export FLASHINFER_CUDA_ARCH_LIST="${FLASHINFER_CUDA_ARCH_LIST}" \\\n'
+    f' && MAX_JOBS="${{MAX_JOBS}}" python -m flashinfer.aot --out-dir {FLASHINFER_AOT_OUT} '
+    f'--build-dir {FLASHINFER_AOT_OUT}-build 2>&1 | tee -a /opt/build/flashinfer-build.log \\\n'
+    f' && rm -rf {FLASHINFER_AOT_OUT}-build \\\n'
+    f' && {FLASHINFER_AOT_PLACE_AND_CHECK} \\')
+
 
 @dataclass(frozen=True)
 class PatchFile:
@@ -241,9 +256,7 @@ def render_source(matrix: Matrix, stack_name: str, *, template: Path | None = No
         "SYNTAX": NO_SYNTAX,
         "VLLM_PATCHES": _apply_lines("vllm", patches, "/opt/build/src/vllm"),
         "FLASHINFER_PATCHES": _apply_lines("flashinfer", patches, "/opt/build/src/flashinfer"),
-        "FLASHINFER_AOT": (' && FLASHINFER_CUDA_ARCH_LIST="${FLASHINFER_CUDA_ARCH_LIST}" MAX_JOBS="${MAX_JOBS}" \\\n'
-                           '      python -m flashinfer.aot --out-dir /opt/build/flashinfer-aot 2>&1 '
-                           '| tee -a /opt/build/flashinfer-build.log \\') if fi_aot
+        "FLASHINFER_AOT": FLASHINFER_AOT_STEP if fi_aot
                           else " && echo 'FlashInfer: no AOT kernels (aot = false): JIT on first use' \\",
         **parts.values,
         **(extra or {}),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.fingerprint import fingerprint
+from harness.fingerprint.parse import fingerprint
 
 ID = "flashinfer-jit-at-startup"
 # FlashInfer 0.7.2.post1 flashinfer/jit/core.py: the logger's format (lines 66-69) around the message

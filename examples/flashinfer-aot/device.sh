@@ -29,6 +29,7 @@
 # Environment: DEV (inputs, default $PWD/.fi-aot-inputs), PY (default python3), OUT (default
 # /tmp/out), ARCHS (default "12.1a 12.0a"), JOBS (default 8: matrix/spark.toml and
 # matrix/rtx-pro-6000.toml max_jobs), ONLY (module names: a partial AOT list, for a test run),
+# AUDIT_SERVING_S / AUDIT_REST_S (collect's audit time for the serving families / the rest: 300 / 150),
 # W (work folder, default /tmp/fi-aot).
 set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -213,7 +214,7 @@ for m in plan:
         os.link(so, os.path.join(where, m["name"] + ".so"))
 PYEOF
     for part in serving rest; do
-      [ "$part" = serving ] && limit=300 || limit=150
+      [ "$part" = serving ] && limit=${AUDIT_SERVING_S:-300} || limit=${AUDIT_REST_S:-150}
       [ -n "$(ls "$W/audit-$arch/$part")" ] || continue
       ( s=$(date +%s); timeout "$limit" "$PY" -m harness audit "$W/audit-$arch/$part" --cc "$(cc_of "$arch")" --json \
           > "$R/audit-$arch-$part.json" 2> "$R/audit-$arch-$part.err"

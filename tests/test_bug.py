@@ -15,8 +15,8 @@ from harness.cli import main as cli_main
 from harness.errors import ConfigError
 from harness.fingerprint import Fingerprint
 from harness.results.bug import bug_report, stack_kind, symptom, trackers
+from harness.results.build import BuildOutcome
 from harness.results.model import (
-    BuildOutcome,
     CellError,
     CellResult,
     ImageInfo,

@@ -17,7 +17,8 @@ import pytest
 
 import harness
 from harness.errors import EXIT_CODES, HarnessError
-from harness.results.model import FORMAT, BuildOutcome, CellResult, RunRecord, Status
+from harness.results.build import BuildOutcome
+from harness.results.model import FORMAT, CellResult, RunRecord, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))

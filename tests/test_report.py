@@ -23,10 +23,10 @@ from harness.cli import main
 from harness.fingerprint import fingerprint
 from harness.matrix.model import NOISE_FLOOR, Expect, SelectRule
 from harness.report import load, write_report
+from harness.results.build import BuildOutcome
 from harness.results.model import (
     BenchLevel,
     BenchRecord,
-    BuildOutcome,
     CellError,
     CellResult,
     MatrixInfo,

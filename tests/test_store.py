@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ConfigError, StorageError
-from harness.results.model import FORMAT, BuildOutcome, CellResult, RunRecord, Status
+from harness.results.build import BuildOutcome
+from harness.results.model import FORMAT, CellResult, RunRecord, Status
 from harness.results.store import (
     RunStore,
     atomic_write_json,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from pydantic import ConfigDict, Field
 
 from harness.bisect.history import GitHistory, History, Unavailable
-from harness.results.model import Open
+from harness.record import Open
 from harness.safety.roots import Root
 
 if TYPE_CHECKING:

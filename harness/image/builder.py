@@ -29,7 +29,7 @@ from harness.matrix.archs import ccs_of
 from harness.matrix.load import Matrix
 from harness.platforms import Platform
 from harness.redact import redact_text
-from harness.results.model import BuildOutcome
+from harness.results.build import BuildOutcome
 from harness.safety.paths import tail_text
 from harness.safety.roots import Root
 from harness.safety.writes import open_new

@@ -30,7 +30,8 @@ from harness.image.offline_stack import offline_parts
 from harness.image.render import DOCKER_DIR, Rendered, content_hash
 from harness.matrix.archs import ccs_of
 from harness.platforms import Platform
-from harness.results.model import CompileCache, Open
+from harness.record import Open
+from harness.results.build import CompileCache
 from harness.safety.paths import tail_text, under
 from harness.safety.readers import load_json
 

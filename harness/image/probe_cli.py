@@ -11,7 +11,7 @@ from rich.table import Table
 from harness.console import out
 from harness.image.probe import PARTS, ProbeOutcome, probe_stack
 from harness.platforms import Platform
-from harness.results.model import CompileCache
+from harness.results.build import CompileCache
 from harness.safety.roots import Root
 
 

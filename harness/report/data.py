@@ -14,12 +14,11 @@ from pathlib import Path
 
 from harness.bench.roofline import roofline_efficiency
 from harness.fingerprint.model import Fingerprint
+from harness.results.build import BuildKey, BuildOutcome
 from harness.results.model import (
     FORMAT_CHECK,
     BenchInfo,
     BenchLevel,
-    BuildKey,
-    BuildOutcome,
     CellResult,
     FormatComparison,
     MemoryRecord,

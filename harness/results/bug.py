@@ -25,9 +25,9 @@ from harness.errors import ConfigError
 from harness.fingerprint.model import Fingerprint
 from harness.fingerprint.tables import SignatureTracker, signatures
 from harness.redact import redact_args, redact_env, redact_text
+from harness.results.build import BuildOutcome
 from harness.results.model import (
     SELECTION_CHECKS,
-    BuildOutcome,
     CellResult,
     ImageProbe,
     RunRecord,

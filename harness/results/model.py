@@ -34,6 +34,7 @@ from harness.fingerprint.verdicts import SELECTION_CHECKS as SELECTION_CHECKS
 from harness.fingerprint.verdicts import Verdict as Verdict
 from harness.fingerprint.verdicts import VerdictStatus as VerdictStatus
 from harness.hostenv import HostFingerprint
+from harness.record import Open, Record
 
 # The names readers of stored cells use for them: the same classes.
 BenchRecord = BenchResult
@@ -71,18 +72,6 @@ class Status(StrEnum):
 STATUS_RANK = {Status.PASS: 0, Status.FAIL: 1, Status.HUNG: 2, Status.TIMEOUT: 2,
                Status.CRASHED: 3, Status.BUILD_FAILED: 4}
 NOT_READY = {"exited": Status.CRASHED, "hung": Status.HUNG, "timeout": Status.TIMEOUT}
-
-
-class Record(BaseModel):
-    """Frozen, and strict about its own keys."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Open(BaseModel):
-    """Frozen, keeps keys it does not know (written by another module, maybe newer)."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
 
 
 # --- views of what other modules write -------------------------------------------------------
@@ -283,7 +272,7 @@ class CellResult(Record):
         """A v2 record, or a v1 record lifted to v2. Raises ValueError on anything else."""
         if not isinstance(data, dict):
             raise ValueError(f"a cell record is a JSON object, not {type(data).__name__}")
-        fmt = _Stored.model_validate(data).format
+        fmt = Stored.model_validate(data).format
         if fmt not in READABLE_FORMATS:
             raise ValueError(f"results format {fmt!r}; this tool reads formats {READABLE_FORMATS}")
         if fmt == 1:
@@ -298,13 +287,13 @@ class CellResult(Record):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise ValueError(_first_errors(exc)) from None
+            raise ValueError(first_errors(exc)) from None
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
 
-class _Stored(Open):
+class Stored(Open):
     """Any stored record, read only for the format it says it is in (1 when it says none)."""
 
     format: Any = 1
@@ -397,7 +386,7 @@ def _lift_v2(data: dict) -> dict:
     return data
 
 
-def _first_errors(exc: ValidationError, n: int = 3) -> str:
+def first_errors(exc: ValidationError, n: int = 3) -> str:
     parts = []
     for e in exc.errors()[:n]:
         where = ".".join(str(p) for p in e["loc"]) or "(top)"
@@ -519,127 +508,13 @@ class RunRecord(BaseModel):
     def from_json(cls, data: Any) -> RunRecord:
         if not isinstance(data, dict):
             raise ValueError(f"run.json holds a JSON object, not {type(data).__name__}")
-        fmt = _Stored.model_validate(data).format
+        fmt = Stored.model_validate(data).format
         if fmt not in READABLE_FORMATS:
             raise ValueError(f"results format {fmt!r}; this tool reads formats {READABLE_FORMATS}")
         try:
             return cls.model_validate({**data, "format": FORMAT})
         except ValidationError as exc:
-            raise ValueError(_first_errors(exc)) from None
+            raise ValueError(first_errors(exc)) from None
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
-
-
-class PartialCell(Open):
-    """cells/<key>.partial.json: what a running cell has measured so far, written as it goes
-    (harness.run.cell), gone once the cell is written. Each part is kept as it was written and
-    validated where it is used (`measured()` into the error cell, `server` by the reaper)."""
-
-    id: str | None = None
-    started_at: str | None = None
-    host: str | None = None
-    server: dict[str, Any] | None = Field(None, description="how to find the started server (serve.base.ServerRecord)")
-    readiness: dict[str, Any] | None = None
-    image_fingerprint: dict[str, Any] | None = None
-    bench: dict[str, Any] | None = None
-    cross_check: dict[str, Any] | None = None
-
-    def measured(self) -> dict[str, Any]:
-        """The measured parts, as CellResult fields of the same names: what a cell the tool
-        failed on keeps."""
-        return self.model_dump(mode="json", include={"bench", "image_fingerprint", "cross_check"}, exclude_none=True)
-
-
-class CompileCache(Open):
-    """What the compile cache did in one build (harness/image/compile_cache.py)."""
-
-    hits: int = Field(0, description="compiles answered from the cache")
-    misses: int = Field(0, description="compiles run and stored")
-    uncacheable: int = Field(0, description="compiles ccache declined to cache (they ran)")
-    hit_rate: float | None = Field(None, description="hits / (hits + misses + uncacheable)")
-    seconds_compiling: float | None = Field(None, description="wall time of the compile steps "
-                                            "(configure + compile), from the step itself")
-    remote_errors: int = Field(0, description="reads or writes the store did not answer")
-    namespace: str | None = Field(None, description="the store folder: machine + toolchain digest")
-    off: str | None = Field(None, description="why the build compiled without the cache")
-    missed: tuple[str, ...] = Field((), description="the translation units compiled, not taken from the "
-                                    "cache (source paths, relative to the source tree)")
-    store_errors: tuple[str, ...] = Field((), description="units whose lookup or store failed against "
-                                          "the store (each such lookup is also a miss)")
-
-
-BuildKey = tuple[str, str | None]  # (stack, host): host None in a run on one host
-
-
-class _V1ImageRef(Open):
-    """A v1 build's image: {ref, id}."""
-
-    ref: Any = None
-    id: Any = None
-
-
-class _V1BuildImage(Open):
-    """A build record read for its v1 `image` key (v2 and later write none)."""
-
-    image: Any = None
-
-
-class BuildOutcome(Open):
-    """builds/<stack>.json (builds/<stack>@<host>.json in a run over several hosts): what the
-    build (or reuse, or local audit) of one stack on one host gave."""
-
-    stack: str
-    host: str | None = Field(default=None, description="the [hosts] entry it was built on, in a run of several")
-    status: str = Field(description="built | reused | failed | local | skipped")
-    image_ref: str | None = None
-    image_id: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    log_path: str | None = None
-    log_tail: tuple[str, ...] = ()
-    duration_s: float = 0.0
-    audit: AuditSummary | None = Field(None, description="the full report (a local stack)")
-    audit_summary: AuditSummary | None = None
-    arch_problems: tuple[str, ...] = ()
-    reason: str | None = None
-    compile_cache: CompileCache | None = None
-    rust_frontend: str | None = Field(None, description="vLLM's optional Rust front end: built | not built (why) | "
-                                      "none in this release; None: not recorded (a wheel stack, an older image)")
-
-    @property
-    def failed(self) -> bool:
-        return self.status == "failed"
-
-    @property
-    def key(self) -> BuildKey:
-        return (self.stack, self.host)
-
-    @property
-    def audit_record(self) -> AuditSummary | None:
-        """The audit's full report where one was kept (a local stack), else its summary."""
-        return self.audit or self.audit_summary
-
-    @property
-    def audit_status(self) -> str | None:
-        """The arch audit's status; None when the stack was not audited."""
-        return self.audit.status if self.audit and self.audit.status else (
-            self.audit_summary.status if self.audit_summary else None)
-
-    @classmethod
-    def from_json(cls, data: Any, stack: str | None = None) -> BuildOutcome:
-        if not isinstance(data, dict):
-            raise ValueError(f"a build record is a JSON object, not {type(data).__name__}")
-        data = {k: v for k, v in data.items() if v is not None or k in ("audit",)}
-        data.setdefault("stack", stack or "?")
-        if "host" not in data and isinstance(data["stack"], str) and "@" in data["stack"]:
-            # v2 kept a multi-host build as stack "<stack>@<host>"
-            data["stack"], data["host"] = data["stack"].split("@", 1)
-        if isinstance(image := _V1BuildImage.model_validate(data).image, dict):
-            # v1 wrote {ref, id} where v2 has image_ref / image_id
-            ref = _V1ImageRef.model_validate(image)
-            data.setdefault("image_ref", ref.ref)
-            data.setdefault("image_id", ref.id)
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise ValueError(_first_errors(exc)) from None

@@ -22,14 +22,9 @@ from typing import Any
 
 from harness.errors import ConfigError, StorageError
 from harness.redact import redact_json, redact_text
-from harness.results.model import (
-    BuildKey,
-    BuildOutcome,
-    CellResult,
-    PartialCell,
-    RunRecord,
-    RunStatus,
-)
+from harness.results.build import BuildKey, BuildOutcome
+from harness.results.model import CellResult, RunRecord, RunStatus
+from harness.results.partial import PartialCell
 from harness.safety.paths import under
 from harness.safety.roots import Root
 from harness.safety.writes import write_text

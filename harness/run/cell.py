@@ -17,13 +17,9 @@ from harness.errors import StorageError
 from harness.fingerprint import fingerprint
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell
+from harness.results.build import BuildOutcome
 from harness.results.memwatch import MemWatch
-from harness.results.model import (
-    BuildOutcome,
-    CellResult,
-    MemoryRecord,
-    ServeInfo,
-)
+from harness.results.model import CellResult, MemoryRecord, ServeInfo
 from harness.results.store import RunStore, cell_key, utc_now
 from harness.run.options import RunOptions
 from harness.run.outcome import (

@@ -23,14 +23,8 @@ from harness.engine import Engine, connect
 from harness.errors import ConfigError, EnvironmentProblem
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell
-from harness.results.model import (
-    BuildOutcome,
-    CellError,
-    CellResult,
-    Status,
-    Verdict,
-    VerdictStatus,
-)
+from harness.results.build import BuildOutcome
+from harness.results.model import CellError, CellResult, Status, Verdict, VerdictStatus
 from harness.results.store import RunStore, atomic_write_json, utc_now
 from harness.run.options import RunOptions
 from harness.run.outcome import apply_format_rule, error_cell

@@ -9,20 +9,20 @@ from typing import Any
 
 from harness.matrix.model import NOISE_FLOOR
 from harness.matrix.plan import Cell
+from harness.results.build import BuildOutcome
 from harness.results.model import (
     BuildInfo,
-    BuildOutcome,
     CellError,
     CellResult,
     ImageInfo,
     ModelInfo,
-    PartialCell,
     Requested,
     ServeInfo,
     Status,
     Verdict,
     VerdictStatus,
 )
+from harness.results.partial import PartialCell
 from harness.results.store import RunStore, utc_now
 from harness.stages import judge as judge_stage
 

@@ -24,7 +24,7 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.redact import redact_text
-from harness.results.model import PartialCell
+from harness.results.partial import PartialCell
 from harness.safety.writes import open_new
 
 # how long to wait, once a server has ended, for the end of its output to be read

@@ -19,7 +19,7 @@ from harness.audit.report import AuditSummary
 from harness.image.builder import audit_image, build_stacks
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell, group_by_stack
-from harness.results.model import BuildOutcome
+from harness.results.build import BuildOutcome
 from harness.results.store import RunStore
 
 

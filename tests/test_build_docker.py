@@ -83,7 +83,7 @@ def test_build_log_arch_check_runs_on_the_image(built):
     _m, outcomes, _e, _r, _l = built
     # the tiny image's log says 12.0f while the stack asked 12.1a: the collapse is reported
     assert any(p.startswith("arch-collapsed: asked 12.1a") for p in outcomes["tiny-ok"].arch_problems)
-    summary = outcomes["tiny-ok"].audit_summary
+    summary = outcomes["tiny-ok"].audit
     assert summary.status != "not-audited", summary
     assert summary.cubins == {"sm_121a": 1}  # the cubin the template copies into /opt/venv/lib
 
@@ -112,7 +112,7 @@ def test_second_build_is_reused_without_engine_build(built, engine, tmp_path):
     assert again["tiny-ok"].status == "reused"
     assert again["tiny-ok"].image_ref == outcomes["tiny-ok"].image_ref
     # a reused image is audited again: the run records what it serves, built this time or not
-    assert again["tiny-ok"].audit_summary == outcomes["tiny-ok"].audit_summary
+    assert again["tiny-ok"].audit == outcomes["tiny-ok"].audit
 
 
 def test_force_rebuilds(built, engine, tmp_path):
@@ -164,11 +164,11 @@ def site_images(engine, tmp_path_factory):
 def test_the_audit_reads_vllm_where_the_build_installed_it(site_images):
     built, again = site_images
     assert built.status == "built", built.log_tail
-    assert built.audit_summary.status != "not-audited", built.audit_summary
+    assert built.audit.status != "not-audited", built.audit
     # vllm/ and flashinfer_cubin/, not torch/
-    assert built.audit_summary.cubins == {"sm_121a": 2}
+    assert built.audit.cubins == {"sm_121a": 2}
     # reused: audited again from the same place
-    assert again.status == "reused" and again.audit_summary == built.audit_summary
+    assert again.status == "reused" and again.audit == built.audit
 
 
 @pytest.mark.parametrize("planted", ["/opt/torch/../../etc", "opt/relative", "/opt/a b", "/opt/x\\n/etc"])
@@ -177,8 +177,8 @@ def test_a_site_path_that_is_not_plain_is_not_followed(engine, tmp_path, cleanup
     cleanup.append(built.image_ref)
     assert built.status == "built", built.log_tail
     # ignored: the audit looks where an image that recorded nothing keeps vLLM, and finds nothing
-    assert built.audit_summary.status == "not-audited"
-    assert "/opt/venv/lib" in built.audit_summary.reason
+    assert built.audit.status == "not-audited"
+    assert "/opt/venv/lib" in built.audit.reason
     from harness.report.data import _build as report_row
 
     row = report_row(built)  # the report says so, and why, instead of '?'
@@ -191,7 +191,7 @@ def test_the_report_and_the_bug_read_the_audit_of_a_reused_image(site_images):
 
     assert [o.status for o in site_images] == ["built", "reused"]
     for outcome in site_images:
-        assert outcome.audit_status == "pass", outcome.audit_summary
+        assert outcome.audit_status == "pass", outcome.audit
         row = report_row(outcome)
         assert row.audit_status == "pass"
         assert any(line.startswith("sm_121: pass") for line in row.audit_lines), row.audit_lines

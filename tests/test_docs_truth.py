@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 
 import harness
+from harness.audit.report import AuditState, AuditSummary
 from harness.errors import EXIT_CODES, HarnessError
-from harness.results.build import BuildOutcome
-from harness.results.model import FORMAT, CellResult, RunRecord, Status
+from harness.results.build import BuildOutcome, BuildStatus
+from harness.results.model import FORMAT, CellResult, RunRecord, ServeState, Status
+from harness.results.partial import PartialCell
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -92,6 +94,8 @@ def _top_keys(block: str) -> set[str]:
     ("## run.json", RunRecord, set()),
     ("## cells/<cell-key>.json", CellResult, {"reasons"}),
     ("## builds/<stack>.json", BuildOutcome, set()),
+    ("### The audit (builds/<stack>.json `audit`)", AuditSummary, set()),
+    ("## cells/<cell-key>.partial.json", PartialCell, set()),
 ])
 def test_results_format_documents_every_field(heading, model, computed) -> None:
     text = (ROOT / "docs" / "results-format.md").read_text()
@@ -102,7 +106,27 @@ def test_results_format_documents_every_field(heading, model, computed) -> None:
 def test_results_format_number_and_statuses() -> None:
     text = (ROOT / "docs" / "results-format.md").read_text()
     assert text.startswith(f"# Results format (v{FORMAT})")
-    for heading in ("## run.json", "## cells/<cell-key>.json"):
+    for heading in ("## run.json", "## cells/<cell-key>.json", "## builds/<stack>.json"):
         assert f'"format": {FORMAT},' in _json_block(text, heading)
     statuses = re.search(r'"status": ("pass".*)', _json_block(text, "## cells/<cell-key>.json")).group(1)
     assert re.findall(r'"([a-z-]+)"', statuses) == [s.value for s in Status]
+
+
+@pytest.mark.parametrize(("heading", "line", "enum"), [
+    ("## builds/<stack>.json", r'"status": ("built".*)', BuildStatus),
+    ("### The audit (builds/<stack>.json `audit`)", r'^  "status": (.*)', AuditState),
+    ("## cells/<cell-key>.json", r'"state": ("ready".*)', ServeState),
+    ("## cells/<cell-key>.partial.json", r'"state": ("ready".*)', ServeState),
+])
+def test_results_format_lists_every_value_of_each_status(heading, line, enum) -> None:
+    block = _json_block((ROOT / "docs" / "results-format.md").read_text(), heading)
+    values = re.search(line, block, re.MULTILINE).group(1).split("(")[0]
+    assert re.findall(r'"([a-z-]+)"', values) == [s.value for s in enum]
+
+
+def test_schedule_json_documents_its_record() -> None:
+    from harness.results.schedule import ScheduleEntry
+
+    block = _json_block((ROOT / "docs" / "results-format.md").read_text(), "## schedule.json")
+    inner = block[block.index("{") + 1:block.rindex("}")]
+    assert set(re.findall(r'"([a-z_]+)":', inner)) == set(ScheduleEntry.model_fields)

@@ -189,7 +189,7 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
         rust = image_rust_frontend(engine, ref, {"harness.role": "audit"}) if audit else None
         emit(BuildEvent(name, "done", "reused", time.monotonic() - start))
         return BuildOutcome(stack=name, image_ref=ref, image_id=engine.image_id(ref), status="reused",
-                            labels=existing, audit_summary=summary, rust_frontend=rust)
+                            labels=existing, audit=summary, rust_frontend=rust)
     if existing is not None:
         engine.remove_image(ref)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -259,7 +259,7 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
     emit(BuildEvent(name, "done", "built", took))
     return BuildOutcome(stack=name, image_ref=ref, image_id=image_id, status="built",
                         log_path=str(log_path), log_tail=tuple(tail), duration_s=took, labels=labels,
-                        audit_summary=summary, arch_problems=tuple(problems), rust_frontend=rust,
+                        audit=summary, arch_problems=tuple(problems), rust_frontend=rust,
                         compile_cache=cache_record)
 
 

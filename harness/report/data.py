@@ -418,7 +418,7 @@ def _pairs(cells: tuple[Cell, ...], min_ratio: float | None) -> tuple[Pair, ...]
 
 def _build(b: BuildOutcome) -> Build:
     image = b.image_ref or b.image_id  # v1's {ref, id} is lifted by BuildOutcome.from_json
-    audit = b.audit_record
+    audit = b.audit
     lines = list(audit.lines) if audit else []
     audit_status = b.audit_status or ("n/a" if audit is None else "?")
     if audit_status == "not-audited" and audit and audit.reason:

@@ -1,27 +1,37 @@
-"""The typed records of a run: what a cell ended as, and why.
+"""The typed records of a run: what a cell ended as, and why (cells/<key>.json), and the run
+itself (run.json).
 
-Results format v2 (docs/results-format.md). Everything a stage produces about a cell lands in one
-frozen `CellResult`; report, compare and bug only render these records, they judge nothing. The
-verdicts are the single source of truth: a cell's `reasons` are derived from its failed verdicts,
-never stored beside them. v1 files (the first round's run directories, examples/h200/run) load
-through `CellResult.from_json`, which lifts their free-text reasons into verdicts.
+Results format v4 (FORMAT below; docs/results-format.md). Everything a stage produces about a
+cell lands in one frozen `CellResult`; report, compare and bug only render these records, they
+judge nothing. The verdicts are the single source of truth: a cell's `reasons` are derived from
+its failed verdicts, never stored beside them, and the image's audit is its build's
+(`build_record`), never copied into the cell. Older files load through `CellResult.from_json`:
+v1's free-text reasons (the first round's run directories, examples/h200/run) become verdicts, a
+v1 or v2 NVFP4 cell, which stored no pairing, is read as compared with the cell of its stack and
+config whose model name says fp8 where its says nvfp4, and the audit a v1-v3 cell copied from
+its build is left to the build.
 
 The fingerprint and the benchmark are the types their modules produce (`Fingerprint`,
-`BenchResult`). Other sub-records (the memory watch, the audit, the image probe) are typed views
-that keep unknown keys (`extra="allow"`): a newer writer may add facts, and an older reader must
-neither lose them nor refuse the file.
+`BenchResult`). Other sub-records (the memory watch, the image probe) are typed views that keep
+unknown keys (`extra="allow"`): a newer writer may add facts, and an older reader must neither
+lose them nor refuse the file.
 """
 
 from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
-
-# the audit summary is what the arch audit writes, the host's what `harness env` reads: defined there
-from harness.audit.report import AuditSummary
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictInt,
+    ValidationError,
+    computed_field,
+)
 
 # a cell's bench figures are what `harness bench` measured: one type, defined there
 from harness.bench.result import BenchResult, LevelResult
@@ -33,16 +43,18 @@ from harness.fingerprint.model import Fingerprint
 from harness.fingerprint.verdicts import SELECTION_CHECKS as SELECTION_CHECKS
 from harness.fingerprint.verdicts import Verdict as Verdict
 from harness.fingerprint.verdicts import VerdictStatus as VerdictStatus
+
+# the host's fingerprint is what `harness env` reads: defined there
 from harness.hostenv import HostFingerprint
-from harness.record import Open, Record
+from harness.record import Open, Record, kept
 
 # The names readers of stored cells use for them: the same classes.
 BenchRecord = BenchResult
 BenchLevel = LevelResult
 FingerprintRecord = Fingerprint
 
-FORMAT = 3
-READABLE_FORMATS = (1, 2, 3)
+FORMAT = 4
+READABLE_FORMATS = (1, 2, 3, 4)
 FORMAT_CHECK = "expect.nvfp4_over_fp8"  # the judge's NVFP4-vs-FP8 verdict (harness.stages.judge)
 
 
@@ -71,7 +83,22 @@ class Status(StrEnum):
 # Worse is higher, for `harness compare`; SKIPPED and ERROR say nothing about the stack.
 STATUS_RANK = {Status.PASS: 0, Status.FAIL: 1, Status.HUNG: 2, Status.TIMEOUT: 2,
                Status.CRASHED: 3, Status.BUILD_FAILED: 4}
-NOT_READY = {"exited": Status.CRASHED, "hung": Status.HUNG, "timeout": Status.TIMEOUT}
+
+
+class ServeState(StrEnum):
+    """How the wait for a server ended (harness.serve.readiness)."""
+
+    READY = "ready"  # /health answered and /v1/models listed the cell's own name
+    EXITED = "exited"  # the process ended, or its log said it could not bind its port
+    HUNG = "hung"  # no new log line for serve.quiet_period_s while not ready
+    TIMEOUT = "timeout"  # not ready within serve.startup_timeout_s
+
+    @property
+    def ready(self) -> bool:
+        return self is ServeState.READY
+
+
+NOT_READY = {ServeState.EXITED: Status.CRASHED, ServeState.HUNG: Status.HUNG, ServeState.TIMEOUT: Status.TIMEOUT}
 
 
 # --- views of what other modules write -------------------------------------------------------
@@ -136,7 +163,7 @@ class ServeInfo(Record):
     log: str | None = Field(default=None, description="server log, relative to the run directory")
     startup_s: float | None = None
     exit_code: int | None = None
-    state: str | None = Field(default=None, description="ready | exited | hung | timeout")
+    state: ServeState | None = None
     log_tail: tuple[str, ...] = ()
     url: str | None = None
     served_model: str | None = None
@@ -149,6 +176,8 @@ class ImageInfo(Record):
 
 
 class BuildInfo(Record):
+    """A cell whose image did not build: the build's log, and its last lines."""
+
     log: str | None = None
     log_tail: tuple[str, ...] = ()
 
@@ -166,7 +195,8 @@ class CrossCheck(Open):
     exit_code: int | None = None
     duration_s: float | None = None
     output_tail: tuple[str, ...] = ()
-    result: Any = None
+    result: JsonValue = Field(None, description="what the command left in HARNESS_OUT (logs/<cell-key>.cross-check."
+                              "json), as it wrote it: its own shape; None when it left no JSON there")
 
 
 class LevelRatio(Record):
@@ -236,7 +266,9 @@ class CellResult(Record):
     bench: BenchRecord | None = None
     image: ImageInfo | None = None
     image_fingerprint: ImageProbe | None = None
-    audit: AuditSummary | None = None
+    build_record: str | None = Field(default=None, description="the build it served from: its file under the "
+                                     "run folder (builds/<stack>.json, builds/<stack>@<host>.json), which holds "
+                                     "the image's audit; None: it had no build, or was written before format 4")
     memory: MemoryRecord | None = None
     serve: ServeInfo | None = None
     build: BuildInfo | None = None
@@ -269,7 +301,7 @@ class CellResult(Record):
 
     @classmethod
     def from_json(cls, data: Any) -> CellResult:
-        """A v2 record, or a v1 record lifted to v2. Raises ValueError on anything else."""
+        """A v4 record, or an older one lifted to v4. Raises ValueError on anything else."""
         if not isinstance(data, dict):
             raise ValueError(f"a cell record is a JSON object, not {type(data).__name__}")
         fmt = Stored.model_validate(data).format
@@ -284,6 +316,8 @@ class CellResult(Record):
             data = {k: v for k, v in data.items() if k != "reasons"}
         if fmt < 3:
             data = _lift_v2(data)
+        if fmt < 4:
+            data = _lift_v3(data)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -296,36 +330,36 @@ class CellResult(Record):
 class Stored(Open):
     """Any stored record, read only for the format it says it is in (1 when it says none)."""
 
-    format: Any = 1
+    format: StrictInt = 1
 
 
 class _V1Verdict(Open):
     """The parts of a v1 verdict the v1 lift reads."""
 
-    status: Any = None
-    message: Any = None
+    status: Annotated[str | None, kept(str)] = None
+    message: Annotated[str | None, kept(str)] = None
 
 
 class _V1Build(Open):
     """The parts of a v1 cell's build entry that v2 kept."""
 
-    log: Any = None
-    log_tail: Any = None
+    log: Annotated[str | None, kept(str)] = None
+    log_tail: Annotated[list[JsonValue] | None, kept(list)] = None
 
 
 class _V1Cell(Open):
-    """The parts of a v1 cell record the v1 lift reads; any type, as v1 wrote it (the lift
-    checks each one's type before it uses it)."""
+    """The parts of a v1 cell record the v1 lift reads, each kept when v1 wrote it with the type
+    the lift uses."""
 
-    reasons: Any = None
-    verdicts: Any = None
-    status: Any = None
-    durations: Any = None
-    image: Any = None
-    build: Any = None
+    reasons: Annotated[list[JsonValue] | None, kept(list)] = None
+    verdicts: Annotated[list[JsonValue] | None, kept(list)] = None
+    status: Annotated[str | None, kept(str)] = None
+    durations: Annotated[dict[str, JsonValue] | None, kept(dict)] = None
+    image: Annotated[dict[str, JsonValue] | None, kept(dict)] = None
+    build: Annotated[dict[str, JsonValue] | None, kept(dict)] = None
 
 
-def _v1_reason_check(status: Any) -> str:
+def _v1_reason_check(status: str | None) -> str:
     """The check a v1 reason that no verdict carried becomes, by the cell's v1 status."""
     match status:
         case "build-failed":
@@ -351,11 +385,11 @@ def _lift_v1(data: dict) -> dict:
         lifted.append({"check": _v1_reason_check(old.status), "status": "fail", "message": r, "lines": []})
     data["verdicts"] = lifted + verdicts
     data["format"] = FORMAT
-    if isinstance(old.durations, dict):  # v1 readers took null figures
+    if old.durations is not None:  # v1 readers took null figures
         data["durations"] = {k: v for k, v in old.durations.items() if v is not None}
-    if isinstance(old.image, dict) and not any(old.image.values()):
+    if old.image is not None and not any(old.image.values()):
         data["image"] = None
-    if isinstance(old.build, dict):
+    if old.build is not None:
         build = _V1Build.model_validate(old.build)
         data["build"] = {"log": build.log, "log_tail": build.log_tail or []}
     return data
@@ -365,12 +399,12 @@ _NVFP4_IN_NAME = re.compile(r"(?<![A-Za-z0-9])nvfp4(?![A-Za-z0-9])", re.IGNORECA
 
 
 class _V2Cell(Open):
-    """The parts of a v1/v2 cell record the v2 lift reads, as they were written."""
+    """The parts of a v1/v2 cell record the v2 lift reads, each kept when it is text."""
 
-    model: Any = None
-    quantization: Any = None
-    stack: Any = None
-    config: Any = None
+    model: Annotated[str | None, kept(str)] = None
+    quantization: Annotated[str | None, kept(str)] = None
+    stack: Annotated[str | None, kept(str)] = None
+    config: Annotated[str | None, kept(str)] = None
 
 
 def _lift_v2(data: dict) -> dict:
@@ -381,9 +415,15 @@ def _lift_v2(data: dict) -> dict:
     old = _V2Cell.model_validate(data)
     data = {**data, "format": FORMAT}
     model = old.model
-    if old.quantization == "nvfp4" and isinstance(model, str) and _NVFP4_IN_NAME.search(model):
+    if old.quantization == "nvfp4" and model is not None and _NVFP4_IN_NAME.search(model):
         data["compare_with"] = f"{old.stack}/{_NVFP4_IN_NAME.sub('fp8', model)}/{old.config}"
     return data
+
+
+def _lift_v3(data: dict) -> dict:
+    """v1-v3 -> v4: a cell kept a copy of its build's audit; the build's record holds it now
+    (every shipped cell's copy is its build's, tests/test_results_v3.py), so the copy is left."""
+    return {**{k: v for k, v in data.items() if k != "audit"}, "format": FORMAT}
 
 
 def first_errors(exc: ValidationError, n: int = 3) -> str:

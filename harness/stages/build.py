@@ -15,7 +15,7 @@ from typing import Any
 
 from harness import proc
 from harness.audit import IMAGE_PATHS, Target, audit_path
-from harness.audit.report import AuditSummary
+from harness.audit.report import AuditState, AuditSummary
 from harness.image.builder import audit_image, build_stacks
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell, group_by_stack
@@ -38,10 +38,9 @@ def audit_local_stack(matrix: Matrix, stack_name: str) -> BuildOutcome:
     hw = matrix.spec.hardware[matrix.spec.matrix.hardware]
     t0 = time.monotonic()
     report = audit_path(Path(vllm_dir), [Target.from_cc(hw.cc)])
-    audit = report.to_json()
-    audit.pop("files", None)  # per-file detail stays out of every cell; totals remain
-    return BuildOutcome(**base, labels={"harness.local.vllm_dir": vllm_dir}, audit=audit,
-                        audit_summary=AuditSummary.of(report), duration_s=round(time.monotonic() - t0, 1))
+    # the per-file detail stays out of the run: `harness audit` of the folder the labels name has it
+    return BuildOutcome(**base, labels={"harness.local.vllm_dir": vllm_dir}, audit=AuditSummary.of(report),
+                        duration_s=round(time.monotonic() - t0, 1))
 
 
 def _prebuilt(engine, stack: str, image: str, ccs: tuple[str, ...] = ()) -> BuildOutcome:
@@ -50,7 +49,7 @@ def _prebuilt(engine, stack: str, image: str, ccs: tuple[str, ...] = ()) -> Buil
         return BuildOutcome(stack=stack, image_ref=image, status="failed",
                             reason=f"image {image} does not exist on this engine (build or load it first)")
     return BuildOutcome(stack=stack, image_ref=image, image_id=engine.image_id(image),
-                        status="reused", labels=labels, audit_summary=_audit_prebuilt(engine, image, ccs))
+                        status="reused", labels=labels, audit=_audit_prebuilt(engine, image, ccs))
 
 
 def _audit_prebuilt(engine, image: str, ccs: tuple[str, ...]) -> AuditSummary:
@@ -59,7 +58,7 @@ def _audit_prebuilt(engine, image: str, ccs: tuple[str, ...]) -> AuditSummary:
     tried = []
     for path in IMAGE_PATHS:
         summary = audit_image(engine, image, {"harness.role": "audit"}, path, ccs)
-        if summary and summary.status != "not-audited" and summary.cubins:
+        if summary and summary.status is not AuditState.NOT_AUDITED and summary.cubins:
             return summary
         tried.append(path)
     return AuditSummary.not_audited(f"no CUDA code under {', '.join(tried)} in {image}")
@@ -75,13 +74,14 @@ def build_stage(matrix: Matrix, cells: list[Cell], store: RunStore, *, engine: C
     known = store.builds_on(host)
 
     def record(outcome: BuildOutcome) -> None:
+        outcome = outcome.model_copy(update={"host": host})  # the cells' pointer names where it was built
         if outcome.log_path and Path(outcome.log_path).is_absolute():
             try:  # paths in a run directory are relative to it: the directory travels
                 outcome = outcome.model_copy(
                     update={"log_path": str(Path(outcome.log_path).relative_to(store.dir))})
             except ValueError:
                 pass
-        store.write_build(outcome, host=host)
+        store.write_build(outcome)
         known[outcome.stack] = outcome
 
     for s in needed:

@@ -37,14 +37,18 @@ _LEVEL_FIGURES = (
 )
 
 
+# what one side of a finding was: a status or a kernel name, the kernels, a figure, a flag
+Value = str | int | float | bool | list[str] | None
+
+
 @dataclass(frozen=True)
 class Finding:
     cell: str
     kind: Kind
     what: str
     message: str
-    baseline: Any = None
-    candidate: Any = None
+    baseline: Value = None
+    candidate: Value = None
     delta: float | None = None  # relative change, for figures
     band: float | None = None  # the band it had to clear
 
@@ -341,7 +345,7 @@ def compare_runs(
 # -- Markdown ---------------------------------------------------------------------------------
 
 
-def _cell(v: Any) -> str:
+def _cell(v: Value) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):

@@ -14,6 +14,7 @@ import pytest
 
 from harness.errors import ConfigError
 from harness.image.builder import build_stacks
+from harness.image.stackbuild import resolve
 from harness.matrix.load import load_matrix
 
 pytestmark = pytest.mark.docker
@@ -41,8 +42,9 @@ def built(engine, tmp_path_factory):
     matrix = load_matrix(FIX / "tiny.toml")
     logs = tmp_path_factory.mktemp("logs")
     events = []
-    outcomes = build_stacks(matrix, ["tiny-ok", "tiny-fails"], engine=engine, log_dir=logs, allow_unpinned=True,
-                            on_event=events.append, template=TEMPLATE, template_values={"RUN_ID": run_id})
+    builds = resolve(matrix, ["tiny-ok", "tiny-fails"], engine=engine, template=TEMPLATE,
+                     template_values={"RUN_ID": run_id})
+    outcomes = build_stacks(builds, engine=engine, log_dir=logs, allow_unpinned=True, on_event=events.append)
     yield matrix, outcomes, events, run_id, logs
     for o in outcomes.values():
         engine.remove_image(o.image_ref)
@@ -54,8 +56,8 @@ def built(engine, tmp_path_factory):
 
 def test_unpinned_base_is_refused(engine, tmp_path):
     with pytest.raises(ConfigError, match="no digest"):
-        build_stacks(load_matrix(FIX / "tiny.toml"), ["tiny-ok"], engine=engine, log_dir=tmp_path,
-                     template=TEMPLATE, template_values={"RUN_ID": "x"})
+        build_stacks(resolve(load_matrix(FIX / "tiny.toml"), ["tiny-ok"], engine=engine, template=TEMPLATE,
+                             template_values={"RUN_ID": "x"}), engine=engine, log_dir=tmp_path)
 
 
 def test_built_image_carries_the_labels(built, engine):
@@ -107,8 +109,8 @@ def test_second_build_is_reused_without_engine_build(built, engine, tmp_path):
         def build(self, *a, **k):
             raise AssertionError("the engine's build was called for an existing image")
 
-    again = build_stacks(matrix, ["tiny-ok"], engine=NoBuild(), log_dir=tmp_path, allow_unpinned=True,
-                         template=TEMPLATE, template_values={"RUN_ID": run_id})
+    builds = resolve(matrix, ["tiny-ok"], engine=engine, template=TEMPLATE, template_values={"RUN_ID": run_id})
+    again = build_stacks(builds, engine=NoBuild(), log_dir=tmp_path, allow_unpinned=True)
     assert again["tiny-ok"].status == "reused"
     assert again["tiny-ok"].image_ref == outcomes["tiny-ok"].image_ref
     # a reused image is audited again: the run records what it serves, built this time or not
@@ -117,8 +119,8 @@ def test_second_build_is_reused_without_engine_build(built, engine, tmp_path):
 
 def test_force_rebuilds(built, engine, tmp_path):
     matrix, _o, _e, run_id, _l = built
-    forced = build_stacks(matrix, ["tiny-ok"], engine=engine, log_dir=tmp_path, allow_unpinned=True, force=True,
-                          template=TEMPLATE, template_values={"RUN_ID": run_id}, audit=False)
+    builds = resolve(matrix, ["tiny-ok"], engine=engine, template=TEMPLATE, template_values={"RUN_ID": run_id})
+    forced = build_stacks(builds, engine=engine, log_dir=tmp_path, allow_unpinned=True, force=True, audit=False)
     assert forced["tiny-ok"].status == "built"
 
 
@@ -133,9 +135,9 @@ def test_no_intermediate_containers_left(built, engine):
 
 def _build_site(engine, tmp_path, site: str):
     run_id = uuid.uuid4().hex[:12]
-    outcome = build_stacks(load_matrix(FIX / "tiny.toml"), ["tiny-ok"], engine=engine, log_dir=tmp_path,
-                           allow_unpinned=True, template=SITE_TEMPLATE,
-                           template_values={"RUN_ID": run_id, "SITE": site})["tiny-ok"]
+    builds = resolve(load_matrix(FIX / "tiny.toml"), ["tiny-ok"], engine=engine, template=SITE_TEMPLATE,
+                     template_values={"RUN_ID": run_id, "SITE": site})
+    outcome = build_stacks(builds, engine=engine, log_dir=tmp_path, allow_unpinned=True)["tiny-ok"]
     return outcome, run_id
 
 
@@ -153,9 +155,9 @@ def site_images(engine, tmp_path_factory):
     logs = tmp_path_factory.mktemp("site-logs")
     first, run_id = _build_site(engine, logs, SITE)
     try:
-        again = build_stacks(load_matrix(FIX / "tiny.toml"), ["tiny-ok"], engine=engine, log_dir=logs,
-                             allow_unpinned=True, template=SITE_TEMPLATE,
-                             template_values={"RUN_ID": run_id, "SITE": SITE})["tiny-ok"]
+        builds = resolve(load_matrix(FIX / "tiny.toml"), ["tiny-ok"], engine=engine, template=SITE_TEMPLATE,
+                         template_values={"RUN_ID": run_id, "SITE": SITE})
+        again = build_stacks(builds, engine=engine, log_dir=logs, allow_unpinned=True)["tiny-ok"]
         yield first, again
     finally:
         engine.remove_image(first.image_ref)

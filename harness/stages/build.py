@@ -17,6 +17,7 @@ from harness import proc
 from harness.audit import IMAGE_PATHS, Target, audit_path
 from harness.audit.report import AuditState, AuditSummary
 from harness.image.builder import audit_image, build_stacks
+from harness.image.stackbuild import resolve
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell, group_by_stack
 from harness.results.build import BuildOutcome
@@ -95,9 +96,11 @@ def build_stage(matrix: Matrix, cells: list[Cell], store: RunStore, *, engine: C
                              (matrix.spec.hardware[matrix.spec.matrix.hardware].cc,)))
     todo = [s for s in needed if s not in known and matrix.spec.stacks[s].runner == "docker"]
     if todo:
-        outcomes = build_stacks(matrix, todo, engine=engine(), log_dir=store.dir / "logs",
-                                force=force, allow_unpinned=allow_unpinned, on_event=on_event,
-                                template=template, template_values=template_values if template else None)
+        builder = engine()
+        builds = resolve(matrix, todo, engine=builder, template=template,
+                         template_values=template_values if template else None)
+        outcomes = build_stacks(builds, engine=builder, log_dir=store.dir / "logs", force=force,
+                                allow_unpinned=allow_unpinned, on_event=on_event)
         for outcome in outcomes.values():
             record(outcome)
     return {s: known[s] for s in needed if s in known}

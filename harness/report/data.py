@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.bench.roofline import roofline_efficiency
 from harness.fingerprint.model import Fingerprint
-from harness.results.build import BuildKey, BuildOutcome
+from harness.results.build import BuildKey, BuildOutcome, BuildStatus
 from harness.results.model import (
     FORMAT_CHECK,
     BenchInfo,
@@ -108,7 +108,7 @@ class Pair:
 @dataclass(frozen=True)
 class Build:
     stack: str
-    status: str
+    status: BuildStatus
     image: str
     audit_status: str
     audit_lines: tuple[str, ...]

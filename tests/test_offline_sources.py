@@ -432,7 +432,7 @@ def test_an_offline_render_with_a_stand_in_names_it_in_its_labels(tmp_path, monk
         sys.path.remove(str(ROOT / "tools"))
     path = defaults_probe.variant(ROOT / "matrix" / "spark.toml", "amd64", units=True)
     m = load_matrix(path)
-    r = render(m, "spark-121a", base_image_id="sha256:" + "0" * 64, requirements=False)
+    r = render(one(m, "spark-121a", base_image_id="sha256:" + "0" * 64), requirements=False)
     assert r.labels["harness.vllm.stand-ins"] == "cutlass@dcf215af68a2 for v4.7.1"
     assert r.labels["harness.vllm.left-out"] == "deepgemm,deepselect,flash-attention,flashkda,flashmla,fmha_sm100,tml_fa4,triton_kernels"
     assert "VLLM_CUTLASS_SRC_DIR=/opt/build/deps/cutlass" in r.dockerfile

@@ -106,18 +106,18 @@ def main() -> int:
                                opts=RunOptions(results_root=Path(tmp) / "results", bench=False))
             call_wall = time.monotonic() - t0
             cpu = time.process_time() - cpu0
-            schedule = json.loads((store.dir / "schedule.json").read_text())
+            schedule = store.schedule()
             cells = store.cells()
     finally:
         engine.remove_image(tag)
 
     slots = 4
-    held = [e["end"] - e["start"] for e in schedule]
-    wall = max(e["end"] for e in schedule) - min(e["start"] for e in schedule)
+    held = [e.end - e.start for e in schedule]
+    wall = max(e.end for e in schedule) - min(e.start for e in schedule)
     ideal = sum(held) / slots
     per_slot = {}
     for e in schedule:
-        per_slot.setdefault(f"{e['host']}#{e['slot']}", []).append(e["cell"].rsplit("/", 1)[-1])
+        per_slot.setdefault(f"{e.host}#{e.slot}", []).append(e.cell.rsplit("/", 1)[-1])
     result = {
         "machine": f"{os.uname().sysname} {os.uname().machine}, {os.cpu_count()} CPUs, load average "
                    f"{os.getloadavg()[0]:.1f} at the end",

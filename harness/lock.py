@@ -506,22 +506,36 @@ def pinned_lines(lock: LockFile) -> list[str]:
     return lines
 
 
-def locked_matrix(matrix: Matrix, stacks: list[str] | None = None, *, lock_if_missing: bool = False,
-                  say: Callable[[str], None] = lambda _s: None,
-                  engine_factory: Callable[[], _Puller] | None = None,
-                  platform: platforms.Platform | None = None) -> Matrix:
-    """What `harness run` and `harness build` build from: the matrix with its lock applied.
-    Without a lock, and with `lock_if_missing`, lock first (and say what was pinned) when some
-    stack lacks a pin; otherwise the matrix as it is (the build then refuses what is unpinned)."""
+def ensure_lock(matrix: Matrix, stacks: list[str] | None = None, *, lock_if_missing: bool = False,
+                say: Callable[[str], None] = lambda _s: None,
+                engine_factory: Callable[[], _Puller] | None = None,
+                platform: platforms.Platform | None = None) -> LockFile | None:
+    """Pins first, before anything starts (`harness run`, `harness build`): the matrix's lock,
+    checked against it (a stale one is refused); without one, and with `lock_if_missing`, lock
+    first (and say what was pinned) when some stack lacks a pin. None: no lock (the build then
+    refuses what is unpinned). Applying it is the build's (harness.image.stackbuild.resolve)."""
     path = lock_path(matrix)
     lock = read_lock(path)
     if lock is None:
         needed = [w for w in wants(matrix, stacks) if not w.given]
         if not needed or not lock_if_missing:
-            return matrix
+            return None
         say(f"no lock for {matrix.path.name}: locking {len(needed)} pin(s) first ({_shown(path)})")
         lock = resolve(matrix, engine_factory=engine_factory, say=say, platform=platform)
         write_lock(lock, path)
         for line in pinned_lines(lock):
             say(f"  pinned {line}")
-    return apply_lock(matrix, lock, stacks, platform)
+    if problems := mismatches(matrix, lock, stacks, platform):
+        raise Moved(problems, hint=f"`harness lock -m {_shown(matrix.path)}` (it re-resolves what changed "
+                    "and keeps the rest)")
+    return lock
+
+
+def locked_matrix(matrix: Matrix, stacks: list[str] | None = None, *, lock_if_missing: bool = False,
+                  say: Callable[[str], None] = lambda _s: None,
+                  engine_factory: Callable[[], _Puller] | None = None,
+                  platform: platforms.Platform | None = None) -> Matrix:
+    """The matrix with its lock applied (ensure_lock first): what a build is resolved from."""
+    lock = ensure_lock(matrix, stacks, lock_if_missing=lock_if_missing, say=say, engine_factory=engine_factory,
+                       platform=platform)
+    return matrix if lock is None else apply_lock(matrix, lock, stacks, platform)

@@ -14,6 +14,7 @@ import pytest
 
 from harness.errors import ConfigError
 from harness.image.builder import build_stacks
+from harness.image.stackbuild import resolve
 from harness.matrix.load import load_matrix
 
 pytestmark = pytest.mark.docker
@@ -41,8 +42,9 @@ def built(engine, tmp_path_factory):
     matrix = load_matrix(FIX / "tiny.toml")
     logs = tmp_path_factory.mktemp("logs")
     events = []
-    outcomes = build_stacks(matrix, ["tiny-ok", "tiny-fails"], engine=engine, log_dir=logs, allow_unpinned=True,
-                            on_event=events.append, template=TEMPLATE, template_values={"RUN_ID": run_id})
+    builds = resolve(matrix, ["tiny-ok", "tiny-fails"], engine=engine, template=TEMPLATE,
+                     template_values={"RUN_ID": run_id})
+    outcomes = build_stacks(builds, engine=engine, log_dir=logs, allow_unpinned=True, on_event=events.append)
     yield matrix, outcomes, events, run_id, logs
     for o in outcomes.values():
         engine.remove_image(o.image_ref)
@@ -54,8 +56,8 @@ def built(engine, tmp_path_factory):
 
 def test_unpinned_base_is_refused(engine, tmp_path):
     with pytest.raises(ConfigError, match="no digest"):
-        build_stacks(load_matrix(FIX / "tiny.toml"), ["tiny-ok"], engine=engine, log_dir=tmp_path,
-                     template=TEMPLATE, template_values={"RUN_ID": "x"})
+        build_stacks(resolve(load_matrix(FIX / "tiny.toml"), ["tiny-ok"], engine=engine, template=TEMPLATE,
+                             template_values={"RUN_ID": "x"}), engine=engine, log_dir=tmp_path)
 
 
 def test_built_image_carries_the_labels(built, engine):
@@ -83,7 +85,7 @@ def test_build_log_arch_check_runs_on_the_image(built):
     _m, outcomes, _e, _r, _l = built
     # the tiny image's log says 12.0f while the stack asked 12.1a: the collapse is reported
     assert any(p.startswith("arch-collapsed: asked 12.1a") for p in outcomes["tiny-ok"].arch_problems)
-    summary = outcomes["tiny-ok"].audit_summary
+    summary = outcomes["tiny-ok"].audit
     assert summary.status != "not-audited", summary
     assert summary.cubins == {"sm_121a": 1}  # the cubin the template copies into /opt/venv/lib
 
@@ -107,18 +109,18 @@ def test_second_build_is_reused_without_engine_build(built, engine, tmp_path):
         def build(self, *a, **k):
             raise AssertionError("the engine's build was called for an existing image")
 
-    again = build_stacks(matrix, ["tiny-ok"], engine=NoBuild(), log_dir=tmp_path, allow_unpinned=True,
-                         template=TEMPLATE, template_values={"RUN_ID": run_id})
+    builds = resolve(matrix, ["tiny-ok"], engine=engine, template=TEMPLATE, template_values={"RUN_ID": run_id})
+    again = build_stacks(builds, engine=NoBuild(), log_dir=tmp_path, allow_unpinned=True)
     assert again["tiny-ok"].status == "reused"
     assert again["tiny-ok"].image_ref == outcomes["tiny-ok"].image_ref
     # a reused image is audited again: the run records what it serves, built this time or not
-    assert again["tiny-ok"].audit_summary == outcomes["tiny-ok"].audit_summary
+    assert again["tiny-ok"].audit == outcomes["tiny-ok"].audit
 
 
 def test_force_rebuilds(built, engine, tmp_path):
     matrix, _o, _e, run_id, _l = built
-    forced = build_stacks(matrix, ["tiny-ok"], engine=engine, log_dir=tmp_path, allow_unpinned=True, force=True,
-                          template=TEMPLATE, template_values={"RUN_ID": run_id}, audit=False)
+    builds = resolve(matrix, ["tiny-ok"], engine=engine, template=TEMPLATE, template_values={"RUN_ID": run_id})
+    forced = build_stacks(builds, engine=engine, log_dir=tmp_path, allow_unpinned=True, force=True, audit=False)
     assert forced["tiny-ok"].status == "built"
 
 
@@ -133,9 +135,9 @@ def test_no_intermediate_containers_left(built, engine):
 
 def _build_site(engine, tmp_path, site: str):
     run_id = uuid.uuid4().hex[:12]
-    outcome = build_stacks(load_matrix(FIX / "tiny.toml"), ["tiny-ok"], engine=engine, log_dir=tmp_path,
-                           allow_unpinned=True, template=SITE_TEMPLATE,
-                           template_values={"RUN_ID": run_id, "SITE": site})["tiny-ok"]
+    builds = resolve(load_matrix(FIX / "tiny.toml"), ["tiny-ok"], engine=engine, template=SITE_TEMPLATE,
+                     template_values={"RUN_ID": run_id, "SITE": site})
+    outcome = build_stacks(builds, engine=engine, log_dir=tmp_path, allow_unpinned=True)["tiny-ok"]
     return outcome, run_id
 
 
@@ -153,9 +155,9 @@ def site_images(engine, tmp_path_factory):
     logs = tmp_path_factory.mktemp("site-logs")
     first, run_id = _build_site(engine, logs, SITE)
     try:
-        again = build_stacks(load_matrix(FIX / "tiny.toml"), ["tiny-ok"], engine=engine, log_dir=logs,
-                             allow_unpinned=True, template=SITE_TEMPLATE,
-                             template_values={"RUN_ID": run_id, "SITE": SITE})["tiny-ok"]
+        builds = resolve(load_matrix(FIX / "tiny.toml"), ["tiny-ok"], engine=engine, template=SITE_TEMPLATE,
+                         template_values={"RUN_ID": run_id, "SITE": SITE})
+        again = build_stacks(builds, engine=engine, log_dir=logs, allow_unpinned=True)["tiny-ok"]
         yield first, again
     finally:
         engine.remove_image(first.image_ref)
@@ -164,11 +166,11 @@ def site_images(engine, tmp_path_factory):
 def test_the_audit_reads_vllm_where_the_build_installed_it(site_images):
     built, again = site_images
     assert built.status == "built", built.log_tail
-    assert built.audit_summary.status != "not-audited", built.audit_summary
+    assert built.audit.status != "not-audited", built.audit
     # vllm/ and flashinfer_cubin/, not torch/
-    assert built.audit_summary.cubins == {"sm_121a": 2}
+    assert built.audit.cubins == {"sm_121a": 2}
     # reused: audited again from the same place
-    assert again.status == "reused" and again.audit_summary == built.audit_summary
+    assert again.status == "reused" and again.audit == built.audit
 
 
 @pytest.mark.parametrize("planted", ["/opt/torch/../../etc", "opt/relative", "/opt/a b", "/opt/x\\n/etc"])
@@ -177,8 +179,8 @@ def test_a_site_path_that_is_not_plain_is_not_followed(engine, tmp_path, cleanup
     cleanup.append(built.image_ref)
     assert built.status == "built", built.log_tail
     # ignored: the audit looks where an image that recorded nothing keeps vLLM, and finds nothing
-    assert built.audit_summary.status == "not-audited"
-    assert "/opt/venv/lib" in built.audit_summary.reason
+    assert built.audit.status == "not-audited"
+    assert "/opt/venv/lib" in built.audit.reason
     from harness.report.data import _build as report_row
 
     row = report_row(built)  # the report says so, and why, instead of '?'
@@ -191,7 +193,7 @@ def test_the_report_and_the_bug_read_the_audit_of_a_reused_image(site_images):
 
     assert [o.status for o in site_images] == ["built", "reused"]
     for outcome in site_images:
-        assert outcome.audit_status == "pass", outcome.audit_summary
+        assert outcome.audit_status == "pass", outcome.audit
         row = report_row(outcome)
         assert row.audit_status == "pass"
         assert any(line.startswith("sm_121: pass") for line in row.audit_lines), row.audit_lines

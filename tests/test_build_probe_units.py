@@ -88,7 +88,7 @@ def test_the_probe_records_read_the_helpers_files_and_write_probe_json_as_before
     """probe.json and packaging.json (written in the image) become typed records, unknown keys
     kept; probe-<stack>.json keeps its shape (timings {} when the units probe did not finish)."""
     from harness.image.probe import PackagingReport, ProbeOutcome, ProbeTimings, judge_packaging
-    from harness.results.model import CompileCache
+    from harness.results.build import CompileCache
 
     report = ProbeReport.model_validate({
         "units": [{"family": "f", "source": "a.cu", "decision": "d", "fp4": True, "stock": "12.0f",

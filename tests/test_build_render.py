@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.builds import one
 
 from harness.errors import ConfigError
 from harness.image.dockerfile import render
@@ -37,7 +38,7 @@ def test_every_shipped_matrix_has_a_docker_stack():
 @pytest.mark.parametrize(("matrix_file", "stack"), DOCKER_STACKS)
 def test_rendered_stack_is_complete(matrix_file, stack):
     matrix = load_matrix(ROOT / "matrix" / matrix_file)
-    r = render(matrix, stack)
+    r = render(one(matrix, stack))
     text = r.dockerfile
     assert not PLACEHOLDER.search(text)
     args = ARG_LINE.findall(text)
@@ -63,7 +64,7 @@ def test_rendered_stack_is_complete(matrix_file, stack):
     assert r.labels["harness.content-hash"] == r.content_hash
     assert r.labels["harness.torch-cuda-arch-list"] == str(spec.torch_cuda_arch_list)
     assert "fetch_source.py" in context
-    assert r.image_ref == image_ref(matrix, stack)
+    assert r.image_ref == image_ref(one(matrix, stack))
     assert not re.search(r"^RUN\s+--mount", text, re.MULTILINE)  # the legacy builder would reject it
     assert "# syntax=" not in text  # BuildKit would pull a frontend image for it
     # the compile steps go through the compile cache; nothing of its store is an ARG (the legacy
@@ -74,7 +75,7 @@ def test_rendered_stack_is_complete(matrix_file, stack):
 
 def test_spark_121a_carries_the_cmake_patch_and_differs_from_stock():
     matrix = load_matrix(ROOT / "matrix" / "spark.toml")
-    stock, patched = render(matrix, "spark-stock"), render(matrix, "spark-121a")
+    stock, patched = render(one(matrix, "spark-stock")), render(one(matrix, "spark-121a"))
     assert patched.labels["harness.vllm.patches"] == "0001-cmake-sm121a-on-cuda13.patch"
     assert stock.content_hash != patched.content_hash
 
@@ -84,17 +85,17 @@ def test_hash_follows_patch_bytes_and_ignores_descriptions(tmp_path):
     shutil.copytree(ROOT / "patches", tmp_path / "patches")
     (tmp_path / ".git").mkdir()  # the copy is a repository: ../patches is inside it
     path = tmp_path / "matrix" / "spark.toml"
-    before = render(load_matrix(path), "spark-121a").content_hash
+    before = render(one(load_matrix(path), "spark-121a")).content_hash
     path.write_text(path.read_text().replace("vLLM 0.33.0 with the local CMake patch", "Reworded"))
-    assert render(load_matrix(path), "spark-121a").content_hash == before
+    assert render(one(load_matrix(path), "spark-121a")).content_hash == before
     patch = tmp_path / "patches" / "vllm" / "0001-cmake-sm121a-on-cuda13.patch"
     patch.write_bytes(patch.read_bytes() + b"\n")
-    assert render(load_matrix(path), "spark-121a").content_hash != before
+    assert render(one(load_matrix(path), "spark-121a")).content_hash != before
 
 
 def test_context_tar_is_reproducible():
     matrix = load_matrix(ROOT / "matrix" / "spark.toml")
-    assert context_tar(render(matrix, "spark-121a")) == context_tar(render(matrix, "spark-121a"))
+    assert context_tar(render(one(matrix, "spark-121a"))) == context_tar(render(one(matrix, "spark-121a")))
 
 
 def test_unknown_placeholder_is_named():
@@ -106,7 +107,7 @@ def test_local_stack_has_no_image():
     matrix = load_matrix(ROOT / "matrix" / "h200-local.toml")
     name = next(iter(matrix.spec.stacks))
     with pytest.raises(ConfigError, match="no image"):
-        render(matrix, name)
+        render(one(matrix, name))
 
 
 def test_template_is_the_shipped_one():

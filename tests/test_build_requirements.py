@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.builds import one
 
 from harness import platforms
 from harness.errors import ConfigError
@@ -56,19 +57,19 @@ def test_a_torch_pin_the_release_does_not_build_with_is_refused_before_any_step(
 
 @pytest.mark.network
 def test_render_puts_the_file_in_the_context_without_changing_the_tag(spark):
-    r = render(spark, "spark-121a", platform=platforms.AMD64)
+    r = render(one(spark, "spark-121a", platform=platforms.AMD64))
     files = dict(r.files)
     assert b"setuptools-rust" in files["build-requirements.txt"] and "build_requirements.py" in files
     assert "RUN python /opt/build/build_requirements.py /opt/build/build-requirements.txt" in r.dockerfile
     # the hand-kept list is gone from the template
     assert '"setuptools>=77" setuptools-scm wheel build' not in r.dockerfile
     # `plan` names the same tag without reading the sources
-    assert render(spark, "spark-121a", platform=platforms.AMD64, requirements=False).image_ref == r.image_ref
+    assert render(one(spark, "spark-121a", platform=platforms.AMD64), requirements=False).image_ref == r.image_ref
 
 
 def test_the_platform_is_in_the_tag_and_the_hash(spark):
-    amd = render(spark, "spark-121a", platform=platforms.AMD64, requirements=False)
-    arm = render(spark, "spark-121a", platform=platforms.ARM64, requirements=False)
+    amd = render(one(spark, "spark-121a", platform=platforms.AMD64), requirements=False)
+    arm = render(one(spark, "spark-121a", platform=platforms.ARM64), requirements=False)
     assert amd.image_ref.startswith("vllm-bw:spark-121a-amd64-") and arm.image_ref.startswith("vllm-bw:spark-121a-arm64-")
     assert amd.content_hash != arm.content_hash
     assert arm.labels["harness.platform"] == "linux/arm64"

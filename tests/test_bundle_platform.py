@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support.builds import one
 
 from harness import bundle, platforms
 from harness.cli import main
@@ -240,10 +241,10 @@ def test_a_wheel_stack_build_refuses_a_wheelhouse_for_another_cpu(tmp_path):
     bundle.unpack(tmp_path / "out", wh, OTHER)
     m = load_matrix(wheel_matrix(tmp_path, wh, manifest.lock.wheels[0].sha256))
     with pytest.raises(ConfigError) as exc:
-        render_wheels(m, "w", base_image_id="sha256:" + "a" * 64)
+        render_wheels(one(m, "w", base_image_id="sha256:" + "a" * 64))
     assert f"stacks.w.wheels.wheelhouse {wh}/wheels.lock: made for {OTHER.describe()}; this is " \
            f"{HOST.describe()}" in exc.value.message
-    assert render_wheels(m, "w", base_image_id="sha256:" + "a" * 64, platform=OTHER).files  # for that CPU: fine
+    assert render_wheels(one(m, "w", base_image_id="sha256:" + "a" * 64, platform=OTHER)).files  # for that CPU: fine
 
 
 @pytest.mark.parametrize("pip", [True, False], ids=["pip", "no-pip"])

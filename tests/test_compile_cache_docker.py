@@ -23,7 +23,7 @@ from harness.errors import ConfigError
 from harness.image import builder, cache_store, compile_cache
 from harness.image.builder import build_one
 from harness.image.render import DOCKER_DIR, Rendered
-from harness.results.model import BuildOutcome
+from harness.results.build import BuildOutcome
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

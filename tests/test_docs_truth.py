@@ -20,8 +20,11 @@ from pathlib import Path
 import pytest
 
 import harness
+from harness.audit.report import AuditState, AuditSummary
 from harness.errors import EXIT_CODES, HarnessError
-from harness.results.model import FORMAT, BuildOutcome, CellResult, RunRecord, Status
+from harness.results.build import BuildOutcome, BuildStatus
+from harness.results.model import FORMAT, CellResult, RunRecord, ServeState, Status
+from harness.results.partial import PartialCell
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -95,6 +98,8 @@ def _top_keys(block: str) -> set[str]:
     ("## run.json", RunRecord, set()),
     ("## cells/<cell-key>.json", CellResult, {"reasons"}),
     ("## builds/<stack>.json", BuildOutcome, set()),
+    ("### The audit (builds/<stack>.json `audit`)", AuditSummary, set()),
+    ("## cells/<cell-key>.partial.json", PartialCell, set()),
 ])
 def test_results_format_documents_every_field(heading, model, computed) -> None:
     text = (ROOT / "docs" / "results-format.md").read_text()
@@ -105,7 +110,7 @@ def test_results_format_documents_every_field(heading, model, computed) -> None:
 def test_results_format_number_and_statuses() -> None:
     text = (ROOT / "docs" / "results-format.md").read_text()
     assert text.startswith(f"# Results format (v{FORMAT})")
-    for heading in ("## run.json", "## cells/<cell-key>.json"):
+    for heading in ("## run.json", "## cells/<cell-key>.json", "## builds/<stack>.json"):
         assert f'"format": {FORMAT},' in _json_block(text, heading)
     statuses = re.search(r'"status": ("pass".*)', _json_block(text, "## cells/<cell-key>.json")).group(1)
     assert re.findall(r'"([a-z-]+)"', statuses) == [s.value for s in Status]
@@ -137,24 +142,14 @@ def test_run_json_documents_every_key_of_its_matrix_copy() -> None:
     assert _keys_at(block, 0, after='"matrix": {') == set(MatrixInfo.model_fields)
 
 
-def _written_dict_keys(path: Path, call: str) -> list[set[str]]:
-    """The keys of every dict literal handed to `call` (e.g. self.timeline.append) in `path`."""
-    import ast
+def test_schedule_json_documents_its_record() -> None:
+    from harness.results.schedule import ScheduleEntry
 
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if (isinstance(node, ast.Call) and ast.unparse(node.func) == call and node.args
-                and isinstance(node.args[0], ast.Dict)):
-            found.append({k.value for k in node.args[0].keys if isinstance(k, ast.Constant)})
-    return found
-
-
-def test_schedule_json_documents_what_the_executor_writes() -> None:
-    written = _written_dict_keys(ROOT / "harness" / "run" / "executor.py", "self.timeline.append")
-    assert len(written) == 2 and written[0] == written[1]  # a cell on one slot, a cell over nodes
     text = (ROOT / "docs" / "results-format.md").read_text()
     assert "  schedule.json " in text  # in the folder's tree
-    assert _keys_at(_json_block(text, "## schedule.json"), 2) == written[0]
+    block = _json_block(text, "## schedule.json")
+    inner = block[block.index("{") + 1:block.rindex("}")]
+    assert set(re.findall(r'"([a-z_]+)":', inner)) == set(ScheduleEntry.model_fields)
     assert 'store.dir / "schedule.json"' in (ROOT / "harness" / "run" / "executor.py").read_text()
 
 
@@ -214,3 +209,15 @@ def test_readme_and_building_quote_the_cache_visit_the_example_holds() -> None:
     assert f"took {cold} s cold and {one} s after a one-line kernel change" in readme
     assert f"cold {cold} s for the whole `harness build`, one kernel line changed {one} s" in building
     assert f"({hits} of {hits + misses} from the cache" in building
+
+
+@pytest.mark.parametrize(("heading", "line", "enum"), [
+    ("## builds/<stack>.json", r'"status": ("built".*)', BuildStatus),
+    ("### The audit (builds/<stack>.json `audit`)", r'^  "status": (.*)', AuditState),
+    ("## cells/<cell-key>.json", r'"state": ("ready".*)', ServeState),
+    ("## cells/<cell-key>.partial.json", r'"state": ("ready".*)', ServeState),
+])
+def test_results_format_lists_every_value_of_each_status(heading, line, enum) -> None:
+    block = _json_block((ROOT / "docs" / "results-format.md").read_text(), heading)
+    values = re.search(line, block, re.MULTILINE).group(1).split("(")[0]
+    assert re.findall(r'"([a-z-]+)"', values) == [s.value for s in enum]

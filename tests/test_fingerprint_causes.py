@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.fingerprint import Fingerprint, fingerprint
 from harness.fingerprint.causes import LEGACY, WORDS, FailureClass
 from harness.fingerprint.failure import failure_tables
+from harness.fingerprint.model import Fingerprint
+from harness.fingerprint.parse import fingerprint
 from harness.fingerprint.tables import signatures
 from harness.fingerprint.verdicts import NOT_IN_EXCERPT_WORDS, cause_of, failure_summary
 

@@ -34,6 +34,7 @@ from engines import (
 
 from harness.engine import connect
 from harness.matrix.load import load_matrix
+from harness.results.schedule import ScheduleEntry
 from harness.run.options import RunOptions
 from harness.run.session import run_matrix
 
@@ -124,9 +125,9 @@ def _labelled(url: str, **labels: str) -> list[str]:
     return [c["Names"][0].lstrip("/") for c in client.api.containers(all=True, filters=filters)]
 
 
-def _overlaps(entries: list[dict], a: str, b: str) -> list[tuple[str, str]]:
-    return [(x["cell"], y["cell"]) for x in entries if x["host"] == a for y in entries
-            if y["host"] == b and x["start"] < y["end"] and y["start"] < x["end"]]
+def _overlaps(entries: tuple[ScheduleEntry, ...], a: str, b: str) -> list[tuple[str, str]]:
+    return [(x.cell, y.cell) for x in entries if x.host == a for y in entries
+            if y.host == b and x.start < y.end and y.start < x.end]
 
 
 def test_cells_run_at_once_on_an_ssh_engine_and_a_second_engine(fake_image, shared_engine_two, tmp_path,
@@ -153,8 +154,8 @@ ports = [{port}, {port}]
         assert {c.host for c in cells.values()} == {"spark", "rtx"}
         for c in cells.values():  # the host-network slot listens on its own port
             assert (c.serve.url.endswith(f":{port}")) == (c.host == "rtx"), c.serve.url
-        schedule = json.loads((store.dir / "schedule.json").read_text())
-        assert sorted(e["cell"] for e in schedule) == sorted(cells)
+        schedule = store.schedule()  # schedule.json, read back through its record
+        assert sorted(e.cell for e in schedule) == sorted(cells)
         assert _overlaps(schedule, "spark", "rtx"), schedule  # both engines busy at the same time
         run = json.loads((store.dir / "run.json").read_text())
         assert run["status"] == "finished"

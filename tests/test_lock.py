@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from pypi_fake import FI_SDIST, RELEASES, VLLM_SDIST, FakePyPI, pypi  # noqa: F401 - pypi is a fixture
+from support.builds import one
 
 from harness import lock, platforms
 from harness.cli import main
@@ -129,7 +130,7 @@ def test_lock_pins_every_stack_and_the_build_uses_it(tmp_path):
     assert a.base_image.digest == DIGEST_A
     assert a.vllm.sdist_sha256 == VLLM_SDIST and a.flashinfer.sdist_sha256 == FI_SDIST
     # what the image is built FROM carries the locked digest
-    assert render(locked, "a").buildargs["BASE_IMAGE"] == f"example/cuda:13.0.1@{DIGEST_A}"
+    assert render(one(locked, "a")).buildargs["BASE_IMAGE"] == f"example/cuda:13.0.1@{DIGEST_A}"
     # a second use reads the lock: no pull
     again = lock.locked_matrix(load_matrix(tmp_path / "t.toml"), lock_if_missing=True,
                                engine_factory=lambda: pytest.fail("the lock exists: no engine"))

@@ -27,6 +27,7 @@ from pypi_fake import FI_SDIST, VLLM_SDIST, pypi  # noqa: F401 - pypi is a fixtu
 from harness.cli import main
 from harness.engine import connect
 from harness.image.builder import build_stacks
+from harness.image.stackbuild import resolve
 from harness.matrix.load import load_matrix
 
 pytestmark = [pytest.mark.docker]
@@ -169,8 +170,9 @@ def test_lock_resolves_through_the_engine_and_notices_a_moved_tag(registry, clie
         assert 'source = "engine"' in lock_text
 
         # the build takes the locked digest (no --allow-unpinned: unlocked, it would refuse)
-        built = build_stacks(load_matrix(matrix), ["s"], engine=connect(timeout=10), log_dir=tmp_path / "logs",
-                             template=TEMPLATE, template_values={"RUN_ID": tag}, audit=False)["s"]
+        engine = connect(timeout=10)
+        builds = resolve(load_matrix(matrix), ["s"], engine=engine, template=TEMPLATE, template_values={"RUN_ID": tag})
+        built = build_stacks(builds, engine=engine, log_dir=tmp_path / "logs", audit=False)["s"]
         built_ref = built.image_ref
         assert built.status == "built", built.log_tail
         assert built.labels["harness.base-image"] == f"{ref}@{first}"

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.builds import one
 
 from harness.cli import main
 from harness.errors import ConfigError, EnvironmentProblem, MatrixError
@@ -168,7 +169,7 @@ def test_allow_outside_lets_a_trusted_patch_in(repo, tmp_path):
     assert [m.patch_path(p) for p in m.spec.stacks["s"].vllm.patches] == [repo / "patches" / "vllm" / "ok.patch", trusted]
     from harness.image.dockerfile import render
 
-    r = render(m, "s")
+    r = render(one(m, "s"))
     assert [p.data for p in r.patches] == [b"diff --git a/x b/x\n", b"diff --git a/y b/y\n"]
 
 

@@ -15,6 +15,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from support.builds import one
 from support.gitrepo import make_repo, run_git
 
 from harness.errors import ConfigError, EnvironmentProblem
@@ -202,7 +203,7 @@ def test_offline_render_hands_every_input_over_in_the_context(offline_sdists, tm
                                      '"vllm/0002-vllm-0.25.1-cut-for-a-short-build.patch"]')
     try:
         m = load_matrix(path)
-        r = render(m, "src-0251")
+        r = render(one(m, "src-0251"))
     finally:
         path.unlink()
     text = r.dockerfile
@@ -234,14 +235,14 @@ def test_offline_render_hands_every_input_over_in_the_context(offline_sdists, tm
     assert "python -m flashinfer.aot" not in text  # aot = false
     assert r.labels["harness.vllm.left-out"] == "deepgemm,flash-attention,flashmla,fmha_sm100,qutlass,triton_kernels"
     assert r.labels["harness.vllm.offline-sources"].startswith(f"cutlass@{pin.commit[:12]} sha256:{pin.sha256}")
-    p = render_probe(r, m, load_units("0.25.1"))
+    p = render_probe(r, one(m, "src-0251"), load_units("0.25.1"))
     assert "FROM flashinfer" not in p.dockerfile and "FROM base AS vllm" in p.dockerfile
     assert "probe_build.py --units" in p.dockerfile and "pip install --no-build-isolation" not in p.dockerfile.split(
         "--- vLLM build")[1]
     assert p.content_hash != r.content_hash and p.labels["harness.role"] == "probe"
     probe_step = p.dockerfile.split("--- vLLM build")[1]
     assert "compile_cache.py env" in probe_step and "compile_cache.py stats compile" in probe_step
-    pk = render_packaging(r, m).dockerfile
+    pk = render_packaging(r, one(m, "src-0251")).dockerfile
     assert pk.index("COPY compile_cache.py") < pk.index("compile_cache.py env") < pk.index("compile_cache.py stats install")
 
 
@@ -431,7 +432,7 @@ def test_an_offline_render_with_a_stand_in_names_it_in_its_labels(tmp_path, monk
         sys.path.remove(str(ROOT / "tools"))
     path = defaults_probe.variant(ROOT / "matrix" / "spark.toml", "amd64", units=True)
     m = load_matrix(path)
-    r = render(m, "spark-121a", base_image_id="sha256:" + "0" * 64, requirements=False)
+    r = render(one(m, "spark-121a", base_image_id="sha256:" + "0" * 64), requirements=False)
     assert r.labels["harness.vllm.stand-ins"] == "cutlass@dcf215af68a2 for v4.7.1"
     assert r.labels["harness.vllm.left-out"] == "deepgemm,deepselect,flash-attention,flashkda,flashmla,fmha_sm100,tml_fa4,triton_kernels"
     assert "VLLM_CUTLASS_SRC_DIR=/opt/build/deps/cutlass" in r.dockerfile

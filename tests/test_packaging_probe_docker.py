@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.builds import one
 
 from harness import platforms
 from harness.image.probe import probe_stack
@@ -53,7 +54,7 @@ def test_the_default_stack_packages_and_installs_on_this_platform(engine, tmp_pa
     finally:
         sys.path.remove(str(ROOT / "tools"))
     matrix = load_matrix(defaults_probe.variant(ROOT / "matrix" / "generic.toml", PLATFORM.short))
-    o = probe_stack(matrix, "vllm-0330", engine=engine, log_dir=tmp_path, parts=("packaging",), platform=PLATFORM)
+    o = probe_stack(one(matrix, "vllm-0330", engine=engine, platform=PLATFORM), engine=engine, log_dir=tmp_path, parts=("packaging",))
     p = o.packaging
     assert p is not None
     try:

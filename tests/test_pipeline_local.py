@@ -448,8 +448,16 @@ def test_a_host_without_gpu_builds_audits_and_skips(matrix_file, tmp_path):
     assert [c.status for c in cells] == [Status.SKIPPED] * 3
     assert all(c.reasons == () for c in cells)
     assert cells[0].verdicts[0].message == "skipped: no GPU on this host (no NVIDIA driver on this host)"
-    assert store.builds()[("fake", None)].status == "local"  # the audit of the install ran
+    build = store.builds()[("fake", None)]
+    assert build.status == "local"  # the audit of the install ran
     assert not list((store.dir / "logs").glob("*.server.log"))  # nothing was served
+    # each of its verdicts is stored once in the run, in the build; every cell points there
+    assert build.audit is not None and build.audit.lines
+    assert {c.build_record for c in cells} == {"builds/fake.json"}
+    assert all(store.build_of(c) == build for c in cells)
+    stored = "".join(p.read_text() for p in sorted(store.dir.rglob("*.json")))
+    for v in (*build.audit.verdicts, *build.audit.problems):
+        assert stored.count(json.dumps(v.message, ensure_ascii=False)[1:-1]) == 1, v.message
 
 
 def test_planted_secrets_reach_no_file_and_no_line_the_tool_writes(matrix_file, tmp_path):

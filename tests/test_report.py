@@ -24,10 +24,10 @@ from harness.fingerprint.parse import fingerprint
 from harness.matrix.model import NOISE_FLOOR, Expect, SelectRule
 from harness.report.data import load
 from harness.report.write import write_report
+from harness.results.build import BuildOutcome
 from harness.results.model import (
     BenchLevel,
     BenchRecord,
-    BuildOutcome,
     CellError,
     CellResult,
     MatrixInfo,
@@ -36,6 +36,7 @@ from harness.results.model import (
     Requested,
     RunRecord,
     RunStatus,
+    ServeState,
     Status,
     Verdict,
     VerdictStatus,
@@ -80,7 +81,7 @@ def _cell(cell_id: str, quant: str, log: str | None, requested: dict, *, ready: 
     stack, model, config = cell_id.split("/")
     req = Requested(**requested)
     fp = fingerprint((LOGS / f"{log}.log").read_text(), process_ended=ready != "ready", hung=ready == "hung")
-    j = judge(Subject(cell_id, req), EXPECT, fp, ready_state=ready, exit_code=1 if ready == "exited" else None,
+    j = judge(Subject(cell_id, req), EXPECT, fp, ready_state=ServeState(ready), exit_code=1 if ready == "exited" else None,
               bench=bench, memory=memory, extra=extra)
     return CellResult(
         id=cell_id, stack=stack, model=model, config=config, quantization=quant, runner="docker",

@@ -20,6 +20,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from support.builds import one
 
 from harness.image import offline
 from harness.image.probe import Unit, probe_stack
@@ -68,8 +69,8 @@ def test_probe_of_the_real_template_configures_compiles_and_audits(engine, tmp_p
     try:
         # the units probe (the packaging probe has its own test: test_packaging_probe_docker.py; this
         # stack's runtime wheelhouse is left out here, so its `pip check` could not pass)
-        o = probe_stack(load_matrix(path), "src-0251", engine=engine, log_dir=tmp_path / "logs", units=(MOE_DATA,),
-                        parts=("units",))
+        o = probe_stack(one(load_matrix(path), "src-0251", engine=engine), engine=engine, log_dir=tmp_path / "logs",
+                        units=(MOE_DATA,), parts=("units",))
         refs.append(o.image_ref)
         log = Path(o.log_path).read_text(errors="replace") if o.log_path else ""
         assert o.status == "pass", (o.reason, log[-3000:])
@@ -85,8 +86,8 @@ def test_probe_of_the_real_template_configures_compiles_and_audits(engine, tmp_p
 
         # the same sources, flags and toolchain, another MAX_JOBS: the probe step runs again
         path.write_text(text.replace("max_jobs = 2", "max_jobs = 1"))
-        again = probe_stack(load_matrix(path), "src-0251", engine=engine, log_dir=tmp_path / "logs",
-                            units=(MOE_DATA,), parts=("units",))
+        again = probe_stack(one(load_matrix(path), "src-0251", engine=engine), engine=engine,
+                            log_dir=tmp_path / "logs", units=(MOE_DATA,), parts=("units",))
         refs.append(again.image_ref)
         assert again.image_ref != o.image_ref and again.status == "pass", again.reason
         assert (again.rows[0].archs, again.rows[0].verdicts) == (row.archs, row.verdicts)

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ConfigError, StorageError
-from harness.results.model import FORMAT, BuildOutcome, CellResult, RunRecord, Status
+from harness.results.build import BuildOutcome
+from harness.results.model import FORMAT, CellResult, CrossCheck, RunRecord, Status
+from harness.results.partial import PartialCell
 from harness.results.store import (
     RunStore,
     atomic_write_json,
@@ -188,7 +190,7 @@ def test_store_masks_secrets_itself(tmp_path):
                          "output_tail": ["Authorization: Bearer sekrit-value-8"]},
         )
     )
-    store.write_partial("s/m/b", {"bench": {"note": "api_key=sekrit-value-9"}})
+    store.write_partial(PartialCell(id="s/m/b", cross_check=CrossCheck(command="client api_key=sekrit-value-9")))
     store.write_log("s/m/a", f"line with {token}\nexport AWS_SECRET_ACCESS_KEY=sekrit-value-6\n")
     text = "".join(p.read_text() for p in store.dir.rglob("*") if p.is_file())
     assert token not in text and "sekrit-value" not in text
@@ -199,10 +201,10 @@ def test_store_masks_secrets_itself(tmp_path):
     assert c.reasons[0] == "saw HF_TOKEN=***"
 
 
-def test_v1_cells_are_read_as_v3(tmp_path):
+def test_v1_cells_are_read_as_v4(tmp_path):
     """The first round's format: free-text reasons become verdicts, nothing is lost."""
     store = RunStore.open(Path(__file__).parent.parent / "examples" / "h200" / "run")
-    assert store.run.format == FORMAT == 3 and store.run.matrix.min_ratio == 1.0
+    assert store.run.format == FORMAT == 4 and store.run.matrix.min_ratio == 1.0
     cells = store.cells()
     # the NVFP4 auto cell fails as rejudged: 0.71x of FP8's aggregate at c=8
     assert [c.status for c in cells] == [Status.PASS, Status.FAIL, Status.PASS]

@@ -9,12 +9,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support.builds import one
 
 from harness import bundle, platforms
 from harness.errors import ConfigError, HarnessError
 from harness.image.builder import unpinned
 from harness.image.dockerfile import render
 from harness.image.preflight import preflight_stack
+from harness.image.stackbuild import resolve
 from harness.matrix.load import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,7 +192,7 @@ ID_B = "sha256:" + "b" * 64
 def test_wheel_stack_renders_with_pins_labels_and_tag(tmp_path, wheelhouse):
     wh, sha = wheelhouse
     m = load_matrix(wheel_matrix(tmp_path, wh, sha))
-    r = render(m, "w", base_image_id=ID_A)
+    r = render(one(m, "w", base_image_id=ID_A))
     assert r.buildargs["BASE_IMAGE"] == ID_A and r.buildargs["VLLM_WHEEL_SHA256"] == sha
     assert "COPY wheelhouse/ /opt/build/wheelhouse/" in r.dockerfile and "@" not in r.dockerfile.replace("@{", "")
     files = dict(r.files)
@@ -201,24 +203,24 @@ def test_wheel_stack_renders_with_pins_labels_and_tag(tmp_path, wheelhouse):
     assert r.labels[f"harness.vllm.patch.{PATCH.name}.sha256"]
     assert r.image_ref == f"vllm-bw:w-{platforms.host().short}-{r.content_hash[:12]}"
     # the base's image ID is part of the tag: another base, another image
-    assert render(m, "w", base_image_id=ID_B).content_hash != r.content_hash
+    assert render(one(m, "w", base_image_id=ID_B)).content_hash != r.content_hash
     # a local base is not 'unpinned'
-    assert unpinned(m, ["w"]) == []
+    assert unpinned(resolve(m, ["w"])) == []
 
 
 def test_pinned_image_id_must_match(tmp_path, wheelhouse):
     wh, sha = wheelhouse
     m = load_matrix(wheel_matrix(tmp_path, wh, sha, extra=f', image_id = "{ID_A}"'))
-    render(m, "w", base_image_id=ID_A)
+    render(one(m, "w", base_image_id=ID_A))
     with pytest.raises(ConfigError, match="the local tag moved"):
-        render(m, "w", base_image_id=ID_B)
+        render(one(m, "w", base_image_id=ID_B))
 
 
 def test_vllm_pin_must_be_the_wheelhouse_wheel(tmp_path, wheelhouse):
     wh, _ = wheelhouse
     m = load_matrix(wheel_matrix(tmp_path, wh, "0" * 64))
     with pytest.raises(ConfigError, match="re-packed wheel: its own sha256 is in wheels.lock"):
-        render(m, "w", base_image_id=ID_A)
+        render(one(m, "w", base_image_id=ID_A))
 
 
 def test_a_patch_outside_python_files_is_refused(tmp_path, wheelhouse):
@@ -227,25 +229,25 @@ def test_a_patch_outside_python_files_is_refused(tmp_path, wheelhouse):
     (tmp_path / "patches" / "wheel" / "k.patch").write_text("--- a/csrc/x.cu\n+++ b/csrc/x.cu\n@@ -1 +1 @@\n-a\n+b\n")
     m = load_matrix(wheel_matrix(tmp_path, wh, sha, patches='"wheel/k.patch"'))
     with pytest.raises(ConfigError, match="Python files only.*csrc/x.cu"):
-        render(m, "w", base_image_id=ID_A)
+        render(one(m, "w", base_image_id=ID_A))
 
 
 def test_missing_wheelhouse_says_how_to_make_it(tmp_path):
     m = load_matrix(wheel_matrix(tmp_path, tmp_path / "nowhere", "0" * 64))
     with pytest.raises(ConfigError, match="harness bundle install"):
-        render(m, "w", base_image_id=ID_A)
+        render(one(m, "w", base_image_id=ID_A))
 
 
 def test_preflight_checks_the_patch_against_the_wheel(tmp_path, wheelhouse):
     wh, sha = wheelhouse
     m = load_matrix(wheel_matrix(tmp_path, wh, sha))
-    [series] = preflight_stack(m, "w")
+    [series] = preflight_stack(one(m, "w"))
     assert series.ok and [p.name for p in series.patches] == [PATCH.name]
     # the same patch against a wheel whose guard reads differently: named, with the file
     bad = tmp_path / "patches" / "wheel" / "bad.patch"
     bad.write_text(PATCH.read_text().replace("-if not (FA2_AVAILABLE or FA3_AVAILABLE):", "-if not FA2_AVAILABLE:"))
     m2 = load_matrix(wheel_matrix(tmp_path, wh, sha, patches='"wheel/bad.patch"'))
-    [series] = preflight_stack(m2, "w")
+    [series] = preflight_stack(one(m2, "w"))
     assert not series.ok and "vllm/vllm_flash_attn/__init__.py" in " ".join(series.problems())
 
 

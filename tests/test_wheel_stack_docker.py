@@ -12,6 +12,7 @@ from conftest import skip_or_fail_under_ci
 from harness import bundle
 from harness.engine import connect
 from harness.image.builder import build_stacks
+from harness.image.stackbuild import resolve
 from harness.matrix.load import load_matrix
 from tests.test_wheel_stack import GUARD, PATCH, spec_file, wheel, wheel_matrix  # noqa: F401 (fixture helpers)
 
@@ -41,7 +42,7 @@ def test_wheel_stack_builds_on_a_local_base(tmp_path):
     m = load_matrix(tmp_path / "m.toml")
     ref = None
     try:
-        out = build_stacks(m, ["w"], engine=engine, log_dir=tmp_path / "logs")["w"]
+        out = build_stacks(resolve(m, ["w"], engine=engine), engine=engine, log_dir=tmp_path / "logs")["w"]
         ref = out.image_ref
         assert out.status == "built", out.log_tail
         base_id = engine.image_id(tag)
@@ -57,7 +58,7 @@ def test_wheel_stack_builds_on_a_local_base(tmp_path):
                                   {"harness.role": "audit"})
         assert "if False and not (FA2_AVAILABLE or FA3_AVAILABLE):" in (dest / "__init__.py").read_text()
         # built again: same tag, reused
-        again = build_stacks(m, ["w"], engine=engine, log_dir=tmp_path / "logs")["w"]
+        again = build_stacks(resolve(m, ["w"], engine=engine), engine=engine, log_dir=tmp_path / "logs")["w"]
         assert again.status == "reused" and again.image_ref == ref
     finally:
         if ref:

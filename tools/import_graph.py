@@ -19,7 +19,7 @@ from pathlib import Path
 # import each other. `python -m harness` (a `__main__` module) is an entry
 # point, on the top floor with the command line.
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("harness", "errors", "archs", "labels"),
+    ("harness", "errors", "archs", "labels", "record"),
     ("safety", "redact", "platforms"),
     ("console", "tables", "proc", "http", "probe_image"),
     ("gpus", "fingerprint", "bundle", "matrix", "bench", "git"),

@@ -6,10 +6,11 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field
 
 from harness.audit import tools, zstd
 from harness.audit.scan import (
@@ -21,7 +22,8 @@ from harness.audit.scan import (
     arch_sort_key,
     audit_tree,
 )
-from harness.audit.verdict import FAIL, WARN, Check, Target, Verdict, judge, worst
+from harness.audit.verdict import FAIL, WARN, AuditStatus, Check, Target, Verdict, judge, worst
+from harness.record import Open
 
 # The chips the project's matrices name. Not a default any more: a verdict is given only for
 # the targets a user asks for (`--cc`, or the matrix hardware), so a Blackwell-only build
@@ -150,104 +152,110 @@ class AuditReport:
 
     def summary(self) -> dict[str, str]:
         """Flat string pairs, short enough for Docker image labels and bug reports."""
-        totals = self.totals()
-        fp4 = self.families()[NVFP4]
-        out = {
-            "audit.status": self.status,
-            "audit.cubins": ",".join(f"{a}={n}" for a, n in _sorted_counts(totals).items()),
-            "audit.ptx": ",".join(self.ptx()) or "none",
-            "audit.nvfp4_gemm": ",".join(f"{a}={n}" for a, n in _sorted_counts(fp4).items())
-            or "none",
-            "audit.sass_checked": "yes" if self.sass_checked else "no",
-            "audit.unreadable": str(len(self.unreadable)),
-        }
-        for i, p in enumerate(self.problems):
-            out[f"audit.problem.{i}"] = f"{p.status}: {p.message}"[:240]
-        for v in self.verdicts:
-            out[f"audit.verdict.{v.target.name.lower()}"] = f"{v.status}: {v.message}"[:240]
-        return out
+        return AuditSummary.of(self).labels
 
 
-class _StoredVerdict(BaseModel):
-    """One verdict object of a stored full report (`AuditReport.to_json()`), as the summary reads it."""
+class AuditState(StrEnum):
+    """What a stack's audit says: the worst of its target verdicts and problems, or why it says
+    nothing. Every value is documented in docs/results-format.md."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"  # no target verdict had anything to judge
+    INCOMPLETE = "incomplete"  # a file could not be read to the end: no verdict covers it
+    NOT_AUDITED = "not-audited"  # nothing was read (`reason` says why)
 
-    target: Any = None
-    status: Any = None
-    message: Any = None
 
+class TargetVerdict(Open):
+    """One target chip's verdict (harness.audit.verdict.Verdict), as a run stores it."""
+
+    target: str = Field(description='the chip, as the audit names it: "SM_121"')
+    cc: str | None = Field(None, description='its compute capability, "12.1"; None: read from a '
+                           "record that kept only the name (results format 3 and older)")
+    status: AuditStatus
+    message: str
+
+    @property
     def line(self) -> str:
-        return f"{self.target}: {self.status}: {self.message}"
+        return f"{self.target.lower()}: {self.status}: {self.message}"
 
 
-class _StoredShape(BaseModel):
-    """The keys of the three stored shapes (see AuditSummary) that its fields are lifted from;
-    read only, the stored mapping itself is kept whole."""
+class AuditProblem(Open):
+    """A failure of the binaries as a whole (harness.audit.verdict.Check): no CUDA code where a
+    package must hold some, nothing loadable at all."""
 
-    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
-
-    status: Any = None  # beside the flat pairs, or the full report's
-    audit_status: Any = Field(None, alias="audit.status")  # the flat pairs' (the image's label)
-    totals: Any = None  # the full report's cubins per arch
-    verdicts: Any = None  # the full report's verdict objects, or the builder's lines
+    status: AuditStatus
+    message: str
 
 
-class AuditSummary(BaseModel):
-    """What a stack's audit leaves in a run folder (builds/*.json `audit_summary` and `audit`,
-    cells/*.json `audit`): the status, the cubins per arch and one line per target verdict.
+# a label value is cut to this many characters: Docker keeps labels short, and so do bug reports
+LABEL_MAX = 240
 
-    Written in three shapes, all read here: the flat `audit.*` pairs of `AuditReport.summary()`
-    (also the image's labels), those pairs with `status`, `cubins` and `verdicts` beside them
-    (harness.image.builder.audit_image), and the full `AuditReport.to_json()` (a local stack).
-    Every key is kept (`extra="allow"`); the fields are what readers use."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+class AuditSummary(Open):
+    """What a run keeps of a stack's arch audit: builds/<stack>.json `audit` (results format 4),
+    once per build; a cell's audit is its build's. Made from an `AuditReport` (`of`), or
+    `not_audited`. Unknown keys are kept: a newer writer's facts survive an older reader.
 
-    status: str | None = Field(None, description="pass | warn | fail | incomplete | not-audited")
+    A field that is None was not recorded: the record was read from an older shape (results
+    format 3 and older, lifted by harness.results.build) that did not keep it."""
+
+    status: AuditState
     reason: str | None = Field(None, description="not-audited: why")
     cubins: dict[str, int] = Field(default_factory=dict, description="cubins per arch, all files")
-    lines: tuple[str, ...] = Field((), description='"<target>: <status>: <message>" per target verdict, '
-                                   "then the integrity problems")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _lift(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        old = _StoredShape.model_validate(data)
-        if old.status is None:
-            data["status"] = old.audit_status
-        if "cubins" not in data and isinstance(old.totals, dict):
-            data["cubins"] = old.totals
-        if "lines" not in data:
-            # the flat labels first (what the report always showed), else the full report's objects
-            lines = [f"{k.removeprefix('audit.verdict.')}: {v}" for k, v in data.items()
-                     if k.startswith("audit.verdict.")]
-            if not lines and isinstance(old.verdicts, list):
-                lines = [_StoredVerdict.model_validate(v).line() if isinstance(v, dict) else str(v)
-                         for v in old.verdicts]
-            lines += [f"problem: {v}" for k, v in data.items() if k.startswith("audit.problem.")]
-            data["lines"] = lines
-        return data
+    ptx: tuple[str, ...] | None = Field(None, description="the PTX archs embedded, all files")
+    nvfp4_gemm: dict[str, int] | None = Field(None, description="NVFP4 GEMM kernels per arch")
+    sass_checked: bool | None = Field(None, description="whether the NVFP4 SASS was disassembled")
+    unreadable: int | None = Field(None, description="files that could not be read to the end")
+    verdicts: tuple[TargetVerdict, ...] = Field((), description="one per target chip asked for")
+    problems: tuple[AuditProblem, ...] = Field((), description="failures of the binaries as a whole")
 
     @classmethod
     def of(cls, report: AuditReport) -> AuditSummary:
-        """A report as stored: its flat labels, with status, cubins and verdict lines."""
-        return cls.model_validate({
-            **report.summary(), "status": report.status, "cubins": dict(report.totals()),
-            "verdicts": [f"{v.target.name}: {v.status}: {v.message}" for v in report.verdicts]})
+        return cls(
+            status=AuditState(report.status), cubins=_sorted_counts(report.totals()), ptx=tuple(report.ptx()),
+            nvfp4_gemm=_sorted_counts(report.families()[NVFP4]), sass_checked=report.sass_checked,
+            unreadable=len(report.unreadable),
+            verdicts=tuple(TargetVerdict(target=v.target.name, cc=v.target.cc, status=v.status, message=v.message)
+                           for v in report.verdicts),
+            problems=tuple(AuditProblem(status=p.status, message=p.message) for p in report.problems))
 
     @classmethod
     def not_audited(cls, reason: str) -> AuditSummary:
-        return cls.model_validate({"status": "not-audited", "audit.status": "not-audited", "reason": reason})
+        return cls(status=AuditState.NOT_AUDITED, reason=reason)
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        """One line per target verdict, `<target>: <status>: <message>`, then the problems."""
+        return (*(v.line for v in self.verdicts),
+                *(f"problem: {p.status}: {p.message}" for p in self.problems))
 
     @property
     def labels(self) -> dict[str, str]:
-        """The flat `audit.*` pairs it holds (what `bug` lists)."""
-        return {k: str(v) for k, v in (self.model_extra or {}).items()
-                if k.startswith("audit.") and not isinstance(v, dict | list)}
+        """The audit as flat `audit.*` string pairs, each value at most LABEL_MAX characters (what
+        `harness bug` lists): only the facts the record holds."""
+        out = {"audit.status": self.status.value}
+        if self.status is AuditState.NOT_AUDITED:
+            return out
+        out["audit.cubins"] = _pairs(self.cubins)
+        if self.ptx is not None:
+            out["audit.ptx"] = ",".join(self.ptx) or "none"
+        if self.nvfp4_gemm is not None:
+            out["audit.nvfp4_gemm"] = _pairs(self.nvfp4_gemm) or "none"
+        if self.sass_checked is not None:
+            out["audit.sass_checked"] = "yes" if self.sass_checked else "no"
+        if self.unreadable is not None:
+            out["audit.unreadable"] = str(self.unreadable)
+        for i, p in enumerate(self.problems):
+            out[f"audit.problem.{i}"] = f"{p.status}: {p.message}"[:LABEL_MAX]
+        for v in self.verdicts:
+            out[f"audit.verdict.{v.target.lower()}"] = f"{v.status}: {v.message}"[:LABEL_MAX]
+        return out
+
+
+def _pairs(counts: dict[str, int]) -> str:
+    return ",".join(f"{a}={n}" for a, n in counts.items())
 
 
 def _sorted_counts(c: Counter[str] | dict[str, int]) -> dict[str, int]:

@@ -23,7 +23,7 @@ from pydantic import BeforeValidator, ValidationError
 from harness import git, http
 from harness.errors import ConfigError, EnvironmentProblem
 from harness.image.sources import CACHE_ROOT, SDIST_CACHE, SDIST_MAX_BYTES
-from harness.results.model import Open
+from harness.record import Open
 from harness.safety import grammar, paths, readers
 from harness.safety.roots import Root
 

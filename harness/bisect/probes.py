@@ -28,8 +28,9 @@ from harness.bundle import sha256_file
 from harness.image import configure, sources
 from harness.image.probe import ProbeOutcome
 from harness.lock import StackPins, lock_path, read_lock
+from harness.record import Open
 from harness.redact import redact_text
-from harness.results.model import CellResult, Open, Status
+from harness.results.model import CellResult, Status
 from harness.safety import writes
 from harness.safety.paths import MiB
 from harness.safety.readers import load_toml

@@ -29,8 +29,8 @@ from harness.bisect.history import HistorySpec, Point
 from harness.bisect.probes import Decision, ProbeSpec
 from harness.bisect.search import Verdict
 from harness.errors import ConfigError
+from harness.record import Open
 from harness.redact import redact_json, redact_text
-from harness.results.model import Open
 from harness.results.store import utc_now
 from harness.safety import grammar
 from harness.safety.paths import MiB

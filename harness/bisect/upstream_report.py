@@ -25,9 +25,9 @@ from harness.bisect.probes import Decision
 from harness.bisect.report import markdown as bisect_markdown
 from harness.bisect.store import BisectFile, BisectResult, BisectSpec
 from harness.errors import ConfigError
+from harness.record import Open
 from harness.redact import redact_text
 from harness.results.bug import TRACKERS
-from harness.results.model import Open
 from harness.safety.paths import MiB
 from harness.safety.paths import read_bytes as _read_bytes
 from harness.safety.readers import load_json, load_toml

@@ -22,6 +22,7 @@ from harness.image.builder import BuildEvent, build_stacks, unpinned
 from harness.image.dockerfile import render
 from harness.image.preflight import preflight_stack
 from harness.image.probe_cli import cache_line
+from harness.image.stackbuild import resolve
 from harness.matrix.load import load_matrix
 from harness.matrix.plan import expand, group_by_stack
 from harness.safety.writes import write_text
@@ -82,33 +83,33 @@ def dry_run(matrix, stacks: list[str], platform_arg: str | None) -> int:
     from harness.image.prefetch import source_lines, stack_needs
     from harness.tables import Col, show
 
-    platform = (platforms.parse(platform_arg) if platform_arg
-                else engine.platform() if engine is not None else platforms.host())
+    platform = platforms.parse(platform_arg) if platform_arg else None
+    builds = resolve(matrix, stacks, platform=platform, engine=engine, base_required=False)
     rows = []
     bad = 0
-    for name in stacks:
-        base = matrix.spec.stacks[name].base_image
-        base_id = None
-        if base.local and engine is not None:  # a local base is pinned by its ID: the tag depends on it
-            base_id = engine.image_id(f"{base.repository}:{base.tag}")
-        r = render(matrix, name, base_image_id=base_id, platform=platform)
+    for build in builds:
+        name, base_id = build.name, build.base_image_id
+        base = build.stack.base_image
+        assert base is not None, "a stack with an image to build has a base image (Stack's validator)"
+        r = render(build)
         exists = "?" if engine is None else ("yes" if engine.image_labels(r.image_ref) is not None else "no")
         if base.local:
             pinned = f"local, id {base_id[:19]}" if base_id else "local: NOT FOUND on the engine (tag shown is provisional)"
         else:
             pinned = "yes" if base.digest else "NO (`harness lock`, or --allow-unpinned)"
         lines = []
-        for series in preflight_stack(matrix, name):
+        for series in preflight_stack(build):
             if not series.patches:
                 lines.append(f"{series.project} ({series.source}): no patches")
             for p in series.patches:
                 lines.append(f"{series.project} ({series.source}): {p.describe()}")
             bad += not series.ok
-        needs = stack_needs(matrix, name)
+        needs = stack_needs(build.matrix, name)
         fetched = source_lines(needs) if needs is not None else ["-"]
         rows.append([Text(name), Text(r.image_ref), Text(r.content_hash[:16]), Text(exists), Text(pinned),
                      Text("\n".join(lines)), Text("\n".join(fetched)), Text("\n".join(_requirement_lines(r)))])
-    show(out, f"{matrix.spec.matrix.name}: {len(stacks)} image(s) for {platform.docker}",
+    shown = builds[0].platform.docker if builds else "-"
+    show(out, f"{matrix.spec.matrix.name}: {len(stacks)} image(s) for {shown}",
          [Col("stack", whole=True), Col("image", whole=True), Col("content hash", whole=True), Col("exists"),
           Col("base pinned"), Col("patch preflight"), Col("what vLLM's CMake fetches"),
           Col("build requirements <- the file that lists them")], rows)
@@ -118,8 +119,8 @@ def dry_run(matrix, stacks: list[str], platform_arg: str | None) -> int:
     return 0
 
 
-def _check_patches(matrix, stacks: list[str]) -> None:
-    problems = [p for s in stacks for series in preflight_stack(matrix, s) for p in series.problems()]
+def _check_patches(builds) -> None:
+    problems = [p for b in builds for series in preflight_stack(b) for p in series.problems()]
     if problems:
         raise PatchError("patch preflight failed:\n  - " + "\n  - ".join(problems),
                          hint="fix or refresh the named patch; `harness build --dry-run` shows every series")
@@ -148,32 +149,32 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("no docker stack to build in the selected cells (local and prebuilt-image stacks "
                           "have none)", hint="check -k and `harness plan`")
     from harness import platforms
-    from harness.lock import locked_matrix
+    from harness.lock import ensure_lock
 
     asked = platforms.parse(args.platform) if args.platform else None  # the lock is checked for it
-    matrix = locked_matrix(matrix, stacks, lock_if_missing=not (args.dry_run or args.allow_unpinned), platform=asked,
-                           say=lambda s: err.print(s, markup=False))
+    ensure_lock(matrix, stacks, lock_if_missing=not (args.dry_run or args.allow_unpinned), platform=asked,
+                say=lambda s: err.print(s, markup=False))
     if args.dry_run:
         return dry_run(matrix, stacks, args.platform)
-    if not args.allow_unpinned and (problems := unpinned(matrix, stacks)):
-        raise ConfigError("unpinned base image(s):\n  - " + "\n  - ".join(problems),
-                          hint=f"`harness lock -m {args.matrix}`, or pass --allow-unpinned")
-    if not args.no_preflight:
-        _check_patches(matrix, stacks)
     from harness.engine import connect
 
     engine = connect()
-    platform = asked or engine.platform()
+    builds = resolve(matrix, stacks, platform=asked, engine=engine)  # the lock applied, once
+    if not args.allow_unpinned and (problems := unpinned(builds)):
+        raise ConfigError("unpinned base image(s):\n  - " + "\n  - ".join(problems),
+                          hint=f"`harness lock -m {args.matrix}`, or pass --allow-unpinned")
+    if not args.no_preflight:
+        _check_patches(builds)
     if args.probe or args.probe_first:
         from harness.image.probe_cli import run_probes
 
-        passed = run_probes(matrix, stacks, engine=engine, log_dir=Path(args.log_dir), force=args.force,
-                            platform=platform, parts=_probe_parts(args.probe_parts))
+        passed = run_probes(builds, engine=engine, log_dir=Path(args.log_dir), force=args.force,
+                            parts=_probe_parts(args.probe_parts))
         if args.probe:
             return 0 if len(passed) == len(stacks) else _probe_failed(stacks, passed)
         if not passed:
             return _probe_failed(stacks, passed)
-        stacks = passed
+        builds = [b for b in builds if b.name in passed]
     state: dict[str, tuple[str, float]] = {}
 
     def view() -> Table:
@@ -193,8 +194,8 @@ def run(args: argparse.Namespace) -> int:
             state[e.stack] = (e.text, time.monotonic() - started)
             live.update(view())
 
-        outcomes = build_stacks(matrix, stacks, engine=engine, log_dir=Path(args.log_dir), force=args.force,
-                                allow_unpinned=args.allow_unpinned, on_event=on_event, platform=platform)
+        outcomes = build_stacks(builds, engine=engine, log_dir=Path(args.log_dir), force=args.force,
+                                allow_unpinned=args.allow_unpinned, on_event=on_event)
     failed = 0
     for o in outcomes.values():
         out.print(f"{o.stack}: {o.status} {o.image_ref} ({o.duration_s:.0f} s)"

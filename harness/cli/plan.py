@@ -7,7 +7,8 @@ import json
 
 from harness.console import out
 from harness.errors import ConfigError, MatrixError
-from harness.image.identity import image_ref
+from harness.image.identity import image_ref, served_image
+from harness.image.stackbuild import resolve
 from harness.matrix.load import load_matrix
 from harness.matrix.plan import expand, group_by_stack
 
@@ -30,8 +31,12 @@ def register(sub) -> None:
 
 def plan_rows(matrix, k: str | None) -> list[dict]:
     cells = expand(matrix, k)
-    # a prebuilt `image =` stack is served as named, not rendered from the template
-    images = {s: matrix.spec.stacks[s].image or image_ref(matrix, s) for s in group_by_stack(cells)}
+    stacks = list(group_by_stack(cells))
+    # a local stack runs its install and a prebuilt `image =` stack is served as named; the others
+    # are resolved as the build resolves them (the lock applied, for this host's CPU) and rendered
+    built = [s for s in stacks if served_image(matrix.spec.stacks[s]) is None]
+    images = {s: served_image(matrix.spec.stacks[s]) for s in stacks} | {
+        b.name: image_ref(b) for b in resolve(matrix, built)}
     rows = [
         {"id": c.id, "stack": c.stack_name, "model": c.model_name, "config": c.config_name,
          "quantization": c.quantization, "runner": c.stack.runner, "image": images[c.stack_name],

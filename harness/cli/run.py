@@ -252,7 +252,7 @@ def run(args) -> int:
         err.print(f"resuming {resume}: {len(stored.finished_ids())} of {len(stored.run.cells)} "
                   "cells already finished", markup=False)
     matrix = load_matrix(matrix_path)
-    from harness.lock import locked_matrix
+    from harness.lock import ensure_lock
     from harness.run.schedule import arch_refusals
 
     if problems := arch_refusals(expand(matrix, k), matrix):  # before a lock is resolved or written
@@ -260,9 +260,9 @@ def run(args) -> int:
     from harness.matrix.plan import group_by_stack
 
     # Pins first: a stale lock is refused before anything starts; no lock yet is written now.
-    matrix = locked_matrix(matrix, list(group_by_stack(expand(matrix, k))),
-                           lock_if_missing=not args.allow_unpinned,
-                           say=lambda s: err.print(s, markup=False))
+    # The build stage applies it, once, where it resolves each stack's build.
+    ensure_lock(matrix, list(group_by_stack(expand(matrix, k))), lock_if_missing=not args.allow_unpinned,
+                say=lambda s: err.print(s, markup=False))
     total = len(expand(matrix, k))
     progress_cls = LiveProgress if err.is_terminal else PlainProgress
     err.print(f"harness run {matrix.path.name}: {total} cells", markup=False)

@@ -25,9 +25,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, JsonValue
+
+from harness.record import Scalar, kept
 
 # SGR and other CSI sequences; tqdm also writes bare carriage returns between updates.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -109,14 +111,15 @@ def strip_ansi(text: str) -> str:
 
 class _JsonRecord(BaseModel):
     """A JSON log record: vLLM's formatter (`message`, `levelname`, `processName`), another
-    logger's `level`, or a wrapper's raw line (`log`, `msg`); any type, as written."""
+    logger's `level`, or a wrapper's raw line (`log`, `msg`); a value of another type than the
+    reader takes is read as absent."""
 
-    message: Any = None
-    levelname: Any = None
-    level: Any = None
-    process: Any = Field(None, alias="processName")
-    log: Any = None
-    msg: Any = None
+    message: JsonValue = None  # taken as text whatever it is
+    levelname: Annotated[Scalar | None, kept(str, int, float, bool)] = None
+    level: Annotated[Scalar | None, kept(str, int, float, bool)] = None
+    process: Annotated[Scalar | None, kept(str, int, float, bool)] = Field(None, alias="processName")
+    log: Annotated[str | None, kept(str)] = None
+    msg: Annotated[str | None, kept(str)] = None
 
 
 def _from_json(line: str) -> tuple[str, str | None, str | None, bool] | None:
@@ -138,7 +141,7 @@ def _from_json(line: str) -> tuple[str, str | None, str | None, bool] | None:
         level = rec.levelname or rec.level
         return str(rec.message), str(level).upper() if level else None, process, False
     for raw in (rec.log, rec.msg):
-        if isinstance(raw, str):
+        if raw is not None:
             return raw, None, process, True
     return None
 

@@ -14,12 +14,13 @@ neither lose them nor refuse the file. Records written before a field existed re
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    JsonValue,
     SerializerFunctionWrapHandler,
     field_validator,
     model_serializer,
@@ -32,23 +33,26 @@ from harness.fingerprint.causes import FailureClass
 # reader's signature context
 from harness.fingerprint.failure import SignatureContext
 from harness.fingerprint.readers import Mismatch
+from harness.record import kept
 
 
 class _StoredSkip(BaseModel):
     """One stored `autotuner_skipped` entry: {"op": ..., "count": ...}, as written."""
 
-    op: Any = None
-    count: Any = None
+    op: str
+    count: int
 
-    def pair(self) -> tuple[Any, Any]:
+    def pair(self) -> tuple[str, int]:
         return self.op, self.count
 
 
 class _StoredParts(BaseModel):
-    """The keys of a stored fingerprint whose stored shape differs from the in-memory one."""
+    """The keys of a stored fingerprint whose stored shape differs from the in-memory one: the
+    skips as stored objects or in-memory (op, count) pairs, `requested` with or without its
+    `source`. A value of another type is left to the fields' own validation."""
 
-    autotuner_skipped: Any = None
-    requested: Any = None
+    autotuner_skipped: Annotated[list[_StoredSkip | tuple[str, int]] | None, kept(list, tuple)] = None
+    requested: Annotated[dict[str, JsonValue] | None, kept(dict)] = None
 
 
 class Fingerprint(BaseModel):
@@ -123,16 +127,14 @@ class Fingerprint(BaseModel):
             return data
         stored = _StoredParts.model_validate(data)
         skipped, requested = stored.autotuner_skipped, stored.requested
-        if not isinstance(skipped, list | tuple) or not any(isinstance(s, dict) for s in skipped):
+        if skipped is None or not any(isinstance(s, _StoredSkip) for s in skipped):
             skipped = None
-        if skipped is None and not (isinstance(requested, dict) and "source" in requested):
+        if skipped is None and not (requested is not None and "source" in requested):
             return data
         data = dict(data)
         if skipped is not None:
-            data["autotuner_skipped"] = [
-                _StoredSkip.model_validate(s).pair() if isinstance(s, dict) else s for s in skipped
-            ]
-        if isinstance(requested, dict) and "source" in requested:
+            data["autotuner_skipped"] = [s.pair() if isinstance(s, _StoredSkip) else s for s in skipped]
+        if requested is not None and "source" in requested:
             requested = dict(requested)
             source = requested.pop("source")
             data["requested"] = requested

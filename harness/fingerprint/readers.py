@@ -45,12 +45,13 @@ import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Annotated, ClassVar
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field
 
 from harness.fingerprint.lines import LogLine
 from harness.fingerprint.tables import KernelNames
+from harness.record import Scalar, kept
 
 # --- kernels (MoE, linear, attention), shared by the main model and the drafter ---------------
 _MOE = re.compile(
@@ -656,34 +657,42 @@ def _number(text: str) -> int:
 
 class _Backends(BaseModel):
     """The backend requests of a `non-default args` dict or of its nested `kernel_config`, as
-    printed (any type: only a string counts as a request); other keys ignored."""
+    printed (only a string counts as a request); other keys ignored."""
 
-    moe_backend: Any = None
-    linear_backend: Any = None
-    attention_backend: Any = None
+    moe_backend: Annotated[str | None, kept(str)] = None
+    linear_backend: Annotated[str | None, kept(str)] = None
+    attention_backend: Annotated[str | None, kept(str)] = None
 
-    def asked(self) -> dict[str, Any]:
+    def asked(self) -> dict[str, str | None]:
         """Request key -> the value printed, in `_REQUEST_KEYS` order."""
         return {"moe_backend": self.moe_backend, "linear_backend": self.linear_backend,
                 "attention_backend": self.attention_backend}
-
-
-class NonDefaultArgs(_Backends):
-    """entrypoints' `non-default args: {...}`: the keys the readers use, any type as printed."""
-
-    kernel_config: Any = None
-    speculative_config: Any = None
-    # 0.26 dev builds flattened the CLI: 'spec_method': 'dspark', 'spec_tokens': 7
-    spec_method: Any = None
-    spec_tokens: Any = Field(None, validation_alias=AliasChoices("spec_tokens", "num_speculative_tokens"))
 
 
 class SpeculativeArgs(BaseModel):
     """A `speculative_config` (a dict, or its JSON): the method and the draft length, under
     either name (the first present wins); other keys ignored."""
 
-    method: Any = None
-    num: Any = Field(None, validation_alias=AliasChoices("num_speculative_tokens", "num_spec_tokens"))
+    method: Annotated[Scalar | None, kept(str, int, float, bool)] = None
+    num: Annotated[int | None, kept(int)] = Field(
+        None, validation_alias=AliasChoices("num_speculative_tokens", "num_spec_tokens"))
+
+
+def _given(value: object) -> object:
+    # a dict or its JSON text, and an empty one is none (the flattened keys are read then)
+    return value if isinstance(value, dict | str) and value else None
+
+
+class NonDefaultArgs(_Backends):
+    """entrypoints' `non-default args: {...}`: the keys the readers use, each read as absent when
+    printed with another type."""
+
+    kernel_config: Annotated[_Backends | None, kept(dict)] = None
+    speculative_config: Annotated[SpeculativeArgs | str | None, BeforeValidator(_given)] = None
+    # 0.26 dev builds flattened the CLI: 'spec_method': 'dspark', 'spec_tokens': 7
+    spec_method: Annotated[Scalar | None, kept(str, int, float, bool)] = None
+    spec_tokens: Annotated[int | None, kept(int)] = Field(
+        None, validation_alias=AliasChoices("spec_tokens", "num_speculative_tokens"))
 
 
 class _EnvRequest(BaseModel):
@@ -710,8 +719,7 @@ def _parse_args(text: str) -> NonDefaultArgs | None:
 
 def _requested_from_args(args: NonDefaultArgs) -> dict[str, str]:
     out: dict[str, str] = {}
-    nested = args.kernel_config
-    sources = [args] + ([_Backends.model_validate(nested)] if isinstance(nested, dict) else [])
+    sources = [args] + ([args.kernel_config] if args.kernel_config is not None else [])
     for source in sources:
         for key, value in source.asked().items():
             if isinstance(value, str) and value.lower() != "auto":
@@ -957,16 +965,17 @@ def _spec_metrics(body: str) -> tuple[float | None, list[float], float | None, i
 def _spec_from_args(args: NonDefaultArgs) -> tuple[str | None, str | None]:
     """(method, draft length) from `non-default args`: its `speculative_config` (a dict or its
     JSON), else the flattened `spec_method` / `spec_tokens` of 0.26 dev builds."""
-    flat = {"method": args.spec_method, "num_speculative_tokens": args.spec_tokens}
-    spec = args.speculative_config or (flat if args.spec_method or args.spec_tokens else None)
+    spec = args.speculative_config
+    if spec is None and (args.spec_method or args.spec_tokens):
+        spec = SpeculativeArgs.model_validate({"method": args.spec_method, "num_speculative_tokens": args.spec_tokens})
     if isinstance(spec, str):
         try:
-            spec = json.loads(spec)
+            parsed = json.loads(spec)
         except (ValueError, RecursionError):
-            spec = None
-    if not isinstance(spec, dict):
+            parsed = None
+        spec = SpeculativeArgs.model_validate(parsed) if isinstance(parsed, dict) else None
+    if spec is None:
         return None, None
-    asked = SpeculativeArgs.model_validate(spec)
-    method = str(asked.method) if asked.method else None
-    num = str(asked.num) if isinstance(asked.num, int) else None
+    method = str(spec.method) if spec.method else None
+    num = str(spec.num) if spec.num is not None else None
     return method, num

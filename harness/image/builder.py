@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from harness.archs import CC, ArchList
+from harness.archs import ArchList
 from harness.audit.report import AuditSummary, audit_path
 from harness.audit.verdict import Target
 from harness.errors import BuildFailed, ConfigError, EngineError
@@ -25,12 +25,10 @@ from harness.image import cache_store, compile_cache, offline
 from harness.image.buildlog import check_build_log
 from harness.image.dockerfile import render
 from harness.image.render import Rendered, context_tar
+from harness.image.stackbuild import StackBuild
 from harness.labels import Role, role
-from harness.lock import locked_matrix
-from harness.matrix.load import Matrix
-from harness.platforms import Platform
 from harness.redact import redact_text
-from harness.results.model import BuildOutcome
+from harness.results.build import BuildOutcome
 from harness.safety.paths import tail_text
 from harness.safety.roots import Root
 from harness.safety.writes import open_new
@@ -49,25 +47,10 @@ class BuildEvent:
     elapsed_s: float
 
 
-def unpinned(matrix: Matrix, stack_names: list[str]) -> list[str]:
+def unpinned(builds: list[StackBuild]) -> list[str]:
     """Base images with no digest; a local base (pinned by its image ID at build time) is pinned.
     A stack with no base image (a prebuilt `image`) builds nothing, so it has nothing to pin."""
-    return [f"stacks.{n}.base_image: {b.reference} has no digest"
-            + (f" ({b.unpinned_reason})" if b.unpinned_reason else "")
-            for n in stack_names if (b := matrix.spec.stacks[n].base_image) is not None and b.digest is None
-            and not b.local]
-
-
-def local_base_id(matrix: Matrix, stack_name: str, engine) -> str | None:
-    """A local base image's ID on this engine (None for a registry base); missing is a ConfigError."""
-    base = matrix.spec.stacks[stack_name].base_image
-    if base is None or not base.local:
-        return None
-    found = engine.image_id(f"{base.repository}:{base.tag}")
-    if found is None:
-        raise ConfigError(f"stacks.{stack_name}.base_image: no local image {base.repository}:{base.tag} on the engine",
-                          hint="import or build it first (`docker image ls`); a local base is never pulled")
-    return found
+    return [why for b in builds if (why := b.unpinned) is not None]
 
 
 # what an image may say its site-packages is: an absolute path of plain names, nothing climbing
@@ -192,7 +175,7 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
         rust = image_rust_frontend(engine, ref, AUDIT) if audit else None
         emit(BuildEvent(name, "done", "reused", time.monotonic() - start))
         return BuildOutcome(stack=name, image_ref=ref, image_id=engine.image_id(ref), status="reused",
-                            labels=existing, audit_summary=summary, rust_frontend=rust)
+                            labels=existing, audit=summary, rust_frontend=rust)
     if existing is not None:
         engine.remove_image(ref)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -262,48 +245,34 @@ def build_one(rendered: Rendered, *, engine, log_dir: Path, force: bool = False,
     emit(BuildEvent(name, "done", "built", took))
     return BuildOutcome(stack=name, image_ref=ref, image_id=image_id, status="built",
                         log_path=str(log_path), log_tail=tuple(tail), duration_s=took, labels=labels,
-                        audit_summary=summary, arch_problems=tuple(problems), rust_frontend=rust,
+                        audit=summary, arch_problems=tuple(problems), rust_frontend=rust,
                         compile_cache=cache_record)
 
 
-def build_stacks(matrix: Matrix, stack_names: list[str], *, engine, log_dir: Path, force: bool = False,
+def build_stacks(builds: list[StackBuild], *, engine, log_dir: Path, force: bool = False,
                  allow_unpinned: bool = False, on_event: Callable[[BuildEvent], None] | None = None,
-                 template: Path | None = None, template_values: dict[str, str] | None = None,
-                 audit: bool = True, platform: Platform | None = None) -> dict[str, BuildOutcome]:
-    """Each named docker stack once, for `platform` (default: the engine's own); 'local' stacks
-    are skipped (they have no image)."""
-
-    names = [n for n in dict.fromkeys(stack_names) if matrix.spec.stacks[n].runner == "docker"]
-    platform = platform or engine.platform()
-    matrix = locked_matrix(matrix, names, platform=platform)  # the lock's digest where the matrix wrote none
-    if not allow_unpinned and (problems := unpinned(matrix, names)):
+                 audit: bool = True) -> dict[str, BuildOutcome]:
+    """Each stack's image once (harness.image.stackbuild.resolve made `builds`: the lock applied,
+    the platform and options fixed), on `engine`."""
+    if not allow_unpinned and (problems := unpinned(builds)):
+        hint_path = builds[0].matrix.path.name
         raise ConfigError("unpinned base image(s):\n  - " + "\n  - ".join(problems),
-                          hint=f"`harness lock -m {matrix.path.name}` pins them (`harness run` does it "
+                          hint=f"`harness lock -m {hint_path}` pins them (`harness run` does it "
                           "itself), or pass --allow-unpinned for a build you will not compare against")
     out: dict[str, BuildOutcome] = {}
-    for name in names:
-        rendered = render(matrix, name, template=template, extra=template_values,
-                          base_image_id=local_base_id(matrix, name, engine), platform=platform)
-        out[name] = build_one(rendered, engine=engine, log_dir=log_dir, force=force, on_event=on_event,
-                              audit=audit, torch_cuda_arch_list=matrix.spec.stacks[name].torch_cuda_arch_list,
-                              audit_ccs=audit_ccs(matrix, name))
-        if out[name].failed and matrix.spec.stacks[name].offline:
-            out[name] = name_fetch_attempts(matrix, name, out[name])
+    for build in builds:
+        name = build.name
+        out[name] = build_one(render(build), engine=engine, log_dir=log_dir, force=force, on_event=on_event,
+                              audit=audit, torch_cuda_arch_list=build.stack.torch_cuda_arch_list,
+                              audit_ccs=build.audit_ccs)
+        if out[name].failed and build.stack.offline:
+            out[name] = name_fetch_attempts(build, out[name])
     return out
 
 
-def audit_ccs(matrix: Matrix, stack_name: str) -> tuple[str, ...]:
-    """The chips an image is judged for: the matrix's GPU and every chip its arch list builds for
-    (a stack built for 12.1a on an H200 is judged for the GB10 it targets too)."""
-    stack = matrix.spec.stacks[stack_name]
-    hw = matrix.spec.hardware[matrix.spec.matrix.hardware].cc
-    built_for = stack.torch_cuda_arch_list.ccs if stack.torch_cuda_arch_list is not None else frozenset()
-    return tuple(str(c) for c in sorted({CC.parse(hw)} | built_for))
-
-
-def name_fetch_attempts(matrix: Matrix, name: str, outcome: BuildOutcome) -> BuildOutcome:
+def name_fetch_attempts(build: StackBuild, outcome: BuildOutcome) -> BuildOutcome:
     """An offline build that failed because CMake still tried to fetch: say which source."""
-    stack = matrix.spec.stacks[name]
+    stack = build.stack
     table = offline.load_table(stack.vllm.pypi) if stack.vllm and stack.vllm.pypi else None
     if table is None:
         return outcome

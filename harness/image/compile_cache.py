@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from harness.errors import ConfigError
 from harness.image.sources import CACHE_ROOT
-from harness.results.model import CompileCache
+from harness.results.build import CompileCache
 from harness.safety import numbers
 from harness.safety.held import Entry, Held
 

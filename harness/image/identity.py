@@ -8,29 +8,31 @@ Dockerfile (patch COPY/apply lines included), the build args, the bytes of every
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from harness.image.dockerfile import render
 from harness.image.render import DEFAULT_TEMPLATE, DOCKER_DIR, IMAGE_REPO
-from harness.matrix.load import Matrix
-from harness.platforms import Platform
+from harness.image.stackbuild import StackBuild
+from harness.matrix.model import Stack
 
-__all__ = ["DOCKER_DIR", "IMAGE_REPO", "image_ref"]
+__all__ = ["DOCKER_DIR", "IMAGE_REPO", "image_ref", "served_image"]
 
 
-def image_ref(matrix: Matrix, stack_name: str, dockerfile_text: str | None = None,
-              platform: Platform | None = None) -> str:
-    """`vllm-bw:<stack>-<12 hex>` for docker stacks, `local:<python>` for local ones, and the
-    image itself for a stack that serves a prebuilt `image` (nothing is rendered for it).
+def image_ref(build: StackBuild, dockerfile_text: str | None = None) -> str:
+    """`vllm-bw:<stack>-<12 hex>` of a docker stack's build, for its platform.
 
-    `dockerfile_text` replaces the template's text (tests, experiments); it is rendered the same way.
-    `platform`: the CPU the image is for (default: this host's). The tag needs no source read:
-    the build requirements follow from the pins, which the hash holds.
+    `dockerfile_text` replaces the template's text (tests, experiments); it is rendered the same
+    way. The tag needs no source read: the build requirements follow from the pins, which the
+    hash holds.
     """
-    stack = matrix.spec.stacks[stack_name]
+    return render(replace(build, template=Path(DEFAULT_TEMPLATE)), template_text=dockerfile_text,
+                  requirements=False).image_ref
+
+
+def served_image(stack: Stack) -> str | None:
+    """What a stack that builds nothing serves: `local:<python>` for a local one, the prebuilt
+    `image` itself; None for a stack whose image is built (image_ref names it)."""
     if stack.runner == "local" and stack.local is not None:  # Stack's validator: a local stack has [local]
         return f"local:{stack.local.python}"
-    if stack.image is not None:
-        return stack.image
-    return render(matrix, stack_name, template=Path(DEFAULT_TEMPLATE), template_text=dockerfile_text,
-                  platform=platform, requirements=False).image_ref
+    return stack.image

@@ -17,6 +17,8 @@ from pathlib import Path
 from harness import git, proc
 from harness.errors import ConfigError
 from harness.image import sources
+from harness.image.render import _part
+from harness.image.stackbuild import StackBuild
 from harness.image.wheels import read_lock
 from harness.safety import paths
 from harness.safety.roots import Root
@@ -142,14 +144,15 @@ def apply_series(tree: Path, patches: list[tuple[str, Path]], *, project: str = 
     return SeriesResult(project, source, tuple(results))
 
 
-def preflight_stack(matrix, stack_name: str) -> list[SeriesResult]:
+def preflight_stack(build: StackBuild) -> list[SeriesResult]:
     """Both series of a docker stack against their real pinned sources (fetched once, cached)."""
 
-    stack = matrix.spec.stacks[stack_name]
+    stack, matrix = build.stack, build.matrix
     if stack.wheels is not None:
-        return [preflight_wheels(matrix, stack_name)]
+        return [preflight_wheels(build)]
     out = []
-    series = [("vllm", sources.vllm_source(stack), [(Path(p.path).name, matrix.patch_path(p)) for p in stack.vllm.patches])]
+    vllm = _part("vllm", stack.vllm)
+    series = [("vllm", sources.vllm_source(stack), [(Path(p.path).name, matrix.patch_path(p)) for p in vllm.patches])]
     if stack.flashinfer:
         series.append(("flashinfer", sources.flashinfer_source(stack),
                        [(Path(pr.patch).name, matrix.patch_path(pr.patch)) for pr in stack.flashinfer.prs]))
@@ -161,15 +164,16 @@ def preflight_stack(matrix, stack_name: str) -> list[SeriesResult]:
     return out
 
 
-def preflight_wheels(matrix, stack_name: str) -> SeriesResult:
+def preflight_wheels(build: StackBuild) -> SeriesResult:
     """A wheel stack's Python-file patches against the pinned wheel's own files (from the wheelhouse).
 
     A PyPI wheel stack (no wheelhouse) is not fetched here: its patches are checked at build time.
     """
-    stack = matrix.spec.stacks[stack_name]
-    patches = [(Path(p).name, matrix.patch_path(p)) for p in stack.wheels.patches]
-    source = f"vllm wheel {stack.wheels.vllm.version}"
-    found = read_lock(matrix, stack_name)
+    wheels = build.stack.wheels
+    assert wheels is not None, "preflight_stack hands wheel stacks only"
+    patches = [(Path(p).name, build.matrix.patch_path(p)) for p in wheels.patches]
+    source = f"vllm wheel {wheels.vllm.version}"
+    found = read_lock(build)
     if not patches or found is None:
         return SeriesResult("vllm", source + ("" if found else " (PyPI: checked at build)"), ())
     where, lock = found

@@ -27,14 +27,15 @@ from harness.archs import ArchList, split
 from harness.audit.report import audit_path
 from harness.audit.verdict import Target
 from harness.errors import ConfigError, EngineError
-from harness.image.builder import audit_ccs, build_one, local_base_id
+from harness.image.builder import build_one
 from harness.image.buildlog import nvfp4_problems
 from harness.image.dockerfile import render
 from harness.image.offline_stack import offline_parts
 from harness.image.render import DOCKER_DIR, Rendered, content_hash
+from harness.image.stackbuild import StackBuild
 from harness.labels import CONTENT_HASH, PREFIX, PROBE, ROLE, Role
-from harness.platforms import Platform
-from harness.results.model import CompileCache, Open
+from harness.record import Open
+from harness.results.build import CompileCache
 from harness.safety.paths import tail_text, under
 from harness.safety.readers import load_json
 from harness.safety.roots import Root
@@ -65,17 +66,17 @@ def load_units(vllm_version: str, path: Path = UNITS) -> tuple[Unit, ...] | None
         raise ConfigError(f"{path}: {vllm_version}: {exc.errors()[0]['msg']}", hint="fix the units table") from None
 
 
-def render_probe(rendered: Rendered, matrix, units: tuple[Unit, ...]) -> Rendered:
+def render_probe(rendered: Rendered, build: StackBuild, units: tuple[Unit, ...]) -> Rendered:
     """The probe build of a rendered source stack."""
     text = rendered.dockerfile
     if CUT not in text:
         raise ConfigError(f"stacks.{rendered.stack_name}: the template has no probe cut line",
                           hint=f"a source template needs the line {CUT!r} before the vLLM build step")
-    stack = matrix.spec.stacks[rendered.stack_name]
+    stack = build.stack
     offline_env = " && true \\"
     if stack.offline:
 
-        offline_env = offline_parts(matrix, rendered.stack_name, stack,
+        offline_env = offline_parts(build.matrix, build.name, stack,
                                     [p.data for p in rendered.patches if p.series == "vllm"]).values["OFFLINE_ENV"]
     units_json = json.dumps([u.model_dump() for u in units]).replace("'", "")
     probe = "\n".join([
@@ -107,7 +108,7 @@ def _as_probe(rendered: Rendered, stack, dockerfile: str, helper: str, labels: d
     return replace(rendered, dockerfile=dockerfile, files=files, content_hash=digest, labels=labels)
 
 
-def render_packaging(rendered: Rendered, matrix) -> Rendered:
+def render_packaging(rendered: Rendered, build: StackBuild) -> Rendered:
     """The packaging probe of a rendered source stack: its Dockerfile as built (FlashInfer
     installed without AOT kernels: `rendered` comes with FLASHINFER_AOT replaced), the compile
     step left out, the template's own install step run on stand-in extensions
@@ -117,7 +118,7 @@ def render_packaging(rendered: Rendered, matrix) -> Rendered:
         if marker not in text:
             raise ConfigError(f"stacks.{rendered.stack_name}: the template has no {marker!r} line",
                               hint="a source template marks its vLLM build, install step and runtime stage")
-    stack = matrix.spec.stacks[rendered.stack_name]
+    stack = build.stack
     install = text[text.index(INSTALL): text.index(RUNTIME)].rstrip()
     dockerfile = "\n".join([
         text[: text.index(CUT)].rstrip(),
@@ -192,14 +193,12 @@ def judge_packaging(data: PackagingReport, want_vllm: str | None) -> tuple[str, 
     return "pass", ""
 
 
-def packaging_probe(matrix, stack_name: str, *, engine, log_dir: Path, on_event=None, force: bool = False,
-                    platform: Platform | None = None) -> PackagingResult:
+def packaging_probe(build: StackBuild, *, engine, log_dir: Path, on_event=None,
+                    force: bool = False) -> PackagingResult:
     """Build the packaging probe image of one source stack and read what it installed."""
-    stack = matrix.spec.stacks[stack_name]
-    jit = {"FLASHINFER_AOT": JIT_ONLY}
-    base = render(matrix, stack_name, base_image_id=local_base_id(matrix, stack_name, engine),
-                  platform=platform, extra=jit)
-    rendered = replace(render_packaging(base, matrix), stack_name=f"{stack_name}-pkgprobe")
+    stack, stack_name = build.stack, build.name
+    base = render(build.with_values({"FLASHINFER_AOT": JIT_ONLY}))
+    rendered = replace(render_packaging(base, build), stack_name=f"{stack_name}-pkgprobe")
     ref = rendered.image_ref
     outcome = build_one(rendered, engine=engine, log_dir=log_dir, force=force, on_event=on_event, audit=False)
     # the install step's pip line is near the end of the log (only the report step comes after it)
@@ -368,18 +367,16 @@ def judge(rows: list[ProbeRow], data: ProbeReport, asked: ArchList | None = None
     return ("fail", "; ".join(reasons)) if reasons else ("pass", "")
 
 
-def probe_stack(matrix, stack_name: str, *, engine, log_dir: Path, on_event=None, force: bool = False,
-                units: tuple[Unit, ...] | None = None, parts: tuple[str, ...] = PARTS,
-                platform: Platform | None = None) -> ProbeOutcome:
+def probe_stack(build: StackBuild, *, engine, log_dir: Path, on_event=None, force: bool = False,
+                units: tuple[Unit, ...] | None = None, parts: tuple[str, ...] = PARTS) -> ProbeOutcome:
     """The probe of one source stack: `packaging` (the install step on stand-in extensions) and
     `units` (configure stock and patched, compile the verdict's units, audit them), each asked."""
-    packaging = (packaging_probe(matrix, stack_name, engine=engine, log_dir=log_dir, on_event=on_event,
-                                 force=force, platform=platform) if "packaging" in parts else None)
+    packaging = (packaging_probe(build, engine=engine, log_dir=log_dir, on_event=on_event, force=force)
+                 if "packaging" in parts else None)
     if "units" in parts:
-        o = _units_probe(matrix, stack_name, engine=engine, log_dir=log_dir, on_event=on_event, force=force,
-                         units=units, platform=platform)
+        o = _units_probe(build, engine=engine, log_dir=log_dir, on_event=on_event, force=force, units=units)
     else:
-        o = ProbeOutcome(stack_name, "", "skipped", "", (), None, "")
+        o = ProbeOutcome(build.name, "", "skipped", "", (), None, "")
     statuses = [o.status] if "units" in parts else []
     statuses += [packaging.status] if packaging else []
     status = next((s for s in ("error", "fail") if s in statuses), "pass")
@@ -395,9 +392,9 @@ def probe_stack(matrix, stack_name: str, *, engine, log_dir: Path, on_event=None
                    labels=kept)
 
 
-def _units_probe(matrix, stack_name: str, *, engine, log_dir: Path, on_event=None, force: bool = False,
-                 units: tuple[Unit, ...] | None = None, platform: Platform | None = None) -> ProbeOutcome:
-    stack = matrix.spec.stacks[stack_name]
+def _units_probe(build: StackBuild, *, engine, log_dir: Path, on_event=None, force: bool = False,
+                 units: tuple[Unit, ...] | None = None) -> ProbeOutcome:
+    stack, stack_name = build.stack, build.name
     if units is None:
         units = load_units(stack.vllm.pypi or "") if stack.vllm and stack.vllm.pypi else None
     if not units:
@@ -405,15 +402,13 @@ def _units_probe(matrix, stack_name: str, *, engine, log_dir: Path, on_event=Non
                           hint="add the release's translation units to the units table, or probe only "
                                "the packaging (--probe-parts packaging)")
     # `<stack>-probe` names the image tag and the log file; the labels keep the stack's name
-    rendered = replace(render_probe(render(matrix, stack_name, base_image_id=local_base_id(matrix, stack_name, engine),
-                                           platform=platform),
-                                    matrix, units), stack_name=f"{stack_name}-probe")
+    rendered = replace(render_probe(render(build), build, units), stack_name=f"{stack_name}-probe")
     ref = rendered.image_ref
     outcome = build_one(rendered, engine=engine, log_dir=log_dir, force=force, on_event=on_event, audit=False)
     if outcome.status not in ("built", "reused"):
         return ProbeOutcome(stack_name, ref, "error", outcome.reason or "probe build failed", (), None,
                             outcome.log_path or "")
-    ccs = audit_ccs(matrix, stack_name)
+    ccs = build.audit_ccs
     with tempfile.TemporaryDirectory(prefix="harness-probe-") as tmp:
         try:
             root = Root(log_dir, what="--log-dir", create=True)

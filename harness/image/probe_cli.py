@@ -11,8 +11,8 @@ from rich.text import Text
 
 from harness.console import out, printable
 from harness.image.probe import PARTS, ProbeOutcome, probe_stack
-from harness.platforms import Platform
-from harness.results.model import CompileCache
+from harness.image.stackbuild import StackBuild
+from harness.results.build import CompileCache
 from harness.safety.roots import Root
 
 
@@ -30,12 +30,13 @@ def _cell(value: object) -> Text:
     return Text(printable(str(value))[:4000])
 
 
-def run_probes(matrix, stacks: list[str], *, engine, log_dir: Path, force: bool = False,
-               parts: tuple[str, ...] = PARTS, platform: Platform | None = None) -> list[str]:
+def run_probes(builds: list[StackBuild], *, engine, log_dir: Path, force: bool = False,
+               parts: tuple[str, ...] = PARTS) -> list[str]:
     """Probe each stack, print the tables, save probe-<stack>.json; returns the stacks that passed."""
     passed = []
-    for name in stacks:
-        o = probe_stack(matrix, name, engine=engine, log_dir=log_dir, force=force, parts=parts, platform=platform)
+    for build in builds:
+        name = build.name
+        o = probe_stack(build, engine=engine, log_dir=log_dir, force=force, parts=parts)
         if (p := o.packaging) is not None:
             table = Table(title=_cell(f"{name}: packaging probe {p.status} ({p.image_ref}, {p.duration_s:.0f} s)"))
             for col in ("installed", "Rust front end", "pip check", "platform"):

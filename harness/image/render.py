@@ -25,6 +25,7 @@ from harness.archs import split
 from harness.errors import ConfigError
 from harness.image.offline_stack import offline_parts, online
 from harness.image.requirements import REQUIREMENTS_FILE, StackRequirements, for_stack
+from harness.image.stackbuild import StackBuild
 from harness.matrix.load import Matrix
 from harness.matrix.model import Stack
 from harness.platforms import Platform
@@ -232,24 +233,21 @@ def fill(template_text: str, values: dict[str, str], where: str) -> str:
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], template_text)
 
 
-def render_source(matrix: Matrix, stack_name: str, *, template: Path | None = None,
-                  template_text: str | None = None,
-                  extra: dict[str, str] | None = None, platform: Platform | None = None,
-                  requirements: bool = True) -> Rendered:
+def render_source(build: StackBuild, *, template_text: str | None = None, requirements: bool = True) -> Rendered:
     """The Dockerfile, build args, labels and context of a docker stack built from source
-    (harness.image.dockerfile.render chooses between this and a wheel stack); touches no engine.
+    (harness.image.dockerfile.render chooses between this and a wheel stack), for its platform;
+    touches no engine.
 
-    `platform`: the CPU the image is for (default: this host's). `requirements`: read the build
-    requirements from the pinned sources (the sdist is fetched into the cache if missing);
-    False leaves them out of the context: the tag is the same (they follow from the pins and
-    the platform, which the hash holds), but such a rendering cannot be built.
+    `requirements`: read the build requirements from the pinned sources (the sdist is fetched
+    into the cache if missing); False leaves them out of the context: the tag is the same (they
+    follow from the pins and the platform, which the hash holds), but such a rendering cannot be
+    built.
     """
-    stack = matrix.spec.stacks[stack_name]
-    platform = platform or platforms.host()
-    template = template or DEFAULT_TEMPLATE
+    stack, stack_name, platform, extra = build.stack, build.name, build.platform, build.template_values
+    template = build.template or DEFAULT_TEMPLATE
     text = template_text if template_text is not None else template.read_text()
-    patches = patch_files(matrix, stack)
-    parts = (offline_parts(matrix, stack_name, stack, [p.data for p in patches if p.series == "vllm"])
+    patches = patch_files(build.matrix, stack)
+    parts = (offline_parts(build.matrix, stack_name, stack, [p.data for p in patches if p.series == "vllm"])
              if stack.offline else online(stack))
     fi_aot = stack.flashinfer is None or stack.flashinfer.aot
     dockerfile = fill(text, {
@@ -259,7 +257,7 @@ def render_source(matrix: Matrix, stack_name: str, *, template: Path | None = No
         "FLASHINFER_AOT": FLASHINFER_AOT_STEP if fi_aot
                           else " && echo 'FlashInfer: no AOT kernels (aot = false): JIT on first use' \\",
         **parts.values,
-        **(extra or {}),
+        **extra,
     }, str(template))
     buildargs = {**buildargs_for(stack), **parts.buildargs}
     files = tuple(_context_support_files(template.parent, dockerfile)

@@ -17,7 +17,6 @@ import re
 from pathlib import Path
 
 from harness import labels as label
-from harness import platforms
 from harness.bundle import LOCK, WheelLock, refuse_other_cpu, wheelhouse_files
 from harness.bundle import read_lock as read_bundle_lock
 from harness.errors import ConfigError
@@ -27,40 +26,41 @@ from harness.image.render import (
     PatchFile,
     Rendered,
     _context_support_files,
+    _part,
     content_hash,
     fill,
 )
-from harness.platforms import Platform
+from harness.image.stackbuild import StackBuild
 from harness.safety.paths import read_bytes
 
 PATCH_TARGET = re.compile(r"^\+\+\+ (?:b/)?(\S+)", re.MULTILINE)
 
 
-def wheelhouse_dir(matrix, stack_name: str) -> Path | None:
-    w = matrix.spec.stacks[stack_name].wheels
-    if w.wheelhouse is None:
+def wheelhouse_dir(build: StackBuild) -> Path | None:
+    w = build.stack.wheels
+    if w is None or w.wheelhouse is None:
         return None
     path = Path(w.wheelhouse)
-    return path if path.is_absolute() else (matrix.path.parent / path).resolve()
+    return path if path.is_absolute() else (build.matrix.path.parent / path).resolve()
 
 
-def read_lock(matrix, stack_name: str) -> tuple[Path, WheelLock] | None:
-    where = wheelhouse_dir(matrix, stack_name)
+def read_lock(build: StackBuild) -> tuple[Path, WheelLock] | None:
+    where = wheelhouse_dir(build)
     if where is None:
         return None
 
     if not (where / LOCK).exists():
-        raise ConfigError(f"stacks.{stack_name}.wheels.wheelhouse: no {where / LOCK}",
+        raise ConfigError(f"stacks.{build.name}.wheels.wheelhouse: no {where / LOCK}",
                           hint=f"unpack the bundle there first: `harness bundle install DIR --dest {where}`")
     return where, read_bundle_lock(where)  # checked: types, wheel file names, bounded size and depth
 
 
-def wheel_patches(matrix, stack_name: str) -> list[PatchFile]:
+def wheel_patches(build: StackBuild) -> list[PatchFile]:
     """The stack's Python-file patches, in order; a patch touching anything but .py files is refused."""
     out = []
-    for i, rel in enumerate(matrix.spec.stacks[stack_name].wheels.patches):
-        path = matrix.patch_path(rel)
-        where = f"stacks.{stack_name}.wheels.patches[{i}]"
+    for i, rel in enumerate(build.stack.wheels.patches if build.stack.wheels else ()):
+        path = build.matrix.patch_path(rel)
+        where = f"stacks.{build.name}.wheels.patches[{i}]"
         if not path.is_file():
             raise ConfigError(f"{where}: patch file not found: {path}", hint="add it under patches/, or fix the path")
         data = read_bytes(path, limit=64 << 20, what=f"{where}: patch")
@@ -84,14 +84,13 @@ def _patch_lines(patches: list[PatchFile]) -> str:
     return "\n".join(lines)
 
 
-def render_wheels(matrix, stack_name: str, *, template: Path | None = None, template_text: str | None = None,
-                  extra: dict[str, str] | None = None,
-                  base_image_id: str | None = None, platform: Platform | None = None) -> Rendered:
-    """`platform`: the CPU the image is built for (default: this host's); the wheelhouse must match it."""
-    stack = matrix.spec.stacks[stack_name]
-    platform = platform or platforms.host()
+def render_wheels(build: StackBuild, *, template_text: str | None = None) -> Rendered:
+    """The image of a wheel stack, for the build's platform (the wheelhouse must match it)."""
+    stack, stack_name, platform = build.stack, build.name, build.platform
+    base_image_id, extra = build.base_image_id, build.template_values
+    assert stack.wheels is not None, "dockerfile.render hands wheel stacks only"
     w = stack.wheels
-    base = stack.base_image
+    base = _part("base_image", stack.base_image)  # Stack's validator gives a wheel stack one
     if base.local and base.image_id and base_image_id != base.image_id:
         raise ConfigError(f"stacks.{stack_name}.base_image: {base.repository}:{base.tag} is {base_image_id}, "
                           f"the matrix pins {base.image_id}",
@@ -99,11 +98,11 @@ def render_wheels(matrix, stack_name: str, *, template: Path | None = None, temp
     # a local base not resolved yet (a plan with no engine) renders with its tag: that tag's hash
     # is not the built image's, which `harness build` resolves to the ID first
     from_ref = (base_image_id or f"{base.repository}:{base.tag}") if base.local else base.reference
-    template = template or WHEELS_TEMPLATE
+    template = build.template or WHEELS_TEMPLATE
     text = template_text if template_text is not None else template.read_text()
-    patches = wheel_patches(matrix, stack_name)
+    patches = wheel_patches(build)
     files: list[tuple[str, bytes]] = []
-    lock_info = read_lock(matrix, stack_name)
+    lock_info = read_lock(build)
     repacked_note = ""
     if lock_info is not None:
         where, lock = lock_info

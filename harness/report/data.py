@@ -15,12 +15,11 @@ from pathlib import Path
 from harness.bench.roofline import roofline_efficiency
 from harness.fingerprint.model import Fingerprint
 from harness.fingerprint.verdicts import cause_of
+from harness.results.build import BuildKey, BuildOutcome, BuildStatus
 from harness.results.model import (
     FORMAT_CHECK,
     BenchInfo,
     BenchLevel,
-    BuildKey,
-    BuildOutcome,
     CellResult,
     FormatComparison,
     MemoryRecord,
@@ -114,7 +113,7 @@ class Pair:
 @dataclass(frozen=True)
 class Build:
     stack: str
-    status: str
+    status: BuildStatus
     image: str
     audit_status: str
     audit_lines: tuple[str, ...]
@@ -427,7 +426,7 @@ def _pairs(cells: tuple[Cell, ...], min_ratio: float | None) -> tuple[Pair, ...]
 
 def _build(b: BuildOutcome) -> Build:
     image = b.image_ref or b.image_id  # v1's {ref, id} is lifted by BuildOutcome.from_json
-    audit = b.audit_record
+    audit = b.audit
     lines = list(audit.lines) if audit else []
     audit_status = b.audit_status or ("n/a" if audit is None else "?")
     if audit_status == "not-audited" and audit and audit.reason:

@@ -21,15 +21,14 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from harness import labels as label
-from harness.audit.report import AuditSummary
 from harness.errors import ConfigError
 from harness.fingerprint.model import Fingerprint
 from harness.fingerprint.tables import SignatureTracker, signatures
 from harness.fingerprint.verdicts import cause_of
 from harness.redact import redact_args, redact_env, redact_text
+from harness.results.build import BuildOutcome
 from harness.results.model import (
     SELECTION_CHECKS,
-    BuildOutcome,
     CellResult,
     ImageProbe,
     RunRecord,
@@ -229,11 +228,6 @@ def _from_label(label: str | None, what: str = "") -> str | None:
     return f"{value} (image label{': ' + what if what else ''})" if value else None
 
 
-def _audit(cell: CellResult, build: BuildOutcome | None) -> AuditSummary | None:
-    """The audit summary: the cell's, else the build's."""
-    return cell.audit or (build.audit_summary or build.audit if build else None)
-
-
 def _environment(run: RunRecord, cell: CellResult, build: BuildOutcome | None) -> list[str]:
     host = run.host
     gpu = host.first_gpu
@@ -288,13 +282,11 @@ def _environment(run: RunRecord, cell: CellResult, build: BuildOutcome | None) -
     patches = {k: v for k, v in labels.items() if "patch" in k.lower() or "pr." in k.lower()}
     lines += ["", "### Patches (from the image labels, with sha256)", ""]
     lines += [f"- `{k}`: `{v}`" for k, v in sorted(patches.items())] or ["- none recorded"]
-    audit = _audit(cell, build)
+    audit = build.audit if build else None  # a cell's audit is its build's
     lines += ["", "### Archs actually compiled (harness audit of the image)", ""]
-    shown = {**(audit.labels if audit else {}), **({"audit.status": audit.status} if audit and audit.status else {})}
+    shown = dict(audit.labels) if audit else {}
     if audit and audit.reason:
         shown["audit.reason"] = audit.reason
-    if audit and not any(k.startswith("audit.verdict.") for k in shown):  # a full report: its verdict lines
-        shown |= {f"audit.verdict.{i}": line for i, line in enumerate(audit.lines)}
     lines += [f"- `{k}`: {v}" for k, v in sorted(shown.items())] or [
         "- no audit recorded (run `harness audit` on the image)"
     ]
@@ -470,7 +462,7 @@ def _read(store: RunStore, cell_id: str, force: bool) -> CellResult:
 def bug_report(store: RunStore, cell_id: str, *, force: bool = False) -> str:
     cell = _read(store, cell_id, force)
     run = store.run
-    build = store.build_for(cell.stack, cell.host)
+    build = store.build_of(cell)
     matrix, matrix_note = _shown_path(run.matrix.path, Path.cwd(), "matrix")
     chip = _chip(run)
     driver = run.host.driver

@@ -17,7 +17,7 @@ from harness.fingerprint.tables import signatures
 from harness.hostenv import HostFingerprint
 from harness.matrix.model import NOISE_FLOOR
 from harness.redact import redact_text
-from harness.results.model import STATUS_RANK, BenchRecord, CellResult, RunRecord
+from harness.results.model import STATUS_RANK, BenchRecord, CellResult, RunRecord, RunStatus
 from harness.results.store import RunStore
 
 Kind = Literal["regression", "gain", "change", "note"]
@@ -37,14 +37,18 @@ _LEVEL_FIGURES = (
 )
 
 
+# what one side of a finding was: a status or a kernel name, the kernels, a figure, a flag
+Value = str | int | float | bool | list[str] | None
+
+
 @dataclass(frozen=True)
 class Finding:
     cell: str
     kind: Kind
     what: str
     message: str
-    baseline: Any = None
-    candidate: Any = None
+    baseline: Value = None
+    candidate: Value = None
     delta: float | None = None  # relative change, for figures
     band: float | None = None  # the band it had to clear
 
@@ -53,11 +57,11 @@ class Finding:
 class RunSide:
     run_id: str
     path: str
-    status: str | None
+    status: RunStatus | None
     host: HostFingerprint = field(default_factory=HostFingerprint)
 
     def to_json(self) -> dict:
-        return {"run_id": self.run_id, "path": self.path, "status": self.status,
+        return {"run_id": self.run_id, "path": self.path, "status": self.status.value if self.status else None,
                 "host": self.host.model_dump(mode="json")}
 
 
@@ -99,7 +103,7 @@ def _floor(run: RunRecord) -> float | None:
 
 
 def _side(store: RunStore) -> RunSide:
-    return RunSide(store.run_id, str(store.dir), store.run.status.value, store.run.host)
+    return RunSide(store.run_id, str(store.dir), store.run.status, store.run.host)
 
 
 def _error(cell: CellResult) -> str:
@@ -341,7 +345,7 @@ def compare_runs(
 # -- Markdown ---------------------------------------------------------------------------------
 
 
-def _cell(v: Any) -> str:
+def _cell(v: Value) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):

@@ -1,29 +1,37 @@
-"""The typed records of a run: what a cell ended as, and why.
+"""The typed records of a run: what a cell ended as, and why (cells/<key>.json), and the run
+itself (run.json).
 
-Results format v3 (FORMAT below; docs/results-format.md). Everything a stage produces about a
+Results format v4 (FORMAT below; docs/results-format.md). Everything a stage produces about a
 cell lands in one frozen `CellResult`; report, compare and bug only render these records, they
 judge nothing. The verdicts are the single source of truth: a cell's `reasons` are derived from
-its failed verdicts, never stored beside them. v1 and v2 files load through
-`CellResult.from_json`: v1's free-text reasons (the first round's run directories,
-examples/h200/run) become verdicts, and a v1 or v2 NVFP4 cell, which stored no pairing, is read
-as compared with the cell of its stack and config whose model name says fp8 where its says nvfp4.
+its failed verdicts, never stored beside them, and the image's audit is its build's
+(`build_record`), never copied into the cell. Older files load through `CellResult.from_json`:
+v1's free-text reasons (the first round's run directories, examples/h200/run) become verdicts, a
+v1 or v2 NVFP4 cell, which stored no pairing, is read as compared with the cell of its stack and
+config whose model name says fp8 where its says nvfp4, and the audit a v1-v3 cell copied from
+its build is left to the build.
 
 The fingerprint and the benchmark are the types their modules produce (`Fingerprint`,
-`BenchResult`). Other sub-records (the memory watch, the audit, the image probe) are typed views
-that keep unknown keys (`extra="allow"`): a newer writer may add facts, and an older reader must
-neither lose them nor refuse the file.
+`BenchResult`). Other sub-records (the memory watch, the image probe) are typed views that keep
+unknown keys (`extra="allow"`): a newer writer may add facts, and an older reader must neither
+lose them nor refuse the file.
 """
 
 from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
-
-# the audit summary is what the arch audit writes, the host's what `harness env` reads: defined there
-from harness.audit.report import AuditSummary
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictInt,
+    ValidationError,
+    computed_field,
+)
 
 # a cell's bench figures are what `harness bench` measured: one type, defined there
 from harness.bench.result import BenchResult, LevelResult
@@ -35,15 +43,18 @@ from harness.fingerprint.model import Fingerprint
 from harness.fingerprint.verdicts import SELECTION_CHECKS as SELECTION_CHECKS
 from harness.fingerprint.verdicts import Verdict as Verdict
 from harness.fingerprint.verdicts import VerdictStatus as VerdictStatus
+
+# the host's fingerprint is what `harness env` reads: defined there
 from harness.hostenv import HostFingerprint
+from harness.record import Open, Record, kept
 
 # The names readers of stored cells use for them: the same classes.
 BenchRecord = BenchResult
 BenchLevel = LevelResult
 FingerprintRecord = Fingerprint
 
-FORMAT = 3
-READABLE_FORMATS = (1, 2, 3)
+FORMAT = 4
+READABLE_FORMATS = (1, 2, 3, 4)
 FORMAT_CHECK = "expect.nvfp4_over_fp8"  # the judge's NVFP4-vs-FP8 verdict (harness.stages.judge)
 
 
@@ -72,19 +83,22 @@ class Status(StrEnum):
 # Worse is higher, for `harness compare`; SKIPPED and ERROR say nothing about the stack.
 STATUS_RANK = {Status.PASS: 0, Status.FAIL: 1, Status.HUNG: 2, Status.TIMEOUT: 2,
                Status.CRASHED: 3, Status.BUILD_FAILED: 4}
-NOT_READY = {"exited": Status.CRASHED, "hung": Status.HUNG, "timeout": Status.TIMEOUT}
 
 
-class Record(BaseModel):
-    """Frozen, and strict about its own keys."""
+class ServeState(StrEnum):
+    """How the wait for a server ended (harness.serve.readiness)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    READY = "ready"  # /health answered and /v1/models listed the cell's own name
+    EXITED = "exited"  # the process ended, or its log said it could not bind its port
+    HUNG = "hung"  # no new log line for serve.quiet_period_s while not ready
+    TIMEOUT = "timeout"  # not ready within serve.startup_timeout_s
+
+    @property
+    def ready(self) -> bool:
+        return self is ServeState.READY
 
 
-class Open(BaseModel):
-    """Frozen, keeps keys it does not know (written by another module, maybe newer)."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
+NOT_READY = {ServeState.EXITED: Status.CRASHED, ServeState.HUNG: Status.HUNG, ServeState.TIMEOUT: Status.TIMEOUT}
 
 
 # --- views of what other modules write -------------------------------------------------------
@@ -149,7 +163,7 @@ class ServeInfo(Record):
     log: str | None = Field(default=None, description="server log, relative to the run directory")
     startup_s: float | None = None
     exit_code: int | None = None
-    state: str | None = Field(default=None, description="ready | exited | hung | timeout")
+    state: ServeState | None = None
     log_tail: tuple[str, ...] = ()
     url: str | None = None
     served_model: str | None = None
@@ -162,6 +176,8 @@ class ImageInfo(Record):
 
 
 class BuildInfo(Record):
+    """A cell whose image did not build: the build's log, and its last lines."""
+
     log: str | None = None
     log_tail: tuple[str, ...] = ()
 
@@ -179,7 +195,8 @@ class CrossCheck(Open):
     exit_code: int | None = None
     duration_s: float | None = None
     output_tail: tuple[str, ...] = ()
-    result: Any = None
+    result: JsonValue = Field(None, description="what the command left in HARNESS_OUT (logs/<cell-key>.cross-check."
+                              "json), as it wrote it: its own shape; None when it left no JSON there")
 
 
 class LevelRatio(Record):
@@ -249,7 +266,9 @@ class CellResult(Record):
     bench: BenchRecord | None = None
     image: ImageInfo | None = None
     image_fingerprint: ImageProbe | None = None
-    audit: AuditSummary | None = None
+    build_record: str | None = Field(default=None, description="the build it served from: its file under the "
+                                     "run folder (builds/<stack>.json, builds/<stack>@<host>.json), which holds "
+                                     "the image's audit; None: it had no build, or was written before format 4")
     memory: MemoryRecord | None = None
     serve: ServeInfo | None = None
     build: BuildInfo | None = None
@@ -282,10 +301,10 @@ class CellResult(Record):
 
     @classmethod
     def from_json(cls, data: Any) -> CellResult:
-        """A v3 record, or a v1 or v2 record lifted to v3. Raises ValueError on anything else."""
+        """A v4 record, or an older one lifted to v4. Raises ValueError on anything else."""
         if not isinstance(data, dict):
             raise ValueError(f"a cell record is a JSON object, not {type(data).__name__}")
-        fmt = _Stored.model_validate(data).format
+        fmt = Stored.model_validate(data).format
         if fmt not in READABLE_FORMATS:
             raise ValueError(f"results format {fmt!r}; this tool reads formats {READABLE_FORMATS}")
         if fmt == 1:
@@ -297,48 +316,50 @@ class CellResult(Record):
             data = {k: v for k, v in data.items() if k != "reasons"}
         if fmt < 3:
             data = _lift_v2(data)
+        if fmt < 4:
+            data = _lift_v3(data)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise ValueError(_first_errors(exc)) from None
+            raise ValueError(first_errors(exc)) from None
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
 
-class _Stored(Open):
+class Stored(Open):
     """Any stored record, read only for the format it says it is in (1 when it says none)."""
 
-    format: Any = 1
+    format: StrictInt = 1
 
 
 class _V1Verdict(Open):
     """The parts of a v1 verdict the v1 lift reads."""
 
-    status: Any = None
-    message: Any = None
+    status: Annotated[str | None, kept(str)] = None
+    message: Annotated[str | None, kept(str)] = None
 
 
 class _V1Build(Open):
     """The parts of a v1 cell's build entry that v2 kept."""
 
-    log: Any = None
-    log_tail: Any = None
+    log: Annotated[str | None, kept(str)] = None
+    log_tail: Annotated[list[JsonValue] | None, kept(list)] = None
 
 
 class _V1Cell(Open):
-    """The parts of a v1 cell record the v1 lift reads; any type, as v1 wrote it (the lift
-    checks each one's type before it uses it)."""
+    """The parts of a v1 cell record the v1 lift reads, each kept when v1 wrote it with the type
+    the lift uses."""
 
-    reasons: Any = None
-    verdicts: Any = None
-    status: Any = None
-    durations: Any = None
-    image: Any = None
-    build: Any = None
+    reasons: Annotated[list[JsonValue] | None, kept(list)] = None
+    verdicts: Annotated[list[JsonValue] | None, kept(list)] = None
+    status: Annotated[str | None, kept(str)] = None
+    durations: Annotated[dict[str, JsonValue] | None, kept(dict)] = None
+    image: Annotated[dict[str, JsonValue] | None, kept(dict)] = None
+    build: Annotated[dict[str, JsonValue] | None, kept(dict)] = None
 
 
-def _v1_reason_check(status: Any) -> str:
+def _v1_reason_check(status: str | None) -> str:
     """The check a v1 reason that no verdict carried becomes, by the cell's v1 status."""
     match status:
         case "build-failed":
@@ -364,11 +385,11 @@ def _lift_v1(data: dict) -> dict:
         lifted.append({"check": _v1_reason_check(old.status), "status": "fail", "message": r, "lines": []})
     data["verdicts"] = lifted + verdicts
     data["format"] = FORMAT
-    if isinstance(old.durations, dict):  # v1 readers took null figures
+    if old.durations is not None:  # v1 readers took null figures
         data["durations"] = {k: v for k, v in old.durations.items() if v is not None}
-    if isinstance(old.image, dict) and not any(old.image.values()):
+    if old.image is not None and not any(old.image.values()):
         data["image"] = None
-    if isinstance(old.build, dict):
+    if old.build is not None:
         build = _V1Build.model_validate(old.build)
         data["build"] = {"log": build.log, "log_tail": build.log_tail or []}
     return data
@@ -378,12 +399,12 @@ _NVFP4_IN_NAME = re.compile(r"(?<![A-Za-z0-9])nvfp4(?![A-Za-z0-9])", re.IGNORECA
 
 
 class _V2Cell(Open):
-    """The parts of a v1/v2 cell record the v2 lift reads, as they were written."""
+    """The parts of a v1/v2 cell record the v2 lift reads, each kept when it is text."""
 
-    model: Any = None
-    quantization: Any = None
-    stack: Any = None
-    config: Any = None
+    model: Annotated[str | None, kept(str)] = None
+    quantization: Annotated[str | None, kept(str)] = None
+    stack: Annotated[str | None, kept(str)] = None
+    config: Annotated[str | None, kept(str)] = None
 
 
 def _lift_v2(data: dict) -> dict:
@@ -394,12 +415,18 @@ def _lift_v2(data: dict) -> dict:
     old = _V2Cell.model_validate(data)
     data = {**data, "format": FORMAT}
     model = old.model
-    if old.quantization == "nvfp4" and isinstance(model, str) and _NVFP4_IN_NAME.search(model):
+    if old.quantization == "nvfp4" and model is not None and _NVFP4_IN_NAME.search(model):
         data["compare_with"] = f"{old.stack}/{_NVFP4_IN_NAME.sub('fp8', model)}/{old.config}"
     return data
 
 
-def _first_errors(exc: ValidationError, n: int = 3) -> str:
+def _lift_v3(data: dict) -> dict:
+    """v1-v3 -> v4: a cell kept a copy of its build's audit; the build's record holds it now
+    (every shipped cell's copy is its build's, tests/test_results_v3.py), so the copy is left."""
+    return {**{k: v for k, v in data.items() if k != "audit"}, "format": FORMAT}
+
+
+def first_errors(exc: ValidationError, n: int = 3) -> str:
     parts = []
     for e in exc.errors()[:n]:
         where = ".".join(str(p) for p in e["loc"]) or "(top)"
@@ -522,127 +549,13 @@ class RunRecord(BaseModel):
     def from_json(cls, data: Any) -> RunRecord:
         if not isinstance(data, dict):
             raise ValueError(f"run.json holds a JSON object, not {type(data).__name__}")
-        fmt = _Stored.model_validate(data).format
+        fmt = Stored.model_validate(data).format
         if fmt not in READABLE_FORMATS:
             raise ValueError(f"results format {fmt!r}; this tool reads formats {READABLE_FORMATS}")
         try:
             return cls.model_validate({**data, "format": FORMAT})
         except ValidationError as exc:
-            raise ValueError(_first_errors(exc)) from None
+            raise ValueError(first_errors(exc)) from None
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
-
-
-class PartialCell(Open):
-    """cells/<key>.partial.json: what a running cell has measured so far, written as it goes
-    (harness.run.cell), gone once the cell is written. Each part is kept as it was written and
-    validated where it is used (`measured()` into the error cell, `server` by the reaper)."""
-
-    id: str | None = None
-    started_at: str | None = None
-    host: str | None = None
-    server: dict[str, Any] | None = Field(None, description="how to find the started server (serve.base.ServerRecord)")
-    readiness: dict[str, Any] | None = None
-    image_fingerprint: dict[str, Any] | None = None
-    bench: dict[str, Any] | None = None
-    cross_check: dict[str, Any] | None = None
-
-    def measured(self) -> dict[str, Any]:
-        """The measured parts, as CellResult fields of the same names: what a cell the tool
-        failed on keeps."""
-        return self.model_dump(mode="json", include={"bench", "image_fingerprint", "cross_check"}, exclude_none=True)
-
-
-class CompileCache(Open):
-    """What the compile cache did in one build (harness/image/compile_cache.py)."""
-
-    hits: int = Field(0, description="compiles answered from the cache")
-    misses: int = Field(0, description="compiles run and stored")
-    uncacheable: int = Field(0, description="compiles ccache declined to cache (they ran)")
-    hit_rate: float | None = Field(None, description="hits / (hits + misses + uncacheable)")
-    seconds_compiling: float | None = Field(None, description="wall time of the compile steps "
-                                            "(configure + compile), from the step itself")
-    remote_errors: int = Field(0, description="reads or writes the store did not answer")
-    namespace: str | None = Field(None, description="the store folder: machine + toolchain digest")
-    off: str | None = Field(None, description="why the build compiled without the cache")
-    missed: tuple[str, ...] = Field((), description="the translation units compiled, not taken from the "
-                                    "cache (source paths, relative to the source tree)")
-    store_errors: tuple[str, ...] = Field((), description="units whose lookup or store failed against "
-                                          "the store (each such lookup is also a miss)")
-
-
-BuildKey = tuple[str, str | None]  # (stack, host): host None in a run on one host
-
-
-class _V1ImageRef(Open):
-    """A v1 build's image: {ref, id}."""
-
-    ref: Any = None
-    id: Any = None
-
-
-class _V1BuildImage(Open):
-    """A build record read for its v1 `image` key (v2 and later write none)."""
-
-    image: Any = None
-
-
-class BuildOutcome(Open):
-    """builds/<stack>.json (builds/<stack>@<host>.json in a run over several hosts): what the
-    build (or reuse, or local audit) of one stack on one host gave."""
-
-    stack: str
-    host: str | None = Field(default=None, description="the [hosts] entry it was built on, in a run of several")
-    status: str = Field(description="built | reused | failed | local | skipped")
-    image_ref: str | None = None
-    image_id: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    log_path: str | None = None
-    log_tail: tuple[str, ...] = ()
-    duration_s: float = 0.0
-    audit: AuditSummary | None = Field(None, description="the full report (a local stack)")
-    audit_summary: AuditSummary | None = None
-    arch_problems: tuple[str, ...] = ()
-    reason: str | None = None
-    compile_cache: CompileCache | None = None
-    rust_frontend: str | None = Field(None, description="vLLM's optional Rust front end: built | not built (why) | "
-                                      "none in this release; None: not recorded (a wheel stack, an older image)")
-
-    @property
-    def failed(self) -> bool:
-        return self.status == "failed"
-
-    @property
-    def key(self) -> BuildKey:
-        return (self.stack, self.host)
-
-    @property
-    def audit_record(self) -> AuditSummary | None:
-        """The audit's full report where one was kept (a local stack), else its summary."""
-        return self.audit or self.audit_summary
-
-    @property
-    def audit_status(self) -> str | None:
-        """The arch audit's status; None when the stack was not audited."""
-        return self.audit.status if self.audit and self.audit.status else (
-            self.audit_summary.status if self.audit_summary else None)
-
-    @classmethod
-    def from_json(cls, data: Any, stack: str | None = None) -> BuildOutcome:
-        if not isinstance(data, dict):
-            raise ValueError(f"a build record is a JSON object, not {type(data).__name__}")
-        data = {k: v for k, v in data.items() if v is not None or k in ("audit",)}
-        data.setdefault("stack", stack or "?")
-        if "host" not in data and isinstance(data["stack"], str) and "@" in data["stack"]:
-            # v2 kept a multi-host build as stack "<stack>@<host>"
-            data["stack"], data["host"] = data["stack"].split("@", 1)
-        if isinstance(image := _V1BuildImage.model_validate(data).image, dict):
-            # v1 wrote {ref, id} where v2 has image_ref / image_id
-            ref = _V1ImageRef.model_validate(image)
-            data.setdefault("image_ref", ref.ref)
-            data.setdefault("image_id", ref.id)
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise ValueError(_first_errors(exc)) from None

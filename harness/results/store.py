@@ -22,19 +22,16 @@ from typing import Any
 
 from harness.errors import ConfigError, StorageError
 from harness.redact import redact_json, redact_text
-from harness.results.model import (
-    BuildKey,
-    BuildOutcome,
-    CellResult,
-    PartialCell,
-    RunRecord,
-    RunStatus,
-)
+from harness.results.build import BuildKey, BuildOutcome
+from harness.results.model import CellResult, RunRecord, RunStatus
+from harness.results.partial import PartialCell
+from harness.results.schedule import SCHEDULE, ScheduleEntry
 from harness.safety.paths import under
 from harness.safety.roots import Root
 from harness.safety.writes import write_text
 
 RUN_FILE = "run.json"
+SCHEDULE_FILE = "schedule.json"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=,+@-]")
 
 
@@ -199,12 +196,12 @@ class RunStore:
             Root(self._dir, what="run folder").remove(f"cells/{self.partial_path(cell.id).name}")
         return path
 
-    def write_partial(self, cell_id: str, data: dict[str, Any]) -> None:
+    def write_partial(self, partial: PartialCell) -> None:
         """What a cell has measured so far, so a controller killed mid-cell loses nothing:
         `--resume` redoes the cell, and report/bug can still show what it had."""
         if self._sealed:
             return
-        _write(self.partial_path(cell_id), mask({"id": cell_id, **data}), root=self._dir)
+        _write(self.partial_path(partial.id), mask(partial.to_json()), root=self._dir)
 
     def read_partial(self, cell_id: str) -> PartialCell | None:
         """The cell's partial record; None when there is none or it cannot be read (a controller
@@ -251,15 +248,30 @@ class RunStore:
         return [self._load_cell(folder / n) for n in Root(self._dir, what="run folder").files("cells", suffix=".json")
                 if not n.endswith(".partial.json")]
 
+    def schedule(self) -> tuple[ScheduleEntry, ...]:
+        """schedule.json: which slot held which cell when (a run over listed [hosts]); empty
+        when the run wrote none."""
+        if not Root(self._dir, what="run folder").exists(SCHEDULE_FILE):
+            return ()
+        try:
+            return SCHEDULE.validate_python(self._load(self._dir / SCHEDULE_FILE))
+        except ValueError as exc:
+            raise _bad_file(self._dir / SCHEDULE_FILE, exc) from None
+
     # -- builds ---------------------------------------------------------------------------
+
+    def build_record(self, outcome: BuildOutcome) -> str:
+        """Where a build outcome is kept, relative to the run folder: builds/<stack>.json, or
+        builds/<stack>@<host>.json for one built on a [hosts] entry. A cell names it
+        (`build_record`) to point at its build, and its audit."""
+        return f"builds/{cell_key(outcome.file_name)}.json"
 
     def write_build(self, outcome: BuildOutcome, host: str | None = None) -> Path:
         """A build outcome; with `host` (a run over several hosts builds on each) it records
         that host and is kept as builds/<stack>@<host>.json."""
         if host is not None:
             outcome = outcome.model_copy(update={"host": host})
-        name = outcome.stack if outcome.host is None else f"{outcome.stack}@{outcome.host}"
-        path = self._dir / "builds" / f"{cell_key(name)}.json"
+        path = self._dir / self.build_record(outcome)
         _write(path, mask(outcome.model_dump(mode="json")), root=self._dir)
         return path
 
@@ -292,6 +304,22 @@ class RunStore:
             return builds[(stack, None)]
         same = [b for (s, _), b in builds.items() if s == stack]
         return same[0] if len(same) == 1 else None
+
+    def build_of(self, cell: CellResult) -> BuildOutcome | None:
+        """The build a cell served from: the record it names (format 4), else the one of its
+        stack on its host (build_for). None when it had none, or the record is gone."""
+        if cell.build_record is None:
+            return self.build_for(cell.stack, cell.host)
+        root = Root(self._dir, what="run folder")
+        under(self._dir, cell.build_record, what=f"{self.cell_path(cell.id)}: build_record",
+              hint="a cell names its build as builds/<name>.json inside the run folder: this one was edited by hand")
+        if not cell.build_record.startswith("builds/") or not root.exists(cell.build_record):
+            return None
+        path = self._dir / cell.build_record
+        try:
+            return BuildOutcome.from_json(self._load(path), stack=path.stem)
+        except ValueError as exc:
+            raise _bad_file(path, exc) from None
 
     def _load_cell(self, path: Path) -> CellResult:
         try:

@@ -11,19 +11,15 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
-from typing import Any
 
 from harness.errors import StorageError
 from harness.fingerprint.parse import fingerprint
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell
+from harness.results.build import BuildOutcome
 from harness.results.memwatch import MemWatch
-from harness.results.model import (
-    BuildOutcome,
-    CellResult,
-    MemoryRecord,
-    ServeInfo,
-)
+from harness.results.model import CellResult, MemoryRecord, ServeInfo
+from harness.results.partial import PartialCell, ServerRecord, StartUp
 from harness.results.store import RunStore, cell_key, utc_now
 from harness.run.options import RunOptions
 from harness.run.outcome import (
@@ -56,21 +52,22 @@ def serve_cell(cell: Cell, placement: Placement, build: BuildOutcome | None, *, 
     planned = serve_stage.plan(cell, matrix, run_id=store.run_id, log_path=log_path, image=image,
                                placement=placement, keep_failed=opts.keep_failed)
     spec, cmd = planned.spec, planned.command
-    partial: dict[str, Any] = {"started_at": started}
+    partial = PartialCell(id=cell.id, started_at=started, **({"host": host} if host is not None else {}))
 
-    def save(key: str, value: Any) -> None:
-        partial[key] = value
-        store.write_partial(cell.id, {**partial, "host": host} if host is not None else partial)
+    def save(key: str, value: ServerRecord | StartUp | measure_stage.Part) -> None:
+        nonlocal partial
+        partial = partial.with_part(**{key: value})
+        store.write_partial(partial)
 
     serve_cfg = matrix.spec.serve
     with ExitStack() as stack:
         server = stack.enter_context(placement.runner.serve(spec))
-        save("server", server.record().model_dump(mode="json", exclude_defaults=True))
+        save("server", server.record())
         watch = stack.enter_context(MemWatch(interval_s=5))
         progress.cell_phase(cell, "start-up", server.log)
         ready = wait_ready(server, timeout_s=serve_cfg.startup_timeout_s,
                            quiet_s=serve_cfg.quiet_period_s, identity=cmd.identity)
-        save("readiness", {"state": ready.state, "startup_s": round(ready.startup_s, 1)})
+        save("readiness", StartUp(state=ready.state, startup_s=round(ready.startup_s, 1)))
         serve_info = ServeInfo(
             command=spec.argv, env=spec.env, log=str(log_path.relative_to(store.dir)),
             startup_s=round(ready.startup_s, 1), exit_code=ready.exit_code, state=ready.state,
@@ -94,10 +91,10 @@ def serve_cell(cell: Cell, placement: Placement, build: BuildOutcome | None, *, 
                                     exit_code=ready.exit_code, detail=ready.detail, bench=m.bench,
                                     memory=memory, extra=build_verdicts(build))
         result = CellResult(
-            **cell_base(cell, host), status=verdict.status, verdicts=verdict.verdicts,
+            **cell_base(cell, host, store.build_record(build) if build else None),
+            status=verdict.status, verdicts=verdict.verdicts,
             fingerprint=fp, bench=m.bench, image=image_info(cell, build),
             image_fingerprint=m.image_fingerprint, memory=memory, serve=serve_info,
-            audit=(build.audit_summary or build.audit) if build else None,
             cross_check=m.cross_check,
             durations={"startup_s": round(ready.startup_s, 1), **m.durations,
                        "total_s": round(time.monotonic() - t0, 1)},
@@ -115,12 +112,13 @@ def run_cell(cell: Cell, placement: Placement, build: BuildOutcome | None, *, ma
              store: RunStore, opts: RunOptions) -> CellResult:
     """One cell; whatever it raises (but Ctrl-C / SIGTERM / a full disk) is its result."""
     host = placement.host
+    record = store.build_record(build) if build else None
     if build is not None and build.failed:
-        result = build_failed_cell(cell, build, host)
+        result = build_failed_cell(cell, build, host, record)
         store.write_cell(result)
         return result
     if matrix.spec.serve.gpus != "none" and (why := placement.no_gpu()) is not None:
-        result = skipped_cell(cell, why, build, host)
+        result = skipped_cell(cell, why, build, host, record)
         store.write_cell(result)
         return result
     started = utc_now()
@@ -141,6 +139,6 @@ def run_cell(cell: Cell, placement: Placement, build: BuildOutcome | None, *, ma
         result = error_cell(cell, exc, started=started, log_tail=tail,
                             partial=store.read_partial(cell.id),
                             log_rel=str(log.relative_to(store.dir)) if log.is_file() else None,
-                            host=host)
+                            host=host, record=record)
         store.write_cell(result)
         return result

@@ -23,19 +23,14 @@ from harness.engine import Engine, connect
 from harness.errors import ConfigError, EnvironmentProblem
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell
-from harness.results.model import (
-    BuildOutcome,
-    CellError,
-    CellResult,
-    Status,
-    Verdict,
-    VerdictStatus,
-)
+from harness.results.build import BuildOutcome
+from harness.results.model import CellError, CellResult, Status, Verdict, VerdictStatus
+from harness.results.schedule import ScheduleEntry, schedule_json
 from harness.results.store import RunStore, atomic_write_json, utc_now
 from harness.run.options import RunOptions
 from harness.run.outcome import apply_format_rule, error_cell
 from harness.run.schedule import Board, Host, Slot, gpus_needed, listen_port, placement, why_not
-from harness.serve.base import Placement, Runner, ServerRecord
+from harness.serve.base import Placement, Runner
 from harness.serve.docker import DockerRunner
 from harness.serve.local import LocalRunner, kill_group
 from harness.serve.multinode import Node, RayRunner, ray_argv
@@ -99,7 +94,7 @@ class Executor:
         self.by_id = {c.id: c for c in cells}
         self.stopping = threading.Event()
         self.lock = threading.Lock()  # the cross-cell format rule, the start counter
-        self.timeline: list[dict] = []
+        self.timeline: list[ScheduleEntry] = []
         several = len(hosts) > 1
         self.hosts = {h.name: _HostRun(h, local_engine if h.default else _unconnected(h),
                                        None if h.default else h.name, h.name if several else None)
@@ -243,8 +238,8 @@ class Executor:
             cell = dataclasses.replace(cell, config=cell.config.model_copy(
                 update={"args": ray_argv(cell.config.args)}))
             result = self.run_cell(cell, placed, build)
-            self.timeline.append({"cell": cell.id, "host": where, "slot": 0, "gpus": None,
-                                  "start": round(t0, 3), "end": round(time.time(), 3)})
+            self.timeline.append(ScheduleEntry(cell=cell.id, host=where, slot=0, gpus=None,
+                                               start=round(t0, 3), end=round(time.time(), 3)))
             self._finished(result, index)
 
     def _slot_loop(self, slot: Slot, board: Board) -> None:
@@ -270,9 +265,9 @@ class Executor:
                     return
                 self._finished(result, index)
             finally:
-                self.timeline.append({"cell": cid, "host": slot.host.name, "slot": slot.index,
-                                      "gpus": list(gpus) if gpus else None, "start": round(t0, 3),
-                                      "end": round(time.time(), 3)})
+                self.timeline.append(ScheduleEntry(cell=cid, host=slot.host.name, slot=slot.index,
+                                                   gpus=gpus or None, start=round(t0, 3),
+                                                   end=round(time.time(), 3)))
                 board.release(slot.host, gpus)
             if h.down is not None:
                 return
@@ -358,7 +353,7 @@ class Executor:
             except Exception:  # noqa: BLE001 - a gone engine: its labels let the next run reap
                 continue
         for cid in self.store.run.cells:
-            server = ServerRecord.of_partial(self.store.read_partial(cid))
+            server = partial.server if (partial := self.store.read_partial(cid)) else None
             if server is not None and server.local_group is not None:
                 kill_group(server.local_group, server.started)
         deadline = time.monotonic() + 30
@@ -367,7 +362,7 @@ class Executor:
 
     def _save_timeline(self) -> None:
         if self.schedule_file is not None:
-            atomic_write_json(self.schedule_file, sorted(self.timeline, key=lambda e: e["start"]))
+            atomic_write_json(self.schedule_file, schedule_json(self.timeline))
 
 
 def _unconnected(host: Host) -> Callable[[], Engine]:

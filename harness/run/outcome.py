@@ -9,26 +9,27 @@ from typing import Any
 
 from harness.matrix.model import Bench, Expect
 from harness.matrix.plan import Cell
+from harness.results.build import BuildOutcome
 from harness.results.model import (
     BuildInfo,
-    BuildOutcome,
     CellError,
     CellResult,
     ImageInfo,
     ModelInfo,
-    PartialCell,
     Requested,
     ServeInfo,
     Status,
     Verdict,
     VerdictStatus,
 )
+from harness.results.partial import PartialCell
 from harness.results.store import RunStore, utc_now
 from harness.stages import judge as judge_stage
 
 
-def cell_base(cell: Cell, host: str | None = None) -> dict[str, Any]:
-    """The fields every result of `cell` starts with (`host`: where it ran, in a run of several)."""
+def cell_base(cell: Cell, host: str | None = None, record: str | None = None) -> dict[str, Any]:
+    """The fields every result of `cell` starts with (`host`: where it ran, in a run of several;
+    `record`: its build's file in the run folder, RunStore.build_record)."""
     c = cell.config
     m = cell.model
     return {
@@ -40,6 +41,7 @@ def cell_base(cell: Cell, host: str | None = None) -> dict[str, Any]:
                                cudagraph_mode=c.cudagraph_mode),
         "model_info": ModelInfo(active_params_b=m.active_params_b, bytes_per_param=m.bytes_per_param,
                                 checkpoint=m.checkpoint, load_format=m.load_format),
+        "build_record": record,
         **({"host": host} if host is not None else {}),
     }
 
@@ -63,7 +65,8 @@ _NO_BASE = re.compile(r"pull access denied|manifest unknown|manifest for \S+ not
                       r"unauthorized: |repository does not exist|toomanyrequests", re.IGNORECASE)
 
 
-def build_failed_cell(cell: Cell, build: BuildOutcome, host: str | None = None) -> CellResult:
+def build_failed_cell(cell: Cell, build: BuildOutcome, host: str | None = None,
+                      record: str | None = None) -> CellResult:
     why = build.reason or (build.log_tail[-1] if build.log_tail else "(no log)")
     base = cell.stack.base_image.reference if cell.stack.base_image else None
     text = " ".join([why, *build.log_tail[-10:]])
@@ -75,7 +78,7 @@ def build_failed_cell(cell: Cell, build: BuildOutcome, host: str | None = None) 
         verdict = Verdict(check="build", status=VerdictStatus.FAIL,
                           message=f"image for stack {cell.stack_name} did not build: {why}")
     return CellResult(
-        **cell_base(cell, host), status=Status.BUILD_FAILED,
+        **cell_base(cell, host, record), status=Status.BUILD_FAILED,
         verdicts=(verdict,),
         image=ImageInfo(ref=build.image_ref), started_at=utc_now(), finished_at=utc_now(),
         build=BuildInfo(log=build.log_path, log_tail=tuple(build.log_tail[-40:])),
@@ -84,14 +87,14 @@ def build_failed_cell(cell: Cell, build: BuildOutcome, host: str | None = None) 
 
 def error_cell(cell: Cell, exc: BaseException, *, started: str, log_tail: tuple[str, ...] = (),
                partial: PartialCell | None = None, log_rel: str | None = None,
-               host: str | None = None) -> CellResult:
+               host: str | None = None, record: str | None = None) -> CellResult:
     """A cell the tool itself failed on: the exception is the result, the run goes on."""
     message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
     hint = getattr(exc, "hint", None)
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
     extra = partial.measured() if partial else {}  # whatever was measured before it broke
     return CellResult(
-        **cell_base(cell, host), status=Status.ERROR,
+        **cell_base(cell, host, record), status=Status.ERROR,
         verdicts=(Verdict(check="error", status=VerdictStatus.FAIL,
                           message=f"{type(exc).__name__}: {message}" + (f" (fix: {hint})" if hint else "")),),
         error=CellError(type=type(exc).__name__, message=message,
@@ -101,17 +104,17 @@ def error_cell(cell: Cell, exc: BaseException, *, started: str, log_tail: tuple[
     )
 
 
-def skipped_cell(cell: Cell, why: str, build: BuildOutcome | None, host: str | None = None) -> CellResult:
+def skipped_cell(cell: Cell, why: str, build: BuildOutcome | None, host: str | None = None,
+                 record: str | None = None) -> CellResult:
     """Not served: this host has no GPU. Its build was still checked: the arch trap in the
     build log fails the cell all the same."""
     trap = build_verdicts(build)
     return CellResult(
-        **cell_base(cell, host), status=Status.FAIL if trap else Status.SKIPPED,
+        **cell_base(cell, host, record), status=Status.FAIL if trap else Status.SKIPPED,
         verdicts=(Verdict(check="host.gpu", status=VerdictStatus.WARN,
                           message=f"skipped: no GPU on this host ({why})"),
                   *trap),
-        image=image_info(cell, build), audit=(build.audit_summary or build.audit) if build else None,
-        started_at=utc_now(), finished_at=utc_now(),
+        image=image_info(cell, build), started_at=utc_now(), finished_at=utc_now(),
     )
 
 

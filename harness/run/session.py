@@ -13,6 +13,7 @@ import hashlib
 from pathlib import Path
 
 from harness import __version__, owner
+from harness.audit.report import AuditState
 from harness.errors import ConfigError, EnvironmentProblem, MatrixError, StorageError
 from harness.hostenv import host_fingerprint
 from harness.matrix.load import Matrix
@@ -24,7 +25,6 @@ from harness.run.executor import Executor, LazyEngine
 from harness.run.options import RunOptions, SerialProgress
 from harness.run.schedule import arch_refusals, execution_order, hosts_of
 from harness.safety.roots import Root
-from harness.serve.base import ServerRecord
 from harness.serve.local import kill_group
 
 
@@ -122,7 +122,7 @@ def reap_dead(results_root: Path, engine_if_needed: LazyEngine | None = None) ->
         if store.run.status != "running" or who is None or owner.alive(who) is not False:
             continue
         for cell_id in store.run.cells:
-            server = ServerRecord.of_partial(store.read_partial(cell_id))
+            server = partial.server if (partial := store.read_partial(cell_id)) else None
             if server is not None and server.local_group is not None and \
                     kill_group(server.local_group, server.started):
                 done.servers.append(f"{cell_id} (process group {server.local_group})")
@@ -138,5 +138,5 @@ def reap_dead(results_root: Path, engine_if_needed: LazyEngine | None = None) ->
 def exit_code(store: RunStore) -> int:
     """0 when every cell passed or was skipped and every build and audit passed."""
     cells = store.cells()
-    builds_ok = all(not b.failed and b.audit_status != "fail" for b in store.builds().values())
+    builds_ok = all(not b.failed and b.audit_status is not AuditState.FAIL for b in store.builds().values())
     return 0 if cells and builds_ok and all(c.status.ok and not c.reasons for c in cells) else 1

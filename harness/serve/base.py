@@ -19,12 +19,10 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Protocol
 
 from harness.redact import redact_text
-from harness.results.model import PartialCell
+from harness.results.partial import ServerRecord
 from harness.safety.writes import open_new
 
 # how long to wait, once a server has ended, for the end of its output to be read
@@ -142,35 +140,6 @@ class Server(Protocol):
     def record(self) -> ServerRecord:
         """How to find what was started again (pid, container name): written with the cell's
         partial result, so a later run can reap it if this controller dies."""
-
-
-class ServerRecord(BaseModel):
-    """How to find a started server again: `server` in cells/<key>.partial.json. Read by a later
-    run (or the run's own interrupt handler) to stop what a dead controller left."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
-
-    kind: Literal["local", "docker", "ray"] | str = Field(description="the runner that started it")
-    pgid: int | None = Field(None, description="local: its process group (the server leads it)")
-    started: int | None = Field(None, description="local: the leader's start time (ticks), against pid reuse")
-    container: str | None = Field(None, description="docker: the container's name")
-    containers: tuple[str, ...] = Field((), description="ray: the containers of the cluster")
-    hosts: tuple[str, ...] = Field((), description="ray: the hosts they run on")
-
-    @classmethod
-    def of_partial(cls, partial: PartialCell | None) -> ServerRecord | None:
-        """The record a partial cell holds; None when it holds none, or one this version cannot read."""
-        if partial is None or partial.server is None:
-            return None
-        try:
-            return cls.model_validate(partial.server)
-        except ValueError:
-            return None
-
-    @property
-    def local_group(self) -> int | None:
-        """The process group of a local server, the one thing a reaper kills by id."""
-        return self.pgid if self.kind == "local" else None
 
 
 class Runner(Protocol):

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 
 from harness.engine import ContainerSpec, Engine, RunningContainer
 from harness.errors import EngineError
-from harness.serve.base import DRAIN_S, LogBuffer, ProcessState, ServerRecord, ServeSpec
+from harness.results.partial import ServerRecord
+from harness.serve.base import DRAIN_S, LogBuffer, ProcessState, ServeSpec
 from harness.serve.gpu_attach import require_port_free
 
 STOP_TIMEOUT_S = 10  # SIGTERM, then SIGKILL after this

@@ -14,7 +14,8 @@ from contextlib import contextmanager
 
 from harness import proc
 from harness.proc import start_ticks
-from harness.serve.base import DRAIN_S, LogBuffer, ProcessState, ServerRecord, ServeSpec, lines_of
+from harness.results.partial import ServerRecord
+from harness.serve.base import DRAIN_S, LogBuffer, ProcessState, ServeSpec, lines_of
 from harness.serve.signals import kill_orphan_group
 
 

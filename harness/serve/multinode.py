@@ -27,7 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from harness.engine import ContainerSpec, Engine, RunningContainer
 from harness.errors import EngineError
 from harness.labels import RAY_NODE, ROLE, Role
-from harness.serve.base import DRAIN_S, LogBuffer, ProcessState, ServerRecord
+from harness.results.partial import ServerRecord
+from harness.serve.base import DRAIN_S, LogBuffer, ProcessState
 
 RAY = ("python3", "-m", "ray.scripts.scripts")  # the `ray` CLI, whatever the image's PATH holds
 PORTS_PER_NODE = 110  # 10 service ports + 100 worker ports

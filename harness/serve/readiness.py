@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness import http
+from harness.results.model import ServeState
 from harness.serve.base import DRAIN_S, Server
 
 # uvicorn: "[Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address
@@ -32,7 +33,7 @@ MAX_MODELS_BYTES = 1 << 20
 
 @dataclass(frozen=True)
 class Readiness:
-    state: str  # "ready" | "exited" | "hung" | "timeout"
+    state: ServeState
     startup_s: float
     exit_code: int | None
     tail: tuple[str, ...]
@@ -40,7 +41,7 @@ class Readiness:
 
     @property
     def ready(self) -> bool:
-        return self.state == "ready"
+        return self.state.ready
 
 
 def _get(url: str) -> bytes | None:
@@ -75,7 +76,7 @@ def settle(server: Server) -> bool:
     return server.log.drain(DRAIN_S)
 
 
-def _not_ready(server: Server, state: str, startup_s: float, exit_code: int | None, detail: str) -> Readiness:
+def _not_ready(server: Server, state: ServeState, startup_s: float, exit_code: int | None, detail: str) -> Readiness:
     if not settle(server):
         detail += f"{'; ' if detail else ''}its last output was not read within {DRAIN_S:.0f} s"
     return Readiness(state, startup_s, exit_code, tuple(server.log.tail(40)), detail)
@@ -90,22 +91,22 @@ def wait_ready(server: Server, *, timeout_s: float, quiet_s: float, identity: st
         now = time.monotonic()
         st = server.state()
         if not st.running:
-            return _not_ready(server, "exited", now - t0, st.exit_code, st.detail)
+            return _not_ready(server, ServeState.EXITED, now - t0, st.exit_code, st.detail)
         bind = next((x for x in server.log.tail(40) if _BIND_FAILED.search(x)), None)
         if bind is not None:
-            return _not_ready(server, "exited", now - t0, None, f"could not bind its port: {bind.strip()[-200:]}")
+            return _not_ready(server, ServeState.EXITED, now - t0, None, f"could not bind its port: {bind.strip()[-200:]}")
         if _get(server.base_url + "/health") is not None:
             names = model_names(_get(server.base_url + "/v1/models"))
             if (identity is None and names) or identity in names:
-                return Readiness("ready", now - t0, None, ())
+                return Readiness(ServeState.READY, now - t0, None, ())
             if names:
                 foreign = (f"a server that is not this cell's answers at {server.base_url} "
                            f"(it serves {', '.join(sorted(names))[:200]})")
         if now - server.log.last_line_at > quiet_s:
-            return _not_ready(server, "hung", now - t0, None,
+            return _not_ready(server, ServeState.HUNG, now - t0, None,
                               f"no new log line for {now - server.log.last_line_at:.0f} s"
                               + (f"; {foreign}" if foreign else ""))
         if now - t0 > timeout_s:
-            return _not_ready(server, "timeout", now - t0, None,
+            return _not_ready(server, ServeState.TIMEOUT, now - t0, None,
                               f"not ready after {timeout_s:.0f} s" + (f"; {foreign}" if foreign else ""))
         time.sleep(poll_s)

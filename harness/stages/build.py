@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from harness import proc
-from harness.audit.report import IMAGE_PATHS, AuditSummary, audit_path
+from harness.audit.report import IMAGE_PATHS, AuditState, AuditSummary, audit_path
 from harness.audit.verdict import Target
 from harness.image.builder import audit_image, build_stacks
+from harness.image.stackbuild import resolve
 from harness.labels import LOCAL_VLLM_DIR, Role, role
 from harness.matrix.load import Matrix
 from harness.matrix.plan import Cell, group_by_stack
-from harness.results.model import BuildOutcome
+from harness.results.build import BuildOutcome
 from harness.results.store import RunStore
 
 
@@ -39,10 +40,9 @@ def audit_local_stack(matrix: Matrix, stack_name: str) -> BuildOutcome:
     hw = matrix.spec.hardware[matrix.spec.matrix.hardware]
     t0 = time.monotonic()
     report = audit_path(Path(vllm_dir), [Target.from_cc(hw.cc)])
-    audit = report.to_json()
-    audit.pop("files", None)  # per-file detail stays out of every cell; totals remain
-    return BuildOutcome(**base, labels={LOCAL_VLLM_DIR: vllm_dir}, audit=audit,
-                        audit_summary=AuditSummary.of(report), duration_s=round(time.monotonic() - t0, 1))
+    # the per-file detail stays out of the run: `harness audit` of the folder the labels name has it
+    return BuildOutcome(**base, labels={LOCAL_VLLM_DIR: vllm_dir}, audit=AuditSummary.of(report),
+                        duration_s=round(time.monotonic() - t0, 1))
 
 
 def _prebuilt(engine, stack: str, image: str, ccs: tuple[str, ...] = ()) -> BuildOutcome:
@@ -51,7 +51,7 @@ def _prebuilt(engine, stack: str, image: str, ccs: tuple[str, ...] = ()) -> Buil
         return BuildOutcome(stack=stack, image_ref=image, status="failed",
                             reason=f"image {image} does not exist on this engine (build or load it first)")
     return BuildOutcome(stack=stack, image_ref=image, image_id=engine.image_id(image),
-                        status="reused", labels=labels, audit_summary=_audit_prebuilt(engine, image, ccs))
+                        status="reused", labels=labels, audit=_audit_prebuilt(engine, image, ccs))
 
 
 def _audit_prebuilt(engine, image: str, ccs: tuple[str, ...]) -> AuditSummary:
@@ -60,7 +60,7 @@ def _audit_prebuilt(engine, image: str, ccs: tuple[str, ...]) -> AuditSummary:
     tried = []
     for path in IMAGE_PATHS:
         summary = audit_image(engine, image, role(Role.AUDIT), path, ccs)
-        if summary and summary.status != "not-audited" and summary.cubins:
+        if summary and summary.status is not AuditState.NOT_AUDITED and summary.cubins:
             return summary
         tried.append(path)
     return AuditSummary.not_audited(f"no CUDA code under {', '.join(tried)} in {image}")
@@ -76,13 +76,14 @@ def build_stage(matrix: Matrix, cells: list[Cell], store: RunStore, *, engine: C
     known = store.builds_on(host)
 
     def record(outcome: BuildOutcome) -> None:
+        outcome = outcome.model_copy(update={"host": host})  # the cells' pointer names where it was built
         if outcome.log_path and Path(outcome.log_path).is_absolute():
             try:  # paths in a run directory are relative to it: the directory travels
                 outcome = outcome.model_copy(
                     update={"log_path": str(Path(outcome.log_path).relative_to(store.dir))})
             except ValueError:
                 pass
-        store.write_build(outcome, host=host)
+        store.write_build(outcome)
         known[outcome.stack] = outcome
 
     for s in needed:
@@ -96,9 +97,11 @@ def build_stage(matrix: Matrix, cells: list[Cell], store: RunStore, *, engine: C
                              (matrix.spec.hardware[matrix.spec.matrix.hardware].cc,)))
     todo = [s for s in needed if s not in known and matrix.spec.stacks[s].runner == "docker"]
     if todo:
-        outcomes = build_stacks(matrix, todo, engine=engine(), log_dir=store.dir / "logs",
-                                force=force, allow_unpinned=allow_unpinned, on_event=on_event,
-                                template=template, template_values=template_values if template else None)
+        builder = engine()
+        builds = resolve(matrix, todo, engine=builder, template=template,
+                         template_values=template_values if template else None)
+        outcomes = build_stacks(builds, engine=builder, log_dir=store.dir / "logs", force=force,
+                                allow_unpinned=allow_unpinned, on_event=on_event)
         for outcome in outcomes.values():
             record(outcome)
     return {s: known[s] for s in needed if s in known}

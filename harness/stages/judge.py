@@ -31,6 +31,7 @@ from harness.results.model import (
     LevelRatio,
     MemoryRecord,
     Requested,
+    ServeState,
     Status,
     Verdict,
     VerdictStatus,
@@ -67,10 +68,10 @@ def _check(check: str, ok: bool, good: str, bad: str, **kw) -> Verdict:
                    message=good if ok else bad, **kw)
 
 
-def readiness_verdict(state: str, exit_code: int | None, detail: str) -> Verdict:
-    why = {"exited": f"server exited with code {exit_code} before it was ready"
-                     + (f" ({detail})" if detail else ""),
-           "hung": f"start hung: {detail}", "timeout": detail or "not ready in time"}[state]
+def readiness_verdict(state: ServeState, exit_code: int | None, detail: str) -> Verdict:
+    why = {ServeState.EXITED: f"server exited with code {exit_code} before it was ready"
+                              + (f" ({detail})" if detail else ""),
+           ServeState.HUNG: f"start hung: {detail}", ServeState.TIMEOUT: detail or "not ready in time"}[state]
     return _fail("serve.ready", why)
 
 
@@ -94,13 +95,13 @@ class Subject:
         return [r for r in rules if compile_expression(r.cells)(self.id)]
 
 
-def judge(cell: Subject, expect: Expect, fp: Fingerprint, *, ready_state: str,
+def judge(cell: Subject, expect: Expect, fp: Fingerprint, *, ready_state: ServeState,
           exit_code: int | None = None, detail: str = "", bench: BenchRecord | None = None,
           memory: MemoryRecord | None = None, extra: Iterable[Verdict] = (),
           not_ready: Verdict | None = None) -> Judgement:
     """Every verdict on one served (or failed-to-serve) cell, and the status they give.
     `not_ready` replaces the start-up verdict (rejudge keeps the one the run wrote)."""
-    ready = ready_state == "ready"
+    ready = ready_state.ready
     req = cell.requested
     asked = {"moe_backend": req.moe_backend, "linear_backend": req.linear_backend,
              "attention_backend": req.attention_backend}
@@ -174,10 +175,8 @@ def rejudge(cell: CellResult, expect: Expect, log_text: str | None) -> CellResul
     figures. Cells that never served (build failed, tool error) keep their verdicts."""
     if log_text is None or cell.status in (Status.BUILD_FAILED, Status.ERROR, Status.SKIPPED):
         return cell
-    state = (cell.serve.state if cell.serve else None) or "ready"
-    if state not in ("ready", *NOT_READY):
-        return cell
-    fp = fingerprint(log_text, process_ended=state != "ready", hung=state == "hung")
+    state = (cell.serve.state if cell.serve else None) or ServeState.READY
+    fp = fingerprint(log_text, process_ended=not state.ready, hung=state is ServeState.HUNG)
     kept = [v for v in cell.verdicts if v.check in ("build.archs", FORMAT_CHECK)]
     verdict = judge(Subject(cell.id, cell.requested, cell.model_info.load_format), expect, fp,
                     ready_state=state, exit_code=cell.serve.exit_code if cell.serve else None,

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from harness import proc
 from harness.bench.client import bench as run_bench_sync
@@ -26,7 +25,9 @@ from harness.results.model import BenchRecord, CrossCheck, ImageProbe
 from harness.safety.readers import load_json
 from harness.serve.base import Server
 
-Partial = Callable[[str, Any], None]
+# a part of the cell's partial record (harness.results.partial.PartialCell), by its field name
+Part = ImageProbe | BenchRecord | CrossCheck | None
+Partial = Callable[[str, Part], None]
 log = logging.getLogger("harness.stages.measure")
 
 
@@ -100,7 +101,7 @@ def measure(server: Server, model: str, cfg: Bench, *, bench: bool = True,
     m = Measurement()
     on_phase("probe")
     m.image_fingerprint = image_fingerprint(server)
-    on_partial("image_fingerprint", m.image_fingerprint.model_dump(mode="json") if m.image_fingerprint else None)
+    on_partial("image_fingerprint", m.image_fingerprint)
     if bench:
 
         on_phase("bench")
@@ -114,11 +115,11 @@ def measure(server: Server, model: str, cfg: Bench, *, bench: bool = True,
         result = run_bench_sync(server.base_url, model, settings_of(cfg), progress=progress)
         m.bench = result
         m.durations["bench_s"] = round(time.monotonic() - t0, 1)
-        on_partial("bench", m.bench.model_dump(mode="json"))
+        on_partial("bench", m.bench)
     if cross_check_cmd and cross_check_out is not None:
         on_phase("cross-check")
         m.cross_check = cross_check(cross_check_cmd, server.base_url, model, cross_check_out)
-        on_partial("cross_check", m.cross_check.model_dump(mode="json"))
+        on_partial("cross_check", m.cross_check)
     if soak_s > 0:
         on_phase(f"soak {soak_s:.0f} s")
         soak(server.base_url, model, soak_s)

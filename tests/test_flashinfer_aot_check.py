@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support.builds import one
 
 from harness.image import render
 from harness.matrix.load import load_matrix
@@ -91,7 +92,7 @@ def test_tvm_ffi_exports_reads_the_defined_dynamic_symbols(tmp_path):
 def test_the_image_template_runs_the_aot_step_then_place_and_check():
     text = render.DEFAULT_TEMPLATE.read_text()
     assert "COPY flashinfer_aot_check.py /opt/build/flashinfer_aot_check.py" in text
-    rendered = render.render_source(load_matrix(ROOT / "matrix" / "spark.toml"), "spark-121a", requirements=False)
+    rendered = render.render_source(one(load_matrix(ROOT / "matrix" / "spark.toml"), "spark-121a"), requirements=False)
     dockerfile = rendered.dockerfile
     step = dockerfile[dockerfile.index("RUN cd /opt/build/src/flashinfer"):dockerfile.index("FROM flashinfer AS vllm")]
     # the stack's arch list for the AOT step and the check alike; the build folder gone in the same step
@@ -110,5 +111,5 @@ def test_the_image_template_runs_the_aot_step_then_place_and_check():
     assert stack.flashinfer is not None
     m.spec.stacks["spark-121a"] = stack.model_copy(
         update={"flashinfer": stack.flashinfer.model_copy(update={"aot": False})})
-    jit_only = render.render_source(m, "spark-121a", requirements=False).dockerfile
+    jit_only = render.render_source(one(m, "spark-121a"), requirements=False).dockerfile
     assert "flashinfer_aot_check.py place" not in jit_only and "python -m flashinfer.aot" not in jit_only

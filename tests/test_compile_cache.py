@@ -231,6 +231,39 @@ def test_prune_drops_the_least_recently_used_first_and_counts_every_file(tmp_pat
     assert [p.name for p in root.rglob("*") if p.is_file()] == [compile_cache.MARKER]
 
 
+def test_a_store_being_marked_by_another_process_is_waited_for_not_refused(tmp_path):
+    """Two builds (or two test workers) opening a new store at once: the first one's marker is
+    written under a temporary name first, which the second would see in the listing without the
+    marker and refuse. The second waits on the folder's lock instead."""
+    import fcntl
+    import threading
+
+    root = tmp_path / "store"
+    root.mkdir(mode=0o700)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # "the other process", half-way through marking the folder
+    half = root / f".{compile_cache.MARKER}.0123456789ab.tmp"
+    half.write_bytes(compile_cache.MARKER_TEXT)
+    outcome: list[object] = []
+
+    def second() -> None:
+        try:
+            with compile_cache.open_store(root, create=True) as store:
+                outcome.append(store.exists((compile_cache.MARKER,)))
+        except BaseException as exc:  # what the old check raised at once
+            outcome.append(exc)
+
+    t = threading.Thread(target=second)
+    t.start()
+    t.join(2)  # time for the old check to raise (the lock keeps the new one waiting)
+    os.link(half, root / compile_cache.MARKER)  # the other process publishes its marker ...
+    half.unlink()
+    fcntl.flock(fd, fcntl.LOCK_UN)  # ... and lets go
+    os.close(fd)
+    t.join()
+    assert outcome == [True]
+
+
 def test_only_a_folder_the_harness_made_is_a_store(tmp_path):
     assert compile_cache.open_store(tmp_path / "none", create=False) is None
     with compile_cache.open_store(tmp_path / "new", create=True) as store:  # made: marked

@@ -17,6 +17,7 @@ it), so `prune` drops the least recently used first, through the held folder.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import os
 import re
@@ -116,6 +117,18 @@ def _check_ours(store: Held) -> None:
     if st.st_mode & 0o022:
         raise ConfigError(f"compile cache {root}: others can write into it (mode {st.st_mode & 0o777:o})",
                           hint=f"chmod go-w {root}, or point HARNESS_COMPILE_CACHE_DIR at a folder of your own")
+    # Two harness processes opening a new store at once (two builds, two test workers) would
+    # otherwise see each other's marker half-written (its temporary name is in the listing, the
+    # marker is not yet): the check and the marker's creation hold the folder's lock.
+    fcntl.flock(store.fd, fcntl.LOCK_EX)
+    try:
+        _check_marker(store)
+    finally:
+        fcntl.flock(store.fd, fcntl.LOCK_UN)
+
+
+def _check_marker(store: Held) -> None:
+    root = store.path
     with contextlib.suppress(FileNotFoundError):
         store.open_file((MARKER,))[0].close()  # a link or a FIFO in its place is refused here
         return

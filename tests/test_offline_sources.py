@@ -108,8 +108,8 @@ def test_a_commit_missing_from_the_mirror_is_named(repos):
 
 
 @pytest.fixture(scope="module")
-def vllm_0251_tree():
-    return sources.tree(sources.Source("vllm", "pypi", "vllm", "0.25.1", VLLM_0251_SHA))
+def vllm_0251_tree(pinned_sources):
+    return pinned_sources.tree(sources.Source("vllm", "pypi", "vllm", "0.25.1", VLLM_0251_SHA))
 
 
 @pytest.mark.network
@@ -161,11 +161,10 @@ def _offline_matrix(tmp_path: Path, patches: str, wheelhouse: str = "") -> Path:
 
 
 @pytest.fixture(scope="module")
-def offline_sdists():
+def offline_sdists(pinned_sources):
     """The two sdists an offline render reads from the cache (downloaded once, sha256 checked)."""
-    sources.sdist(sources.Source("vllm", "pypi", "vllm", "0.25.1", VLLM_0251_SHA))
-    sources.sdist(sources.Source("flashinfer", "pypi", "flashinfer-python", "0.6.13",
-                                 "8a6d7d3708c7c87952390ec4e3aabe6e1c356defa8c7211b26bccaa355a61c59"))
+    pinned_sources.tree("vllm", "0.25.1")
+    pinned_sources.tree("flashinfer-python", "0.6.13")
 
 
 ARCH = ROOT / "patches" / "vllm" / "0001-vllm-0.25.1-cmake-sm121a-on-cuda13.patch"

@@ -4,8 +4,8 @@ A module's tests stay on one worker, so its module fixtures (an image, a second 
 once. These modules also share one worker, one test at a time:
   "engine": Docker tests that look at the whole engine (every audit container, every busybox
     container, every image) and would see another worker's;
-  "pypi-cache": tests that download and unpack the pinned sdists into the one user cache, which
-    two processes must not unpack at once.
+  "pypi-cache": tests that use the pinned sdists (the `pinned_sources` fixture): the first
+    downloads and unpacks them, under a lock the others would otherwise wait on.
 test_arm64_docker has a worker of its own: it runs its arm64 container emulated (qemu), which
 keeps a core busy for a while and shares nothing with the other modules.
 The longest units are handed out first, so that none starts last.
@@ -26,7 +26,7 @@ GROUPS = {
     **dict.fromkeys(("test_build_requirements", "test_offline_sources", "test_patches_addpr",
                      "test_packaging_probe_docker", "test_patches_preflight",
                      "test_source_probe_docker", "test_h200_cache_example", "test_upstream_reports",
-                     "test_configure_targets_docker"), "pypi-cache"),
+                     "test_configure_targets_docker", "test_bisect_configure"), "pypi-cache"),
     # alone: each starts its own dockerd (the engines of one module, not of the others)
     "test_multinode_docker": "test_multinode_docker",
     "test_hosts_docker": "test_hosts_docker",

@@ -241,6 +241,14 @@ def pinned_sources():
     return PinnedSources()
 
 
+@pytest.fixture
+def default_sources(pinned_sources):
+    """The trees the shipped default matrices pin (vLLM 0.33.0, FlashInfer 0.7.2.post1), unpacked in
+    the cache a render reads its build requirements from (`harness build --dry-run`, `render`)."""
+    pinned_sources.tree("vllm", "0.33.0")
+    pinned_sources.tree("flashinfer-python", "0.7.2.post1")
+
+
 @pytest.fixture(autouse=True)
 def _own_caches(request, tmp_path, monkeypatch):
     """Each test has download caches of its own, empty, unless it asks for `pinned_sources`
@@ -253,7 +261,7 @@ def _own_caches(request, tmp_path, monkeypatch):
 
     pinned = "pinned_sources" in request.fixturenames
     root = caches.SHARED if pinned else tmp_path / ".harness-cache"
-    caches.point(root, monkeypatch.setattr, downloads=pinned)
+    caches.point(root, monkeypatch.setattr)
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(root))
     monkeypatch.setattr(history, "GIT_CACHE", tmp_path / ".git-mirrors")
     monkeypatch.setattr(offline, "MIRRORS", tmp_path / ".git-mirrors")

@@ -3,8 +3,9 @@
 A test sees only what it was given, whatever ran before it and whatever an earlier run left:
 - outside a test, and in every test that does not ask, the cache folders (harness.image.sources,
   .offline, .compile_cache, harness.bisect.history, and HARNESS_CACHE_DIR for the commands the
-  tests start) are an empty folder of the test's own, and an sdist download goes nowhere (the
-  index is a closed local port: the error names `pinned_sources`);
+  tests start) are an empty folder of the test's own;
+- the harness's own code never downloads an sdist during the tests: its index is a closed local
+  port (the error names `pinned_sources`), in every test;
 - a download goes through one session fixture, `pinned_sources` (tests/conftest.py): it fetches
   the pinned sdist into the suite's one cache (the user's, or CI's fresh one), sha256-checked,
   under a file lock (pytest-xdist workers are processes), and the test that asks for it sees that
@@ -42,10 +43,10 @@ PINNED: dict[tuple[str, str], str] = {
 }
 
 
-def point(root: Path, setattr_, *, downloads: bool = False) -> None:
-    """Point every cache folder of the harness at `root` (with monkeypatch's setattr), and the
-    sdist index at PyPI (`downloads`) or nowhere."""
-    setattr_(sources, "SIMPLE_INDEX", INDEX if downloads else NO_DOWNLOAD)
+def point(root: Path, setattr_) -> None:
+    """Point every cache folder of the harness at `root` (with monkeypatch's setattr), and its
+    sdist index nowhere (PinnedSources alone downloads)."""
+    setattr_(sources, "SIMPLE_INDEX", NO_DOWNLOAD)
     setattr_(sources, "CACHE_ROOT", root)
     setattr_(sources, "CACHE", root / "sources")
     setattr_(sources, "SDIST_CACHE", root / "sdist")
@@ -99,7 +100,7 @@ class PinnedSources:
         return sources.Source(project, "pypi", name, version, PINNED[name, version])
 
     def _fetch(self, source: sources.Source, *, unpack: bool) -> Path:
-        before = sources.SIMPLE_INDEX  # NO_DOWNLOAD, when a module fixture asks
+        before = sources.SIMPLE_INDEX  # NO_DOWNLOAD
         sources.SIMPLE_INDEX = INDEX
         try:
             with locked():

@@ -94,6 +94,13 @@ for w in sorted(pathlib.Path(sys.argv[1]).glob("*.whl")):
     zipfile.ZipFile(w).extractall(sys.argv[2])
 EOF
 get "$root/opt/wheels/arm64" linux/arm64 markupsafe==3.0.3
+# The byte code Debian's postinst (py3compile) would have written, and the deps' own: every
+# emulated start would otherwise compile each module it imports again, under qemu. Byte code
+# is the same on every CPU; written here by a host Python of the image's version, else left out.
+image_py=$(basename "$(readlink -f "$root/usr/bin/python3")")
+if [ "$("$PY" -c 'import sys; print("python%d.%d" % sys.version_info[:2])')" = "$image_py" ]; then
+  "$PY" -m compileall -q -j 0 -s "$root" -p / "$root/usr/lib/$image_py" "$root/opt/harness-deps" >/dev/null || true
+fi
 get "$root/opt/wheels/amd64" linux/amd64 markupsafe==3.0.3
 [ "$(chroot "$root" uname -m)" = aarch64 ]  # emulated, through the kernel's handler
 chroot "$root" /usr/bin/python3 -c 'import json, ssl, zipfile'  # the interpreter the tests run

@@ -1,7 +1,7 @@
 """How `make test` spreads the suite over pytest-xdist workers (`-n 4 --dist loadgroup`).
 
 A module's tests stay on one worker, so its module fixtures (an image, a second dockerd) are made
-once. These modules also share one worker, one test at a time:
+once (SPREAD names the few modules whose tests go to any worker: long CPU-bound shards). These modules also share one worker, one test at a time:
   "engine": Docker tests that look at the whole engine (every audit container, every busybox
     container, every image) and would see another worker's;
   "pypi-cache": tests that use the pinned sdists (the `pinned_sources` fixture): the first
@@ -37,10 +37,15 @@ GROUPS = {
     "test_arm64_docker": "test_arm64_docker",
 }
 FIRST = ("pypi-cache", "test_multinode_docker", "engine", "test_arm64_docker", "test_hosts_docker")
+# Modules whose tests are spread over the workers, each test a unit of its own: CPU-bound shards
+# of one long check, with no module fixture worth keeping on one worker. Started first too.
+SPREAD = ("test_fingerprint_upstream_cpp",)
 
 
 def group(nodeid: str) -> str:
     stem = Path(nodeid.split("::")[0]).stem
+    if stem in SPREAD:
+        return nodeid
     return GROUPS.get(stem, stem)
 
 
@@ -53,7 +58,9 @@ def unlisted(items) -> list[str]:
 
 def order(items: list) -> None:
     """The long units first, the rest as collected: the same order on every worker."""
-    rank = {id(item): (FIRST.index(g) if (g := group(item.nodeid)) in FIRST else len(FIRST), i)
+    first = (*FIRST, *SPREAD)
+    rank = {id(item): (first.index(g) if (g := group(item.nodeid)) in first
+                       else first.index(item.path.stem) if item.path.stem in SPREAD else len(first), i)
             for i, item in enumerate(items)}
     items.sort(key=lambda item: rank[id(item)])
 

@@ -54,10 +54,16 @@ command -v docker-registry >/dev/null || want+=(docker-registry)
 [ -x /usr/bin/qemu-aarch64-static ] || want+=(qemu-user-static binfmt-support)
 ray_image() {
   if docker info >/dev/null 2>&1; then
+    # the two images at once: each waits on downloads much of its time (its output follows)
+    arm64_log=$(mktemp)
+    { PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/arm64-image.sh" \
+        || echo "test-deps: the arm64 image could not be built (the reason is above): the arm64 tests will skip"
+    } > "$arm64_log" 2>&1 &
+    arm64=$!
     PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/ray-image.sh" \
       || echo "test-deps: the Ray image could not be built: the multi-node tests will skip"
-    PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/arm64-image.sh" \
-      || echo "test-deps: the arm64 image could not be built (the reason is above): the arm64 tests will skip"
+    wait "$arm64" || true
+    cat "$arm64_log"; rm -f "$arm64_log"
     if toolchain_asked && [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then
       PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/toolchain-base.sh" \
         || echo "test-deps: the toolchain base could not be built: the source-build probe test will skip"

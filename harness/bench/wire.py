@@ -25,6 +25,7 @@ import json
 import socket
 import ssl as ssl_mod
 import struct
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from urllib.parse import urlsplit
 _now = time.perf_counter
 # Linux (asm-generic, so x86-64 and arm64): SO_TIMESTAMPNS, and its control message of the same
 # number, a struct timespec of the receive time on CLOCK_REALTIME
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35) if sys.platform.startswith("linux") else None
 _ANC_SIZE = socket.CMSG_SPACE(16)
 _READ_SIZE = 256 * 1024  # as asyncio's transports read
 
@@ -214,6 +215,7 @@ class _StampedReader(asyncio.Transport):
         super().__init__()
         self._loop, self._sock, self._conn = loop, sock, conn
         self._closed = False
+        self._sending: asyncio.Task | None = None  # the rest of a write the kernel did not take at once
         loop.add_reader(sock.fileno(), self._readable)
 
     def _readable(self) -> None:
@@ -241,8 +243,7 @@ class _StampedReader(asyncio.Transport):
             self._conn.connection_lost(exc)
             return
         if sent < len(data):
-            rest = bytes(data[sent:])
-            self._loop.create_task(self._loop.sock_sendall(self._sock, rest))
+            self._sending = self._loop.create_task(self._loop.sock_sendall(self._sock, bytes(data[sent:])))
 
     def is_closing(self) -> bool:
         return self._closed
@@ -263,7 +264,8 @@ async def _stamped_connect(loop: asyncio.AbstractEventLoop, host: str, port: int
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
-                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                if SO_TIMESTAMPNS is not None:
+                    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             except OSError:
                 pass  # no such option here: reads are stamped when read
             await loop.sock_connect(sock, addr)

@@ -59,13 +59,13 @@ for n in $(seq 1 "$runs"); do
         HOME="$home" XDG_CACHE_HOME="$home/.cache" PIP_NO_CACHE_DIR=1 \
         make "$phase" PYTEST_ARGS="--durations=50 ${PYTEST_ARGS:-}") > "$dir/$phase.log" 2>&1
     code=$?
-    secs=$(echo "$(date +%s.%N) - $start" | bc)
-    total=$(echo "$total + $secs" | bc)
+    secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')  # awk: no bc on a bare machine
+    total=$(awk -v a="$total" -v b="$secs" 'BEGIN { printf "%.1f", a + b }')
     printf '%-10s %7.1f s  (exit %d)  load %s\n' "$phase" "$secs" "$code" "$(cut -d' ' -f1-3 /proc/loadavg)" \
       | tee -a "$dir/times.txt"
     [ "$code" = 0 ] || rc=1
   done
-  printf '%-10s %7.1f s  (%.1f min)\n' total "$total" "$(echo "$total / 60" | bc -l)" | tee -a "$dir/times.txt"
+  printf '%-10s %7.1f s  (%.1f min)\n' total "$total" "$(awk -v a="$total" 'BEGIN { print a / 60 }')" | tee -a "$dir/times.txt"
   grep -E '(passed|failed|error).* in [0-9.]+s' "$dir/test.log" | tail -1 | sed 's/^=* */pytest: /; s/ *=*$//' \
     | tee -a "$dir/times.txt"
   echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$dir/times.txt"

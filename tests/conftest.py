@@ -270,3 +270,6 @@ def _own_caches(request, tmp_path, monkeypatch):
     if pinned and (added := caches.added_by_tests(before)):
         pytest.fail(f"this test wrote {added} into the shared download cache: only pinned_sources writes there "
                     "(ask it for that tree or sdist first)", pytrace=False)
+    if not pinned and (downloaded := caches.downloads_in(root)):
+        pytest.fail(f"this test downloaded {downloaded} (a command it started did): ask for pinned_sources "
+                    "or default_sources instead", pytrace=False)

@@ -119,6 +119,13 @@ def listing() -> set[str]:
             for p in (SHARED / d).iterdir()}
 
 
+def downloads_in(root: Path) -> list[str]:
+    """Sdists of real size in a test's own cache: something it ran downloaded them (a command it
+    started sees HARNESS_CACHE_DIR, not this process's closed index)."""
+    return sorted(p.name for d in ("sources", "sdist") if (root / d).is_dir()
+                  for p in (root / d).glob("*.tar.gz") if p.stat().st_size > 1 << 20)
+
+
 def added_by_tests(before: set[str]) -> list[str]:
     """What is new in the shared cache since `before` and was not made by PinnedSources (in any
     worker): a test's own code wrote it, where another worker may be reading or unpacking."""

@@ -139,7 +139,7 @@ def run_ours(url: str, c: int) -> dict:
         "per_stream": lv.per_stream_tok_s,
         "aggregate": lv.aggregate_tok_s,
         "chunk_gap_p50": lv.chunk_gap_ms_p50,
-        "server_ttft_mean": (lv.server or {}).get("ttft_ms_mean"),
+        "server_ttft_mean": lv.server.ttft_ms_mean if lv.server else None,
         "client_ttft_mean": lv.ttft_ms_mean,
         "failed": lv.failed,
         "requests": lv.requests,
@@ -149,6 +149,15 @@ def run_ours(url: str, c: int) -> dict:
         "connects_in_timed_requests": lv.connects_in_timed_requests,
         "event_loop": r.event_loop,
         "truth": truth([sent[q["id"]] for q in mine], rounds),
+        # where a round's client span and the server's differ (both on CLOCK_MONOTONIC): the
+        # server reading the round's first request after it was written, and the client's last
+        # token stamped after the server sent it
+        "server_read_lag_ms": statistics.median(
+            (min(s["recv"] for s in g) - min(q["start"] for q in mine if q["round"] == i)) * 1000
+            for i, g in enumerate(rounds)),
+        "client_end_lag_ms": statistics.median(
+            (max(q["end"] for q in mine if q["round"] == i) - max(s["last_sent"] for s in g)) * 1000
+            for i, g in enumerate(rounds)),
     }
 
 
@@ -363,6 +372,14 @@ def markdown(results: dict) -> str:
                 f"| {c} | truth (server record of those runs) | {f(t['ttft_p50'])} "
                 f"| {f(t['ttft_p99'])} | {f(t['itl_p50'], '.2f')} | {f(t['itl_p99'], '.2f')} "
                 f"| {f(t['per_stream'])} | {f(t['aggregate'])} | | | |"
+            )
+    for c, row in results["levels"].items():
+        if row.get("ours"):
+            lines.append(
+                f"\nc={c}, this client, median over runs of each run's median round: the server read the "
+                f"round's first request {f(med(row['ours'], 'server_read_lag_ms'), '.2f')} ms after it was "
+                f"written; the last token was stamped {f(med(row['ours'], 'client_end_lag_ms'), '.2f')} ms "
+                "after the server sent it"
             )
     return "\n".join(lines)
 

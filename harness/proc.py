@@ -3,9 +3,10 @@
 Every command runs in its own process group (a new session), and the whole group ends with it:
 on its timeout, on Ctrl-C or SIGTERM (the command line turns SIGTERM into KeyboardInterrupt),
 and for a command a worker thread was waiting on when the tool stops (`end_all`). A command's
-children and grandchildren never outlive it there. `-v` shows each command with its argv
-(masked: harness.redact.redact_args) as a debug line, and `harness.redact` is the one rule for
-what it masks (`-u user:PASS`, `-pPASS`, `--password X`, a token anywhere).
+children and grandchildren never outlive it there, even when the signal comes while it is being
+started (`_start`). `-v` shows each command with its argv (masked: harness.redact.redact_args)
+as a debug line, and `harness.redact` is the one rule for what it masks (`-u user:PASS`,
+`-pPASS`, `--password X`, a token anywhere).
 
 A command whose output is not ours to trust (an interpreter the user names, a tool inside a
 folder from data) runs with `max_output`: what it prints is read up to that many bytes per
@@ -25,7 +26,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from harness.errors import EnvironmentProblem
 from harness.redact import redact_args
@@ -60,10 +61,15 @@ def shown(argv: Sequence[str]) -> str:
 
 
 # groups started by run() and stream() and not yet ended, so that `end_all` can end the ones a
-# worker thread waits on when the main thread is interrupted
+# worker thread waits on when the main thread is interrupted; how many are being started now,
+# and whether the tool is stopping (then no command starts any more)
 _LIVE: set[subprocess.Popen] = set()
-_LIVE_LOCK = threading.Lock()
+_LIVE_LOCK = threading.Condition()
+_STARTING = 0
+_STOPPING = False
 TERM_GRACE_S = 5.0
+# how long `end_all` waits for a worker thread's command that is being started at that moment
+START_WAIT_S = 10.0
 
 
 def end_group(p: subprocess.Popen, grace_s: float = TERM_GRACE_S) -> None:
@@ -86,8 +92,13 @@ def end_group(p: subprocess.Popen, grace_s: float = TERM_GRACE_S) -> None:
 
 
 def end_all() -> None:
-    """End every command group still running (the tool is stopping)."""
+    """End every command group still running (the tool is stopping). A command a worker
+    thread is starting at this moment is waited for, then ended with the others; none starts
+    afterwards."""
+    global _STOPPING
     with _LIVE_LOCK:
+        _STOPPING = True
+        _LIVE_LOCK.wait_for(lambda: _STARTING == 0, timeout=START_WAIT_S)
         live = list(_LIVE)
     for p in live:
         end_group(p, grace_s=1.0)
@@ -96,6 +107,55 @@ def end_all() -> None:
 def _track(p: subprocess.Popen, live: bool) -> None:
     with _LIVE_LOCK:
         (_LIVE.add if live else _LIVE.discard)(p)
+
+
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _start(argv: Sequence[str], **popen: Any) -> tuple[subprocess.Popen | Result, Callable[[], None]]:
+    """Start `argv` in a new session and track it: the Popen (or a Result when it cannot start)
+    and `release`, which the caller calls first thing inside the `try` that ends the group.
+
+    Ctrl-C and SIGTERM become KeyboardInterrupt in the main thread (harness.cli). Raised inside
+    Popen after the fork, the command would run on with its children, known to no one (seen
+    under load: the signal came as the fork returned). So, in the main thread, those two
+    signals are held here and delivered by `release`, once the group is tracked and inside the
+    caller's clean-up; `end_all` waits for a start under way in a worker thread."""
+    global _STARTING
+    held: list[int] = []
+    old: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in _HELD_SIGNALS:
+            if signal.getsignal(sig) is not None:  # None: set outside Python, it could not be put back
+                old[sig] = signal.signal(sig, lambda signum, _frame: held.append(signum))
+
+    def release() -> None:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        old.clear()
+        while held:
+            signal.raise_signal(held.pop(0))  # to its own handler now: KeyboardInterrupt, or the default
+
+    try:
+        with _LIVE_LOCK:
+            if _STOPPING:
+                return Result(tuple(argv), 130, "", "not started: the tool is stopping"), release
+            _STARTING += 1
+        try:
+            p = subprocess.Popen(list(argv), start_new_session=True, **popen)
+        except FileNotFoundError:
+            return Result(tuple(argv), 127, "", f"{argv[0]}: not found"), release
+        except OSError as exc:  # not executable, or an argument list the kernel refuses
+            return Result(tuple(argv), 126, "", f"{argv[0]}: cannot start: {exc}"), release
+        finally:
+            with _LIVE_LOCK:
+                _STARTING -= 1
+                _LIVE_LOCK.notify_all()
+        _track(p, True)
+        return p, release
+    except BaseException:
+        release()
+        raise
 
 
 # The host tools the harness itself runs, what for, and how a user gets them (`harness doctor`
@@ -125,17 +185,15 @@ def run(argv: Sequence[str], *, timeout: float = 60, cwd: str | None = None,
     log.debug("run: %s", shown(argv))
     if max_output is not None:
         return _run_bounded(argv, timeout=timeout, cwd=cwd, env=env, input=input, limit=max_output)
-    try:
-        p = subprocess.Popen(list(argv), stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
-                             cwd=cwd, env=dict(env) if env is not None else None, start_new_session=True)
-    except FileNotFoundError:
-        return Result(tuple(argv), 127, "", f"{argv[0]}: not found")
-    except OSError as exc:  # not executable, or an argument list the kernel refuses
-        return Result(tuple(argv), 126, "", f"{argv[0]}: cannot start: {exc}")
-    _track(p, True)
+    p, release = _start(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                        cwd=cwd, env=dict(env) if env is not None else None)
+    if isinstance(p, Result):
+        release()
+        return p
     try:
         try:
+            release()
             out, err = p.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired:
             log.debug("timed out after %.0f s, ending its process group: %s", timeout, shown(argv))
@@ -155,15 +213,12 @@ def run(argv: Sequence[str], *, timeout: float = 60, cwd: str | None = None,
 
 def _run_bounded(argv: Sequence[str], *, timeout: float, cwd: str | None, env: Mapping[str, str] | None,
                  input: str | None, limit: int) -> Result:
-    try:
-        p = subprocess.Popen(list(argv), stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
-                             env=dict(env) if env is not None else None, start_new_session=True)
-    except FileNotFoundError:
-        return Result(tuple(argv), 127, "", f"{argv[0]}: not found")
-    except OSError as exc:
-        return Result(tuple(argv), 126, "", f"{argv[0]}: cannot start: {exc}")
-    _track(p, True)
+    p, release = _start(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
+                        env=dict(env) if env is not None else None)
+    if isinstance(p, Result):
+        release()
+        return p
     over = threading.Event()
     kept: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
 
@@ -178,16 +233,17 @@ def _run_bounded(argv: Sequence[str], *, timeout: float, cwd: str | None, env: M
 
     readers = [threading.Thread(target=drain, args=(pipe, kept[n]), daemon=True)
                for n, pipe in ((1, p.stdout), (2, p.stderr))]
-    for t in readers:
-        t.start()
     try:
-        if input is not None and p.stdin is not None:
-            try:
-                p.stdin.write(input.encode("utf-8"))
-                p.stdin.close()
-            except BrokenPipeError:
-                pass
         try:
+            release()
+            for t in readers:
+                t.start()
+            if input is not None and p.stdin is not None:
+                try:
+                    p.stdin.write(input.encode("utf-8"))
+                    p.stdin.close()
+                except BrokenPipeError:
+                    pass
             p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             log.debug("timed out after %.0f s, ending its process group: %s", timeout, shown(argv))
@@ -198,7 +254,8 @@ def _run_bounded(argv: Sequence[str], *, timeout: float, cwd: str | None, env: M
             raise
     finally:
         for t in readers:  # a grandchild that kept the pipes open does not keep them for long
-            t.join(timeout=10)
+            if t.ident is not None:
+                t.join(timeout=10)
         for pipe in (p.stdout, p.stderr):
             if pipe is not None:
                 pipe.close()
@@ -262,14 +319,11 @@ def stream(argv: Sequence[str], consume: Callable[[Iterator[str]], T], *, timeou
     is missing, 0 when it was stopped early on purpose."""
     log.debug("stream: %s", shown(argv))
     with tempfile.TemporaryFile() as errors:
-        try:
-            p = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=errors, stdin=subprocess.DEVNULL,
-                                 text=True, errors="replace", start_new_session=True)
-        except FileNotFoundError:
-            return consume(iter(())), Result(tuple(argv), 127, "", f"{argv[0]}: not found")
-        except OSError as exc:  # not executable, or an argument list the kernel refuses
-            return consume(iter(())), Result(tuple(argv), 126, "", f"{argv[0]}: cannot start: {exc}")
-        _track(p, True)
+        p, release = _start(argv, stdout=subprocess.PIPE, stderr=errors, stdin=subprocess.DEVNULL,
+                            text=True, errors="replace")
+        if isinstance(p, Result):
+            release()
+            return consume(iter(())), p
         expired = threading.Event()
 
         def expire() -> None:
@@ -277,7 +331,6 @@ def stream(argv: Sequence[str], consume: Callable[[Iterator[str]], T], *, timeou
             _kill_group(p)
 
         timer = threading.Timer(timeout, expire)
-        timer.start()
         ended = [False]
 
         def lines() -> Iterator[str]:
@@ -286,6 +339,8 @@ def stream(argv: Sequence[str], consume: Callable[[Iterator[str]], T], *, timeou
             ended[0] = True
 
         try:
+            release()
+            timer.start()
             value = consume(lines())
             early = not ended[0]  # the answer came before the output ended
             if early:

@@ -4,6 +4,8 @@
   HARNESS_REQUIRE_DOCKER=1 (set by .ci/run) a missing engine FAILS the test instead.
 - `nvcc`: nvcc and cuobjdump. HARNESS_REQUIRE_NVCC=1 turns the skip into a failure.
 - `gpu`: an NVIDIA GPU. CI has none, so these always skip there with the reason.
+A test's own prerequisite (an image, sshd, the aarch64 handler) goes through
+`skip_or_fail_under_ci` with the switch that covers it (HARNESS_REQUIRE_DOCKER, HARNESS_REQUIRE_ARM64).
 """
 
 from __future__ import annotations
@@ -102,13 +104,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 _UNPLACED: set[str] = set()
 
 
-def skip_or_fail_under_ci(why: str) -> None:
-    """A Docker test whose own prerequisite is missing (an image, sshd, docker-registry): skip
-    with the reason here; under HARNESS_REQUIRE_DOCKER=1 (CI installs all of them) fail instead,
-    so a green CI means these tests ran too."""
-    if os.environ.get("HARNESS_REQUIRE_DOCKER") == "1":
-        pytest.fail(f"HARNESS_REQUIRE_DOCKER=1 but {why}", pytrace=False)
-    pytest.skip(why)
+def skip_or_fail_under_ci(why: str, switch: str = "HARNESS_REQUIRE_DOCKER") -> None:
+    """A Docker test whose own prerequisite is missing (an image, sshd, docker-registry, the
+    kernel's aarch64 handler): skip with the reason here; under `switch`=1 (CI sets it and installs
+    all of them) fail instead, so a green CI means these tests ran too."""
+    if os.environ.get(switch) == "1":
+        pytest.fail(f"{switch}=1 but {why}", pytrace=False)
+    pytest.skip(f"{why} (set {switch}=1 to make this a failure)")
 
 
 def make_runs_module():
@@ -149,9 +151,11 @@ def pytest_testnodedown(node, error) -> None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    from support.caches import no_cache_outside_tests
     from support.leftovers import private_tmp, snapshot
 
     _TMP.append(private_tmp())
+    no_cache_outside_tests(_TMP[0])
     if not _worker(session.config):  # the engine is counted once, around the whole session
         _BEFORE.update(snapshot())
 
@@ -226,12 +230,46 @@ def home(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture(scope="session")
+def pinned_sources():
+    """The one way a test gets a download: the pinned vLLM and FlashInfer sdists (and their
+    unpacked trees) in the suite's one cache, fetched once, under a lock
+    (`pinned_sources.sdist(name, version)`, `pinned_sources.tree(source)`). A test that asks for
+    it sees that cache; every other test sees an empty one (tests/support/caches.py)."""
+    from support.caches import PinnedSources
+
+    return PinnedSources()
+
+
+@pytest.fixture
+def default_sources(pinned_sources):
+    """The trees the shipped default matrices pin (vLLM 0.33.0, FlashInfer 0.7.2.post1), unpacked in
+    the cache a render reads its build requirements from (`harness build --dry-run`, `render`)."""
+    pinned_sources.tree("vllm", "0.33.0")
+    pinned_sources.tree("flashinfer-python", "0.7.2.post1")
+
+
 @pytest.fixture(autouse=True)
-def _own_git_mirrors(tmp_path, monkeypatch):
-    """A repository on disk is read through a bare mirror in the cache (harness/git.py): each
-    test keeps its mirrors in its own folder, not in the user's cache."""
+def _own_caches(request, tmp_path, monkeypatch):
+    """Each test has download caches of its own, empty, unless it asks for `pinned_sources`
+    (then the suite's one cache); a repository on disk is read through a bare mirror in the cache
+    (harness/git.py): each test keeps its mirrors in its own folder, never the user's."""
+    from support import caches
+
     import harness.bisect.history as history
     import harness.image.offline as offline
 
+    pinned = "pinned_sources" in request.fixturenames
+    root = caches.SHARED if pinned else tmp_path / ".harness-cache"
+    caches.point(root, monkeypatch.setattr)
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(root))
     monkeypatch.setattr(history, "GIT_CACHE", tmp_path / ".git-mirrors")
     monkeypatch.setattr(offline, "MIRRORS", tmp_path / ".git-mirrors")
+    before = caches.listing() if pinned else set()
+    yield
+    if pinned and (added := caches.added_by_tests(before)):
+        pytest.fail(f"this test wrote {added} into the shared download cache: only pinned_sources writes there "
+                    "(ask it for that tree or sdist first)", pytrace=False)
+    if not pinned and (downloaded := caches.downloads_in(root)):
+        pytest.fail(f"this test downloaded {downloaded} (a command it started did): ask for pinned_sources "
+                    "or default_sources instead", pytrace=False)

@@ -69,20 +69,15 @@ def _real_toolchain_problem() -> str | None:
         return "set HARNESS_BISECT_PYTHON to a Python with a CUDA build of torch and cmake>=3.26 (CI has none)"
     if not shutil.which("nvcc"):
         return "no nvcc on PATH"
-    from harness.image.sources import SDIST_CACHE
-
-    if not (SDIST_CACHE / "vllm-0.33.0.tar.gz").is_file():
-        return f"the vLLM 0.33.0 sdist is not in {SDIST_CACHE}"
     return None
 
 
+@pytest.mark.network
 @pytest.mark.skipif(_real_toolchain_problem() is not None, reason=str(_real_toolchain_problem()))
-def test_real_configure_of_the_vllm_0_33_0_sdist(tmp_path):
+def test_real_configure_of_the_vllm_0_33_0_sdist(tmp_path, pinned_sources):
     import tarfile
 
-    from harness.image.sources import SDIST_CACHE
-
-    with tarfile.open(SDIST_CACHE / "vllm-0.33.0.tar.gz") as tar:
+    with tarfile.open(pinned_sources.sdist("vllm", "0.33.0")) as tar:
         tar.extractall(tmp_path, filter="data")
     tool = configure.find(os.environ["HARNESS_BISECT_PYTHON"])
     out = configure.configure(tmp_path / "vllm-0.33.0", "12.1a", tool, log_path=tmp_path / "configure.log")

@@ -1,4 +1,5 @@
-"""The renderer on every docker stack of every shipped matrix: ARGs, patches, labels, hashes."""
+"""The renderer on every docker stack of every shipped matrix: ARGs, patches, labels, hashes.
+A render reads the build requirements from the pinned sdists (the `default_sources` fixture)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def test_every_shipped_matrix_has_a_docker_stack():
 
 
 @pytest.mark.parametrize(("matrix_file", "stack"), DOCKER_STACKS)
-def test_rendered_stack_is_complete(matrix_file, stack):
+def test_rendered_stack_is_complete(matrix_file, stack, default_sources):
     matrix = load_matrix(ROOT / "matrix" / matrix_file)
     r = render(one(matrix, stack))
     text = r.dockerfile
@@ -73,14 +74,14 @@ def test_rendered_stack_is_complete(matrix_file, stack):
     assert "COMPILE_CACHE" not in text and not any("COMPILE_CACHE" in k for k in r.buildargs)
 
 
-def test_spark_121a_carries_the_cmake_patch_and_differs_from_stock():
+def test_spark_121a_carries_the_cmake_patch_and_differs_from_stock(default_sources):
     matrix = load_matrix(ROOT / "matrix" / "spark.toml")
     stock, patched = render(one(matrix, "spark-stock")), render(one(matrix, "spark-121a"))
     assert patched.labels["harness.vllm.patches"] == "0001-cmake-sm121a-on-cuda13.patch"
     assert stock.content_hash != patched.content_hash
 
 
-def test_hash_follows_patch_bytes_and_ignores_descriptions(tmp_path):
+def test_hash_follows_patch_bytes_and_ignores_descriptions(tmp_path, default_sources):
     shutil.copytree(ROOT / "matrix", tmp_path / "matrix")
     shutil.copytree(ROOT / "patches", tmp_path / "patches")
     (tmp_path / ".git").mkdir()  # the copy is a repository: ../patches is inside it
@@ -93,7 +94,7 @@ def test_hash_follows_patch_bytes_and_ignores_descriptions(tmp_path):
     assert render(one(load_matrix(path), "spark-121a")).content_hash != before
 
 
-def test_context_tar_is_reproducible():
+def test_context_tar_is_reproducible(default_sources):
     matrix = load_matrix(ROOT / "matrix" / "spark.toml")
     assert context_tar(render(one(matrix, "spark-121a"))) == context_tar(render(one(matrix, "spark-121a")))
 

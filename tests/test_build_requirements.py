@@ -1,8 +1,8 @@
 """Build requirements read from the pinned sources (harness/image/requirements.py), checked before
 any image step; and docker/build_requirements.py, which meets them inside the image.
 
-The real cases read the vLLM 0.33.0 / 0.25.1 and FlashInfer 0.7.2.post1 sdists (cached, or fetched
-from PyPI: network); the others read small trees made here.
+The real cases read the vLLM 0.33.0 and FlashInfer 0.7.2.post1 sdists (the `pinned_sources`
+fixture: cached, or fetched from PyPI: network); the others read small trees made here.
 """
 
 from __future__ import annotations
@@ -29,8 +29,18 @@ def spark():
     return load_matrix(ROOT / "matrix" / "spark.toml")
 
 
+@pytest.fixture(scope="module")
+def spark_sources(spark, pinned_sources):
+    """spark.toml, with its stacks' vLLM and FlashInfer trees in the cache the tests read."""
+    stack = spark.spec.stacks["spark-121a"]
+    pinned_sources.tree(sources.vllm_source(stack))
+    pinned_sources.tree(sources.flashinfer_source(stack))
+    return spark
+
+
 @pytest.mark.network
-def test_vllm_0330_lists_what_its_own_files_say(spark):
+def test_vllm_0330_lists_what_its_own_files_say(spark_sources):
+    spark = spark_sources
     reqs = requirements.for_stack("spark-121a", spark.spec.stacks["spark-121a"], platforms.AMD64)
     by_name = {n: (spec, origins) for n, spec, origins in requirements.merged(reqs.items)}
     # the two things the hand-kept list missed: setuptools-rust (setup.py imports it) and <81
@@ -46,7 +56,8 @@ def test_vllm_0330_lists_what_its_own_files_say(spark):
 
 
 @pytest.mark.network
-def test_a_torch_pin_the_release_does_not_build_with_is_refused_before_any_step(spark):
+def test_a_torch_pin_the_release_does_not_build_with_is_refused_before_any_step(spark_sources):
+    spark = spark_sources
     st = spark.spec.stacks["spark-stock"]
     stack = st.model_copy(update={"torch": st.torch.model_copy(update={"version": "2.11.0"})})
     with pytest.raises(ConfigError) as exc:
@@ -56,8 +67,8 @@ def test_a_torch_pin_the_release_does_not_build_with_is_refused_before_any_step(
 
 
 @pytest.mark.network
-def test_render_puts_the_file_in_the_context_without_changing_the_tag(spark):
-    r = render(one(spark, "spark-121a", platform=platforms.AMD64))
+def test_render_puts_the_file_in_the_context_without_changing_the_tag(spark_sources):
+    r = render(one(spark_sources, "spark-121a", platform=platforms.AMD64))
     files = dict(r.files)
     assert b"setuptools-rust" in files["build-requirements.txt"] and "build_requirements.py" in files
     assert "RUN python /opt/build/build_requirements.py /opt/build/build-requirements.txt" in r.dockerfile
@@ -135,7 +146,7 @@ def test_the_image_script_installs_what_is_missing_and_names_what_stays_unmet(tm
 
 
 @pytest.mark.network
-def test_the_packaging_probe_stands_in_for_every_extension_of_vllm_0330(spark, tmp_path):
+def test_the_packaging_probe_stands_in_for_every_extension_of_vllm_0330(spark, tmp_path, pinned_sources):
     import shutil
 
     sys.path.insert(0, str(ROOT / "docker"))
@@ -143,7 +154,7 @@ def test_the_packaging_probe_stands_in_for_every_extension_of_vllm_0330(spark, t
         import packaging_probe
     finally:
         sys.path.remove(str(ROOT / "docker"))
-    tree = sources.tree(sources.vllm_source(spark.spec.stacks["spark-121a"]))
+    tree = pinned_sources.tree(sources.vllm_source(spark.spec.stacks["spark-121a"]))
     work = tmp_path / "vllm"
     work.mkdir()
     shutil.copy(tree / "setup.py", work / "setup.py")

@@ -21,14 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.image import offline, sources
-from harness.image.sources import Source
+from harness.image import offline
 
 pytestmark = [pytest.mark.docker, pytest.mark.network, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "harness-test/cuda13-devel:trixie"
-SDIST_SHA = "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
 ARCH = ROOT / "patches" / "vllm" / "0001-cmake-sm121a-on-cuda13.patch"
 CUT = ROOT / "patches" / "vllm" / "vllm-0.33.0-probe-offline.patch"
 # the kernels the verdict reads (CMakeLists.txt's own "Building X for archs:" lines)
@@ -63,8 +61,12 @@ def trees(tmp_path_factory) -> dict[str, str]:
     return env
 
 
-def _configure(trees: dict, arch_list: str, out: Path, *patches: Path) -> dict:
-    sdist = sources.sdist(Source("vllm", "pypi", "vllm", "0.33.0", SDIST_SHA))
+@pytest.fixture(scope="module")
+def sdist(pinned_sources) -> Path:
+    return pinned_sources.sdist("vllm", "0.33.0")
+
+
+def _configure(sdist: Path, trees: dict, arch_list: str, out: Path, *patches: Path) -> dict:
     res = subprocess.run([str(ROOT / "tools" / "configure-targets.sh"), str(sdist), arch_list, str(out),
                           *map(str, patches)], env={**os.environ, **trees, "IMAGE": IMAGE}, capture_output=True,
                          text=True, timeout=1200, check=False)
@@ -83,9 +85,9 @@ def _configure(trees: dict, arch_list: str, out: Path, *patches: Path) -> dict:
     return rec
 
 
-def test_stock_0330_builds_the_sm12x_kernels_for_12_0f_and_0001_for_12_1a(trees, tmp_path):
-    stock = _configure(trees, "12.1a", tmp_path / "stock", CUT)
-    patched = _configure(trees, "12.1a", tmp_path / "patched", ARCH, CUT)
+def test_stock_0330_builds_the_sm12x_kernels_for_12_0f_and_0001_for_12_1a(sdist, trees, tmp_path):
+    stock = _configure(sdist, trees, "12.1a", tmp_path / "stock", CUT)
+    patched = _configure(sdist, trees, "12.1a", tmp_path / "patched", ARCH, CUT)
     assert {k: stock["decisions"][k] for k in VERDICT} == dict.fromkeys(VERDICT, "12.0f")  # the trap
     assert {k: patched["decisions"][k] for k in VERDICT} == dict.fromkeys(VERDICT, "12.1a")
     # the configure log alone shows every list 0001 changed, Marlin's template lists included
@@ -98,6 +100,6 @@ def test_stock_0330_builds_the_sm12x_kernels_for_12_0f_and_0001_for_12_1a(trees,
         assert {k: rec["decisions"][k] for k in LEFT} == dict.fromkeys(LEFT, "12.0f")
 
 
-def test_the_rtx_list_builds_12_0a_without_a_patch(trees, tmp_path):
-    rec = _configure(trees, "12.0a", tmp_path / "rtx", CUT)
+def test_the_rtx_list_builds_12_0a_without_a_patch(sdist, trees, tmp_path):
+    rec = _configure(sdist, trees, "12.0a", tmp_path / "rtx", CUT)
     assert {k: rec["decisions"][k] for k in VERDICT + LEFT} == dict.fromkeys(VERDICT + LEFT, "12.0a")

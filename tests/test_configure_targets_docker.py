@@ -18,9 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.image import sources
-from harness.image.sources import Source
-
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 IMAGE = "harness-test/toolchain:cu130"
@@ -47,17 +44,17 @@ def trees(tmp_path_factory) -> dict[str, str]:
     return env
 
 
-def _configure(trees: dict, version: str, arch_list: str, out: Path, *patches: Path) -> dict:
-    sdist = sources.sdist(Source("vllm", "pypi", "vllm", version, SDISTS[version]))
+def _configure(trees: dict, version: str, arch_list: str, out: Path, *patches: Path, pinned) -> dict:
+    sdist = pinned.sdist("vllm", version)  # SDISTS' sha256, checked
     res = subprocess.run([str(ROOT / "tools" / "configure-targets.sh"), str(sdist), arch_list, str(out), *map(str, patches)],
                          env={**os.environ, **trees}, capture_output=True, text=True, timeout=1200, check=False)
     assert res.returncode == 0, res.stderr[-2000:]
     return json.loads((out / "record.json").read_text())
 
 
-def test_fa3_is_in_the_graph_without_an_arch_and_the_patch_takes_it_out_of_the_build(trees, tmp_path):
-    stock = _configure(trees, "0.25.1", "12.1a", tmp_path / "stock")
-    patched = _configure(trees, "0.25.1", "12.1a", tmp_path / "patched", PATCH)
+def test_fa3_is_in_the_graph_without_an_arch_and_the_patch_takes_it_out_of_the_build(trees, tmp_path, pinned_sources):
+    stock = _configure(trees, "0.25.1", "12.1a", tmp_path / "stock", pinned=pinned_sources)
+    patched = _configure(trees, "0.25.1", "12.1a", tmp_path / "patched", PATCH, pinned=pinned_sources)
     for rec in (stock, patched):
         assert rec["returncode"] == 0 and rec["supported_archs"] == "12.0"
         assert rec["decisions"]["FA3_ARCHS"] == "" and rec["decisions"]["FA2_ARCHS"] == "8.0+PTX"
@@ -72,16 +69,16 @@ def test_fa3_is_in_the_graph_without_an_arch_and_the_patch_takes_it_out_of_the_b
     assert patched["patches"] == [{"file": PATCH.name, "sha256": patched["patches"][0]["sha256"], "applied": True}]
 
 
-def test_with_a_9_0_entry_the_patched_build_keeps_fa3_for_9_0a(trees, tmp_path):
-    rec = _configure(trees, "0.25.1", "9.0a;12.1a", tmp_path / "hopper", PATCH)
+def test_with_a_9_0_entry_the_patched_build_keeps_fa3_for_9_0a(trees, tmp_path, pinned_sources):
+    rec = _configure(trees, "0.25.1", "9.0a;12.1a", tmp_path / "hopper", PATCH, pinned=pinned_sources)
     assert rec["decisions"]["FA3_ARCHS"] == "9.0a"
     assert rec["fa3"]["arch_flags_of_one_object"] == ["-gencode arch=compute_90a,code=sm_90a"]
     assert rec["fa3"]["asked_by_setup_py"] is True
     assert rec["cuda_objects_setup_py_builds"] == rec["cuda_objects_total"]
 
 
-def test_the_patch_applies_to_0_33_0_and_says_no_fa3_for_12_1a(trees, tmp_path):
-    rec = _configure(trees, "0.33.0", "12.1a", tmp_path / "v033", PATCH)
+def test_the_patch_applies_to_0_33_0_and_says_no_fa3_for_12_1a(trees, tmp_path, pinned_sources):
+    rec = _configure(trees, "0.33.0", "12.1a", tmp_path / "v033", PATCH, pinned=pinned_sources)
     assert rec["patches"][0]["applied"] is True and rec["fa3"]["asked_by_setup_py"] is False
     assert rec["supported_archs"] == "12.0"
     # with GCC < 13 (Debian 12) 0.33.0 stops at its compiler check, before vllm-flash-attn

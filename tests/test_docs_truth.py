@@ -63,6 +63,13 @@ def test_readme_exit_codes_are_the_code() -> None:
     assert {int(code): meaning for code, meaning in rows} == EXIT_CODES
 
 
+def test_readme_stays_short_and_links_its_glossary() -> None:
+    # a new user's page: what does not fit goes to docs/ (docs/glossary.md holds every term)
+    text = (ROOT / "README.md").read_text()
+    assert len(text.split()) <= 1500
+    assert "docs/glossary.md" in text and (ROOT / "docs" / "glossary.md").is_file()
+
+
 def test_every_error_class_exits_with_a_documented_code() -> None:
     classes = set()
     for mod in pkgutil.walk_packages(harness.__path__, "harness."):

@@ -48,7 +48,7 @@ def docker(*args: str, check: bool = True, timeout: int = 3600) -> subprocess.Co
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory):
+def image(tmp_path_factory, pinned_sources):
     from harness.engine import connect
 
     if connect(timeout=30).image_id(BASE) is None:
@@ -58,7 +58,7 @@ def image(tmp_path_factory):
             pytest.fail(why)
         pytest.skip(why)
     stack = load_matrix(ROOT / "matrix" / "spark.toml").spec.stacks["spark-121a"]
-    sdist = sources.sdist(sources.flashinfer_source(stack))  # sha256-checked against the matrix pin
+    sdist = pinned_sources.sdist(sources.flashinfer_source(stack))  # the matrix's pin, sha256-checked
     ctx = tmp_path_factory.mktemp("ctx")
     wheels = ctx / "w"
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", "311",

@@ -1,7 +1,8 @@
 """examples/h200-cache (the compile cache measured on the H200 machine), as far as this machine
 reaches without the GPU host: its three matrices load and differ from h200-source.toml by
 exactly the patch the measurement is about, `harness build --dry-run` of each renders and
-applies its whole patch series to the real vLLM 0.25.1 sdist (PyPI, sha256 checked), the
+applies its whole patch series to the real vLLM 0.25.1 sdist (PyPI, sha256 checked, through the
+`pinned_sources` fixture), the
 changed kernel source is one the cut build compiles (the H200 build's own log), and the script
 parses and answers a bad verb."""
 
@@ -51,7 +52,11 @@ def test_the_changed_line_is_in_a_kernel_the_cut_build_compiles():
 
 
 @pytest.mark.network
-def test_dry_run_of_each_variant_renders_and_applies_its_series(tmp_path, monkeypatch, capsys):
+def test_dry_run_of_each_variant_renders_and_applies_its_series(tmp_path, monkeypatch, capsys, pinned_sources):
+    # the two sdists the stacks pin, from the suite's one download (never from what another test
+    # happened to leave in the cache: tests/support/caches.py)
+    pinned_sources.tree("vllm", "0.25.1")
+    pinned_sources.tree("flashinfer-python", "0.6.13")
     monkeypatch.setattr(offline, "OFFLINE", tmp_path / "cache")
     pin = offline.load_table("0.25.1").pins[0]
     offline.fetch(pin, from_dir=ROOT / "tests" / "fixtures" / "offline", cache=offline.OFFLINE)

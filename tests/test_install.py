@@ -94,7 +94,7 @@ def test_installed_tool_reads_the_templates_it_carries(installed, tmp_path):
     assert text.removesuffix("\n") == (ROOT / "docker" / "Dockerfile.vllm.in").read_text()[:200]
 
 
-def test_installed_tool_plans_and_dry_runs_away_from_the_checkout(installed, tmp_path):
+def test_installed_tool_plans_and_dry_runs_away_from_the_checkout(installed, tmp_path, default_sources):
     matrix = tmp_path / "m.toml"
     matrix.write_text(MATRIX)
     elsewhere = tmp_path / "elsewhere"

@@ -118,7 +118,7 @@ def test_a_per_version_answer_is_used_when_there_is_one():
 
 
 @pytest.mark.usefixtures("pypi")
-def test_lock_pins_every_stack_and_the_build_uses_it(tmp_path):
+def test_lock_pins_every_stack_and_the_build_uses_it(tmp_path, default_sources):
     m = load_matrix(write_matrix(tmp_path))
     eng = Engine({"example/cuda:13.0.1": DIGEST_A})
     said = []

@@ -174,7 +174,7 @@ FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database
 
 
 @pytest.fixture
-def fuzz_dir(tmp_path):
+def fuzz_dir(tmp_path, default_sources):  # `build --dry-run` reads the pinned trees
     PWNED.unlink(missing_ok=True)
     (tmp_path / ".git").mkdir()  # the matrix's repository; it holds no patch, so nothing is fetched
     return tmp_path

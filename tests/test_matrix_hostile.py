@@ -161,7 +161,7 @@ def test_a_symlink_out_of_the_repository_is_refused(repo, tmp_path):
     assert "outside the matrix's repository" in problems_of(path)[0]
 
 
-def test_allow_outside_lets_a_trusted_patch_in(repo, tmp_path):
+def test_allow_outside_lets_a_trusted_patch_in(repo, tmp_path, default_sources):
     trusted = tmp_path / "outside" / "trusted.patch"
     path = write(repo, BASE.replace('vllm = { pypi = "0.33.0" }', 'vllm = { pypi = "0.33.0", patches = ['
                                     f'"vllm/ok.patch", {{ path = "{trusted}", allow_outside = true }}] }}'))

@@ -109,8 +109,8 @@ def test_a_commit_missing_from_the_mirror_is_named(repos):
 
 
 @pytest.fixture(scope="module")
-def vllm_0251_tree():
-    return sources.tree(sources.Source("vllm", "pypi", "vllm", "0.25.1", VLLM_0251_SHA))
+def vllm_0251_tree(pinned_sources):
+    return pinned_sources.tree(sources.Source("vllm", "pypi", "vllm", "0.25.1", VLLM_0251_SHA))
 
 
 @pytest.mark.network
@@ -162,11 +162,10 @@ def _offline_matrix(tmp_path: Path, patches: str, wheelhouse: str = "") -> Path:
 
 
 @pytest.fixture(scope="module")
-def offline_sdists():
+def offline_sdists(pinned_sources):
     """The two sdists an offline render reads from the cache (downloaded once, sha256 checked)."""
-    sources.sdist(sources.Source("vllm", "pypi", "vllm", "0.25.1", VLLM_0251_SHA))
-    sources.sdist(sources.Source("flashinfer", "pypi", "flashinfer-python", "0.6.13",
-                                 "8a6d7d3708c7c87952390ec4e3aabe6e1c356defa8c7211b26bccaa355a61c59"))
+    pinned_sources.tree("vllm", "0.25.1")
+    pinned_sources.tree("flashinfer-python", "0.6.13")
 
 
 ARCH = ROOT / "patches" / "vllm" / "0001-vllm-0.25.1-cmake-sm121a-on-cuda13.patch"
@@ -332,8 +331,8 @@ ARCH_0330 = ROOT / "patches" / "vllm" / "0001-cmake-sm121a-on-cuda13.patch"
 
 
 @pytest.fixture(scope="module")
-def vllm_0330_tree():
-    return sources.tree(sources.Source("vllm", "pypi", "vllm", "0.33.0", VLLM_0330_SHA))
+def vllm_0330_tree(pinned_sources):
+    return pinned_sources.tree(sources.Source("vllm", "pypi", "vllm", "0.33.0", VLLM_0330_SHA))
 
 
 @pytest.mark.network
@@ -411,16 +410,15 @@ def test_a_stand_in_must_replace_an_unpinned_source(tmp_path):
 
 
 @pytest.mark.network
-def test_an_offline_render_with_a_stand_in_names_it_in_its_labels(tmp_path, monkeypatch):
+def test_an_offline_render_with_a_stand_in_names_it_in_its_labels(tmp_path, monkeypatch, pinned_sources):
     """The probe matrix tools/defaults_probe.py writes: the stand-in archive enters the context and
     the image's labels; without the probe patch the same stack is refused, naming every unpinned source."""
     import sys
 
     from harness.image.dockerfile import render
 
-    sources.sdist(sources.Source("vllm", "pypi", "vllm", "0.33.0", VLLM_0330_SHA))
-    sources.sdist(sources.Source("flashinfer", "pypi", "flashinfer-python", "0.7.2.post1",
-                                 "af60319898dcfd552ba12a34165b9dd46c0bbd83d48ce665b1df6bd6ae77e9f1"))
+    pinned_sources.tree("vllm", "0.33.0")  # the render reads their build requirements
+    pinned_sources.tree("flashinfer-python", "0.7.2.post1")
     monkeypatch.setattr(offline, "OFFLINE", tmp_path / "cache")
     table = offline.load_table("0.33.0")
     for pin in (*table.pins, *table.stand_ins):

@@ -47,7 +47,9 @@ def engine():
     return eng
 
 
-def test_the_default_stack_packages_and_installs_on_this_platform(engine, tmp_path):
+def test_the_default_stack_packages_and_installs_on_this_platform(engine, tmp_path, pinned_sources):
+    pinned_sources.tree("vllm", "0.33.0")  # the stack's two sources, read from the cache
+    pinned_sources.tree("flashinfer-python", "0.7.2.post1")
     sys.path.insert(0, str(ROOT / "tools"))
     try:
         import defaults_probe

@@ -105,7 +105,7 @@ def test_header_does_not_stop_git_apply(github, tmp_path):
 
 
 @pytest.mark.network
-def test_added_patch_still_applies(github, tmp_path):
+def test_added_patch_still_applies(github, tmp_path, pinned_sources):
     # the provenance header must not break `git apply`, on the real vLLM 0.33.0 sdist
     base, _ = github
     added = add_pr("vllm", 4242, base_url=base, patches_dir=tmp_path)
@@ -115,7 +115,7 @@ def test_added_patch_still_applies(github, tmp_path):
     from harness.matrix.load import load_matrix
 
     spark = load_matrix(Path(__file__).resolve().parent.parent / "matrix" / "spark.toml")
-    pristine = sources.tree(sources.vllm_source(spark.spec.stacks["spark-121a"]))
+    pristine = pinned_sources.tree(sources.vllm_source(spark.spec.stacks["spark-121a"]))
     (tree / "CMakeLists.txt").write_bytes((pristine / "CMakeLists.txt").read_bytes())
     assert apply_series(tree, [(added.path.name, added.path)]).ok
 

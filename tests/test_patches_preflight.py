@@ -1,7 +1,8 @@
 """Patch preflight on the REAL pinned sources: vLLM 0.33.0 and flashinfer-python 0.7.2.post1 sdists.
 
-Uses .cache/sdist/ when the sdists are there (seconds); otherwise downloads them from PyPI
-(needs the network: ~100 MB, sha256-checked against the pins in matrix/spark.toml).
+They come through the `pinned_sources` fixture (tests/conftest.py): from the suite's cache when
+there (seconds), otherwise from PyPI (needs the network: ~100 MB, sha256-checked against the
+pins in matrix/spark.toml).
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ def spark():
 
 
 @pytest.fixture(scope="module")
-def vllm_tree(spark):
-    return sources.tree(sources.vllm_source(spark.spec.stacks["spark-121a"]))
+def vllm_tree(spark, pinned_sources):
+    return pinned_sources.tree(sources.vllm_source(spark.spec.stacks["spark-121a"]))
 
 
 @pytest.fixture(scope="module")
-def flashinfer_tree(spark):
-    return sources.tree(sources.flashinfer_source(spark.spec.stacks["spark-121a"]))
+def flashinfer_tree(spark, pinned_sources):
+    return pinned_sources.tree(sources.flashinfer_source(spark.spec.stacks["spark-121a"]))
 
 
 @pytest.mark.network
@@ -80,16 +81,18 @@ def test_pristine_tree_is_not_modified(vllm_tree):
 
 
 @pytest.mark.network
-def test_shipped_spark_series_pass(spark):
+def test_shipped_spark_series_pass(spark, vllm_tree, flashinfer_tree):
     for name in spark.spec.stacks:
         for series in preflight_stack(one(spark, name)):
             assert series.ok, series.problems()
 
 
-def test_sdist_pin_mismatch_is_refused(tmp_path):
+@pytest.mark.network
+def test_sdist_pin_mismatch_is_refused(pinned_sources):
+    pinned_sources.sdist("vllm", "0.33.0")  # the real file is in the cache; the pin below is not its
     src = sources.Source("vllm", "pypi", "vllm", "0.33.0", "0" * 64)
     with pytest.raises(Exception, match="does not match the pinned sdist_sha256"):
-        sources.sdist(src, cache=tmp_path)
+        sources.sdist(src)
 
 
 PARSE = [

@@ -185,6 +185,13 @@ env = { FAKE_VLLM_MODE = "hang" }
     assert crash.serve.exit_code == 3
     assert any("illegal memory access" in line for line in crash.serve.log_tail)
     assert any("illegal" in s for s in crash.fingerprint.signatures), crash.fingerprint.signatures
+    # the stored line numbers are the stored log file's (its harness header included), as rejudge reads them
+    from harness.results.store import cell_key
+
+    log = (store.dir / "logs" / f"{cell_key(crash.id)}.server.log").read_text().splitlines()
+    assert log[0].startswith("# harness ")
+    for sig, ctx in crash.fingerprint.signature_context.items():
+        assert crash.fingerprint.evidence[f"signature:{sig}"] in log[ctx.line - 1], (sig, ctx.line)
     assert hang.status is Status.HUNG
     assert "no new log line" in hang.reasons[0]
     assert hang.serve.log_tail[-1].endswith("Capturing CUDA graphs (decode, FULL): 100%")

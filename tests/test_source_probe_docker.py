@@ -49,7 +49,9 @@ def engine():
     return eng
 
 
-def test_probe_of_the_real_template_configures_compiles_and_audits(engine, tmp_path, monkeypatch):
+def test_probe_of_the_real_template_configures_compiles_and_audits(engine, tmp_path, monkeypatch, pinned_sources):
+    pinned_sources.tree("vllm", "0.25.1")  # the stack's two sources, read from the cache
+    pinned_sources.tree("flashinfer-python", "0.6.13")
     # the pinned CUTLASS tree arrives as an archive file, checked by content on entering the cache
     monkeypatch.setattr(offline, "OFFLINE", tmp_path / "cache")
     with socket.socket() as s:  # a compile cache of this test's own

@@ -17,7 +17,6 @@ import pytest
 
 from harness.bisect.store import BisectSpec
 from harness.bisect.upstream_report import bisect_command
-from harness.image import sources
 from harness.image.sources import Source
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,8 +141,8 @@ def test_the_command_that_runs_a_bisect_again_keeps_every_choice():
                                    "--probe build -m matrix/spark.toml --stack spark-121a")
 
 
-def _patched_setup(version: str, tmp_path: Path) -> str:
-    tree = sources.tree(Source("vllm", "pypi", "vllm", version, SDISTS[version]))
+def _patched_setup(version: str, tmp_path: Path, pinned_sources) -> str:
+    tree = pinned_sources.tree(Source("vllm", "pypi", "vllm", version, SDISTS[version]))
     work = tmp_path / version
     work.mkdir()
     (work / "setup.py").write_bytes((tree / "setup.py").read_bytes())
@@ -155,8 +154,8 @@ def _patched_setup(version: str, tmp_path: Path) -> str:
 
 @pytest.mark.network
 @pytest.mark.parametrize("version", sorted(SDISTS))
-def test_the_fa3_patch_applies_and_its_decision_runs_from_the_patched_setup_py(version, tmp_path):
-    text = _patched_setup(version, tmp_path)
+def test_the_fa3_patch_applies_and_its_decision_runs_from_the_patched_setup_py(version, tmp_path, pinned_sources):
+    text = _patched_setup(version, tmp_path, pinned_sources)
     fn = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == "_fa3_arch_requested")
     scope: dict = {"re": re}
     exec(compile(ast.Module(body=[fn], type_ignores=[]), "setup.py", "exec"), scope)  # noqa: S102

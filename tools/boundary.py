@@ -443,6 +443,10 @@ EXCEPTIONS.update({
     ("harness.bisect.probes", "remove", "CellProbe.observe"): (1, "removes the pinned matrix copy it wrote "
                                                                   "itself for this point (never a link: unlink)"),
     ("harness.bisect.session", "remove", "observe"): (1, _SCRATCH),
+    ("harness.bench.wire", "socket", "_stamped_connect"): (1, "the benchmark client's own TCP connection to the "
+                                                             "endpoint the run started or the user named (Target.parse: "
+                                                             "http(s), a host, a port), opened by hand only to turn on "
+                                                             "the kernel's receive timestamps (SO_TIMESTAMPNS)"),
     ("harness.bundle", "file", "pack"): (1, "lzma.LZMAFile over the descriptor harness.safety.writes.open_new "
                                             "opened (O_NOFOLLOW): compresses, opens no path"),
     ("harness.bundle", "tarfile", "<module>"): (1, _TAR_OWN),

@@ -6,7 +6,8 @@
 #   qemu-user-static + binfmt-support  the arm64 test (emulated linux/arm64)  ~40 MB
 # and, where a Docker engine answers, harness-test/ray (tools/ray-image.sh: ray from PyPI) for
 # the multi-node tests, and harness-test/arm64:bookworm (tools/arm64-image.sh: debootstrap
-# --arch=arm64 + a few aarch64 wheels from PyPI) for the arm64 test. harness-test/cuda13-devel:trixie
+# --arch=arm64 + a few aarch64 wheels from PyPI, after registering the kernel's aarch64 handler
+# where no init system did) for the arm64 tests. harness-test/cuda13-devel:trixie
 # (tools/cuda13-devel-base.sh: 3.1 GB of wheels, a 6.7 GB image, ~9 min on 2 cores) for the vLLM
 # 0.33.0 configure test is built with the toolchain, when asked. harness-test/toolchain:cu130 (tools/toolchain-base.sh: torch 2.11.0 +
 # CUDA libraries from PyPI, 2.6 GB of wheels cached the first time, an 8.6 GB image, ~6 min on
@@ -27,8 +28,9 @@ make test: what it may install or fetch, when missing (nothing is removed afterw
     openssh-server (~2 MB), qemu-user-static + binfmt-support (~40 MB)
   Docker image harness-test/ray (ray 2.60.0 wheels from PyPI, a 415 MB image) for the
     multi-node tests
-  Docker image harness-test/arm64:bookworm (debootstrap --arch=arm64, emulated, and 4 MB of
-    aarch64 wheels from PyPI) for the arm64 test
+  the kernel's aarch64 handler (root: mounts binfmt_misc and enables qemu-aarch64 where no
+    init system did) and Docker image harness-test/arm64:bookworm (debootstrap --arch=arm64,
+    emulated, and 4 MB of aarch64 wheels from PyPI) for the arm64 tests
   during the tests: the vLLM 0.33.0 and 0.25.1 and FlashInfer 0.7.2.post1 sdists from PyPI
     (136 MB, unpacked to ~690 MB in ~/.cache/vllm-bw-harness) for the patch and source tests
   without root + apt, or without PyPI, the tests that need them skip (listed at the end)
@@ -57,10 +59,16 @@ command -v docker-registry >/dev/null || want+=(docker-registry)
 [ -x /usr/bin/qemu-aarch64-static ] || want+=(qemu-user-static binfmt-support)
 ray_image() {
   if docker info >/dev/null 2>&1; then
+    # the two images at once: each waits on downloads much of its time (its output follows)
+    arm64_log=$(mktemp)
+    { PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/arm64-image.sh" \
+        || echo "test-deps: the arm64 image could not be built (the reason is above): the arm64 tests will skip"
+    } > "$arm64_log" 2>&1 &
+    arm64=$!
     PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/ray-image.sh" \
       || echo "test-deps: the Ray image could not be built: the multi-node tests will skip"
-    PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/arm64-image.sh" \
-      || echo "test-deps: the arm64 image could not be built: the arm64 test will skip"
+    wait "$arm64" || true
+    cat "$arm64_log"; rm -f "$arm64_log"
     if toolchain_asked && [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then
       PYTHON=${PYTHON:-python3} bash "$(dirname "$0")/toolchain-base.sh" \
         || echo "test-deps: the toolchain base could not be built: the source-build probe test will skip"

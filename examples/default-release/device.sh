@@ -23,7 +23,9 @@
 # env: PYTHON (default /opt/torch/.venv/bin/python3: the torch whose CMake files vLLM's configure
 #      reads; a torch other than 2.14.0 makes vLLM warn, which the record keeps), OUT (default
 #      ./out), JOBS (default nproc), UNITS (sources to compile instead of the units table's, for a
-#      short test), WORK (default a fresh folder under /tmp).
+#      short test), WORK (default a fresh folder under /tmp), PROBE_BUDGET_S (probe: each stack's
+#      unit compile stopped after that many seconds; finished units kept, the rest listed with the
+#      time they had run).
 # Each record (record.json, tools/configure_targets.py) holds the toolchain it ran with and the
 # host's own facts (host.txt); nothing here is the registry base: the records say so.
 set -euo pipefail
@@ -95,6 +97,9 @@ case "$verb" in
   probe)
     per=$(( JOBS / 3 > 0 ? JOBS / 3 : 1 ))
     unit_args=(); for u in "${units[@]}"; do unit_args+=(--build-source "$u"); done
+    # PROBE_BUDGET_S: each stack's unit compile stopped at that wall time, the finished units kept
+    # and the others recorded with the time they had run (a floor), for a visit shorter than the probe
+    [ -n "${PROBE_BUDGET_S:-}" ] && unit_args+=(--budget "$PROBE_BUDGET_S")
     pids=()
     for stack in spark-stock spark-121a rtx-120a; do
       configure "$stack" "${unit_args[@]}" --jobs "$per" & pids+=($!)

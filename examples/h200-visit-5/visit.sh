@@ -55,7 +55,7 @@ probe-aot)
     nproc; free -g | head -2; df -h /tmp | tail -1; cat /proc/loadavg; gcc --version | head -1; nvcc --version | tail -1'
   mkdir -p /tmp/hwhl && cp .fi-aot-inputs/audit/w/*.whl /tmp/hwhl/
   # the probe alone on the machine: its timings are what a 16-core host pays
-  step 1-probe env OUT="$OUTDIR" timeout 540 bash examples/default-release/device.sh probe
+  step 1-probe env OUT="$OUTDIR" PROBE_BUDGET_S=${PROBE_BUDGET_S:-390} timeout 540 bash examples/default-release/device.sh probe
   step 1-aot-start env OUT="$V/aot" nice -n 10 bash examples/flashinfer-aot/device.sh start
   pack 1 ;;
 stage)

@@ -1,11 +1,17 @@
 """The benchmark's one HTTP client: HTTP/1.1 over an asyncio Protocol, nothing in between.
 
 Why not aiohttp here: at 64 streams on 2 cores the client's own event loop decides TTFT and
-ITL. A protocol gets each network read in `data_received`, stamped there with
-`time.perf_counter()`, with no stream reader, future or timer per read (profile before and
-after: benchmarks/README.md). It also lets the client open and warm its connections outside
-the timed round, and stamp a request's start when its bytes are written, not when a pool
-hands out a socket.
+ITL. A protocol gets each network read in `data_received`, with no stream reader, future or
+timer per read (profile before and after: benchmarks/README.md). It also lets the client open
+and warm its connections outside the timed round, and stamp a request's start when its bytes
+are written, not when a pool hands out a socket.
+
+Each read is stamped with the time its bytes ARRIVED, as the kernel recorded it
+(SO_TIMESTAMPNS), not when the event loop got round to reading them: on a busy machine the
+client's process waits its turn, and a stamp taken then is late by that wait (at 64 streams
+beside two busy loops, the aggregate read ~3 % low: benchmarks/README.md). Plain http reads
+its socket itself for that (`_StampedReader`, the event loop only says when it is readable);
+https, or a kernel without the option, falls back to the time of the read.
 
 Scope: what an OpenAI-compatible server answers: status line, headers, a body framed by
 `transfer-encoding: chunked`, `content-length` or connection close; keep-alive unless the
@@ -16,13 +22,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import ssl as ssl_mod
+import struct
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 _now = time.perf_counter
+# Linux (asm-generic, so x86-64 and arm64): SO_TIMESTAMPNS, and its control message of the same
+# number, a struct timespec of the receive time on CLOCK_REALTIME
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35) if sys.platform.startswith("linux") else None
+_ANC_SIZE = socket.CMSG_SPACE(16)
+_READ_SIZE = 256 * 1024  # as asyncio's transports read
 
 BodySink = Callable[[bytes, float], None]
 
@@ -181,6 +195,87 @@ class _Response:
                 self.need, self.crlf = size, 2
 
 
+def arrival(ancillary: list[tuple[int, int, bytes]]) -> float | None:
+    """The kernel's receive time of a read (its SCM_TIMESTAMPNS message), on perf_counter's
+    clock; None without one. Never later than now (a clock step cannot put it in the future)."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            sec, nsec = struct.unpack("qq", data[:16])
+            age_ns = time.time_ns() - (sec * 1_000_000_000 + nsec)
+            return _now() - max(age_ns, 0) / 1e9
+    return None
+
+
+class _StampedReader(asyncio.Transport):
+    """A plain TCP socket read by recvmsg, each read handed on with its bytes' arrival time.
+    The event loop (asyncio's or uvloop's) only says when the socket is readable; writes are
+    a request's few bytes, sent at once (the rest, if the kernel takes less, when it can)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, conn: Connection) -> None:
+        super().__init__()
+        self._loop, self._sock, self._conn = loop, sock, conn
+        self._closed = False
+        self._sending: asyncio.Task | None = None  # the rest of a write the kernel did not take at once
+        loop.add_reader(sock.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data, anc, _flags, _addr = self._sock.recvmsg(_READ_SIZE, _ANC_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self.close()
+            self._conn.connection_lost(exc)
+            return
+        if not data:
+            self.close()
+            self._conn.eof_received()
+            return
+        self._conn.received(data, arrival(anc))
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self.close()
+            self._conn.connection_lost(exc)
+            return
+        if sent < len(data):
+            self._sending = self._loop.create_task(self._loop.sock_sendall(self._sock, bytes(data[sent:])))
+
+    def is_closing(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._loop.remove_reader(self._sock.fileno())
+            self._sock.close()
+
+
+async def _stamped_connect(loop: asyncio.AbstractEventLoop, host: str, port: int) -> socket.socket:
+    """A connected, non-blocking TCP socket with receive timestamps on (where the kernel has them)."""
+    last: OSError | None = None
+    for family, kind, proto, _name, addr in await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                if SO_TIMESTAMPNS is not None:
+                    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            except OSError:
+                pass  # no such option here: reads are stamped when read
+            await loop.sock_connect(sock, addr)
+            return sock
+        except OSError as exc:
+            sock.close()
+            last = exc
+    raise last or OSError(f"no address for {host}")
+
+
 class Connection(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection; one request at a time."""
 
@@ -199,7 +294,12 @@ class Connection(asyncio.Protocol):
         self.closed = False
 
     def data_received(self, data: bytes) -> None:
-        t = self.last_byte = _now()
+        self.received(data, None)
+
+    def received(self, data: bytes, arrived: float | None) -> None:
+        """A read, with its bytes' arrival time where the kernel gave it (else now)."""
+        self.last_byte = _now()
+        t = self.last_byte if arrived is None else arrived
         resp = self.resp
         if resp is None:
             return  # bytes nobody asked for: dropped, and the connection is not reused
@@ -233,15 +333,15 @@ class Connection(asyncio.Protocol):
     # -- use ------------------------------------------------------------------------------
     async def open(self, timeout_s: float) -> None:
         loop = asyncio.get_running_loop()
-        ctx = ssl_mod.create_default_context() if self.target.scheme == "https" else None
         try:
+            if self.target.scheme == "http":
+                sock = await asyncio.wait_for(_stamped_connect(loop, self.target.host, self.target.port), timeout_s)
+                self.connection_made(_StampedReader(loop, sock, self))
+                return
+            ctx = ssl_mod.create_default_context()
             await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: self,
-                    self.target.host,
-                    self.target.port,
-                    ssl=ctx,
-                    server_hostname=self.target.host if ctx else None,
+                    lambda: self, self.target.host, self.target.port, ssl=ctx, server_hostname=self.target.host
                 ),
                 timeout_s,
             )

@@ -11,7 +11,18 @@ from harness import gpus, proc
 from harness.console import out
 from harness.errors import EnvironmentProblem, HarnessError
 
-MIN_BUILD_DISK_GIB = 60  # a vLLM + FlashInfer build image with ccache is about 30-50 GB
+# Free disk a matrix needs where it builds, per kind of stack, in GiB: (fail below, warn below).
+# Measured on the H200 machine: the cut vLLM 0.25.1 source stack's image is 18.79 GB on its 17.0 GB
+# base, 1.8 GB of layers (examples/h200-source/device/image.json), with 0.10 GiB of compile cache
+# (examples/h200-cache/cold/cache-show.txt); that build and two served cells ran with 47 GiB free
+# (examples/h200-source/device/doctor.txt). The 0.25.1 wheel stack's image added 0.45 GB to the same
+# base (examples/h200-docker/device/3-image.json). What is needed: the base (15.8 GiB, the largest
+# measured here) + the stack's layers twice (the build writes a layer before committing it) + its
+# compile cache + 2 GiB for results and logs: source 15.8 + 3.4 + 0.1 + 2 = 21.3, so 22; wheel
+# 15.8 + 0.8 + 2 = 18.6, so 19; a prebuilt image is pulled as a base is, so 19 too. Warn below 60 for
+# source stacks (a whole, uncut build compiles ~3x the objects, FA2/FA3 among them: not measured) and
+# below 30 for the others.
+DISK_GIB = {"source": (22, 60), "wheel": (19, 30), "image": (19, 30)}
 
 
 @dataclass(frozen=True)
@@ -147,12 +158,7 @@ def run_checks(*, need_docker: bool = True, need_gpu: bool = True, need_gpu_runt
                         "install the NVIDIA driver, or run on a GPU host" + (
                             "" if need_gpu else " (images are still built and audited here; "
                             "cells need a GPU)"), required=need_gpu))
-    try:
-        free = shutil.disk_usage(build_dir).free / 2**30
-        checks.append(Check("free disk", free >= MIN_BUILD_DISK_GIB, f"{free:.0f} GiB free at {Path(build_dir).resolve()}",
-                            f"free at least {MIN_BUILD_DISK_GIB} GiB for image builds", required=need_docker))
-    except OSError as exc:
-        checks.append(Check("free disk", False, str(exc), required=need_docker))
+    checks += disk_checks(build_dir, matrix, need_docker)
     for tool, (why, fix) in proc.HOST_TOOLS.items():
         where = proc.which(tool)
         checks.append(Check(tool, where is not None, where or f"not found: harness {why}", fix,
@@ -167,6 +173,38 @@ def run_checks(*, need_docker: bool = True, need_gpu: bool = True, need_gpu_runt
     if matrix is not None:
         checks += [c for c in (pins_check(matrix), fit_check(matrix, probe)) if c is not None]
     return checks
+
+
+def stack_kind(stack) -> str | None:
+    """What a stack puts on the build disk: 'source', 'wheel', 'image' (pulled), None (local)."""
+    if stack.runner != "docker":
+        return None
+    return "image" if stack.image is not None else "wheel" if stack.wheels is not None else "source"
+
+
+def disk_checks(build_dir: str, matrix, need_docker: bool) -> list[Check]:
+    """Free disk against what the matrix's stacks need (DISK_GIB): failed below that, a warning
+    below the comfortable size. No matrix: the shipped default matrices, source stacks."""
+    kinds = {"source"} if matrix is None else {k for s in matrix.spec.stacks.values() if (k := stack_kind(s))}
+    if not kinds:
+        return []
+    kind = max(kinds, key=lambda k: DISK_GIB[k])
+    need, comfortable = DISK_GIB[kind]
+    what = f"{kind} stacks" if matrix is None or len(kinds) == 1 else f"{kind} stacks (the largest here)"
+    try:
+        free = shutil.disk_usage(build_dir).free / 2**30
+    except OSError as exc:
+        return [Check("free disk", False, str(exc), required=need_docker)]
+    where = f"{free:.0f} GiB free at {Path(build_dir).resolve()}"
+    if free < need:
+        return [Check("free disk", False, f"{where}; {what} need {need} GiB (docs/measured.md)",
+                      f"free at least {need} GiB for image builds", required=need_docker)]
+    if free < comfortable:
+        return [Check("free disk", False, f"{where}: enough for {what} ({need} GiB, measured), "
+                      f"below the {comfortable} GiB advised for them",
+                      f"free {comfortable} GiB to be safe, or keep the compile cache elsewhere "
+                      "(HARNESS_COMPILE_CACHE_DIR)", required=False)]
+    return [Check("free disk", True, f"{where}; {what} need {need} GiB")]
 
 
 def pins_check(matrix) -> Check | None:

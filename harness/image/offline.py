@@ -306,8 +306,8 @@ def fetch(pin: Pin, *, repos: Mapping[str, str] | None = None, from_dir: Path | 
     return archive
 
 
-def missing(pins: tuple[Pin, ...], cache: Path = OFFLINE) -> list[Pin]:
-    return [p for p in pins if not (cache / p.archive_name).is_file()]
+def missing(pins: tuple[Pin, ...], cache: Path | None = None) -> list[Pin]:
+    return [p for p in pins if not ((cache or OFFLINE) / p.archive_name).is_file()]
 
 
 def fetch_attempts(log_text: str, table: Table) -> list[str]:

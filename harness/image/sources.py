@@ -97,8 +97,10 @@ def find_sdist_url(name: str, version: str, index: str = SIMPLE_INDEX) -> tuple[
     raise ConfigError(f"{name} {version}: no sdist {want} on {url}", hint="check the version in the matrix")
 
 
-def sdist(source: Source, cache: Path = CACHE) -> Path:
-    """The verified sdist tarball of a PyPI source (cached)."""
+def sdist(source: Source, cache: Path | None = None) -> Path:
+    """The verified sdist tarball of a PyPI source (cached; `cache` defaults to CACHE, read at the
+    call, so that the test suite can give each test a cache of its own)."""
+    cache = CACHE if cache is None else cache
     want = sdist_filename(source.name, source.pin)
     # the caches are roots: a link planted in one is refused, never followed (harness.safety.roots)
     for folder in (SDIST_CACHE, cache):
@@ -122,8 +124,9 @@ def sdist(source: Source, cache: Path = CACHE) -> Path:
     return path
 
 
-def tree(source: Source, cache: Path = CACHE) -> Path:
+def tree(source: Source, cache: Path | None = None) -> Path:
     """The unpacked, pristine source tree (never patched in place: preflight copies it)."""
+    cache = CACHE if cache is None else cache
     check_source(source)
     dest = cache / source.key
     # the cache is a root: a source folder there that is a link is refused, never built from

@@ -86,7 +86,8 @@ def serve_cell(cell: Cell, placement: Placement, build: BuildOutcome | None, *, 
         progress.cell_phase(cell, "judge", None)
         if ready.ready and not server.state().running:
             settle(server)  # it died while measured: its last lines are read to the end first
-        fp = fingerprint(server.log.text(), process_ended=not ready.ready, hung=ready.state == "hung")
+        # the stored file's text, header included: the line numbers kept are the file's (rejudge's)
+        fp = fingerprint(server.log.stored_text(), process_ended=not ready.ready, hung=ready.state == "hung")
         verdict = judge_stage.judge(judge_stage.Subject.of(cell), matrix.spec.expect, fp, ready_state=ready.state,
                                     exit_code=ready.exit_code, detail=ready.detail, bench=m.bench,
                                     memory=memory, extra=build_verdicts(build))

@@ -63,8 +63,9 @@ class LogBuffer:
         self._lock = threading.Lock()
         self.last_line_at = time.monotonic()
         self._ended = threading.Event()
-        for line in header:
-            self._f.write(redact_text(line) + "\n")
+        self._header = tuple(redact_text(line) for line in header)
+        for line in self._header:
+            self._f.write(line + "\n")
         self._f.flush()
 
     def add(self, line: str) -> None:
@@ -95,6 +96,12 @@ class LogBuffer:
     def text(self) -> str:
         with self._lock:
             return "\n".join(self._lines)
+
+    def stored_text(self) -> str:
+        """The log as its file holds it: the harness's header, then the server's lines. Line
+        numbers read from it (a cell's fingerprint) are the file's, as `harness rejudge` reads them."""
+        with self._lock:
+            return "\n".join((*self._header, *self._lines))
 
     def tail(self, n: int = 40) -> list[str]:
         with self._lock:

@@ -75,7 +75,7 @@ def test_render_puts_the_file_in_the_context_without_changing_the_tag(spark_sour
     # the hand-kept list is gone from the template
     assert '"setuptools>=77" setuptools-scm wheel build' not in r.dockerfile
     # `plan` names the same tag without reading the sources
-    assert render(one(spark, "spark-121a", platform=platforms.AMD64), requirements=False).image_ref == r.image_ref
+    assert render(one(spark_sources, "spark-121a", platform=platforms.AMD64), requirements=False).image_ref == r.image_ref
 
 
 def test_the_platform_is_in_the_tag_and_the_hash(spark):

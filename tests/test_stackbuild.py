@@ -76,7 +76,8 @@ def test_plan_names_the_tag_the_build_builds_once_a_lock_exists(locked: Path, ca
     assert image_ref(unlocked) != built
 
 
-def test_the_lock_is_applied_once_and_the_build_reads_none(locked: Path, monkeypatch) -> None:
+@pytest.mark.network
+def test_the_lock_is_applied_once_and_the_build_reads_none(locked: Path, monkeypatch, default_sources) -> None:
     applied = []
     real = lock.apply_lock
     monkeypatch.setattr(lock, "apply_lock", lambda *a, **k: applied.append(1) or real(*a, **k))

@@ -87,3 +87,22 @@ def _from_smi() -> GpuProbe | str:
 
 def _s(v) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
+
+
+# Memory bandwidth (GB/s) of GPUs a generic matrix may meet, from their makers' data sheets;
+# the roofline figures of a generated matrix use it, `harness doctor` and the report compare it with
+# the matrix's. Matched on the NVML name, longest first.
+KNOWN_BANDWIDTH_GBS = {
+    "A100-SXM4-80GB": 2039, "A100 80GB PCIe": 1935, "A100-SXM4-40GB": 1555, "A100-PCIE-40GB": 1555,
+    "A10G": 600, "A10": 600, "A30": 933, "A40": 696, "L4": 300, "L40S": 864, "L40": 864,
+    "RTX 6000 Ada": 960, "RTX 4090": 1008, "RTX 4080": 717, "RTX 3090": 936, "T4": 320,
+    "B200": 8000, "B300": 8000, "GB200": 8000,
+    "H100 80GB HBM3": 3350, "H100 PCIe": 2000, "H100 NVL": 3900, "H200": 4800, "H200 NVL": 4800, "GH200": 4000,
+    "H800": 3350, "H20": 4000,
+}
+
+
+def known_bandwidth(name: str) -> float | None:
+    """The data-sheet bandwidth of a GPU by its NVML name (the longest key it contains), or None."""
+    return next((v for k, v in sorted(KNOWN_BANDWIDTH_GBS.items(), key=lambda kv: -len(kv[0]))
+                 if k.upper() in name.upper()), None)

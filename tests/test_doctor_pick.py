@@ -142,3 +142,19 @@ def test_no_engine_reads_as_a_sentence_with_the_fix(monkeypatch, tmp_path):
     assert engine.detail == f"no Docker engine answers at unix://{tmp_path}/no.sock: its socket does not " \
         "exist (no dockerd is running)"
     assert "make docker-up" in engine.fix
+
+
+def test_a_card_of_the_same_cc_but_another_bandwidth_is_named_not_passed():
+    """Seen on a visit: an H100 VM lent for an H200 one. cc 9.0 for both, so the H200 matrix runs,
+    but its roofline figures would use the H200's 4800 GB/s: doctor says so (a warning)."""
+    m = load_matrix(ROOT / "matrix" / "h200-docker.toml")
+    h100 = GpuProbe((gpu("NVIDIA H100 80GB HBM3", "9.0", 79.6),), "nvml", "")
+    check = doctor.fit_check(m, h100)
+    assert not check.ok and not check.required
+    assert "reads 3350 GB/s, not the 4800 GB/s of hardware.h200" in check.detail
+    assert "bandwidth_gbs = 3350" in check.fix
+    h200 = GpuProbe((gpu("NVIDIA H200", "9.0", 140.4),), "nvml", "")
+    assert doctor.fit_check(m, h200).ok
+    unknown = GpuProbe((gpu("NVIDIA Hopper engineering sample", "9.0", 96.0),), "nvml", "")
+    assert doctor.fit_check(m, unknown).ok  # nothing known to compare: the cc decides
+    assert doctor.known_bandwidth("NVIDIA H20") == 4000 and doctor.known_bandwidth("NVIDIA H200 NVL") == 4800

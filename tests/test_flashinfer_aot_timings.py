@@ -95,7 +95,7 @@ def test_a_stopped_run_keeps_what_finished_and_estimates_the_rest(tmp_path):
     s = timings(tmp_path, stopped)["summary"]["summaries"][0]
     assert s["modules_done"] == 1 and s["whole"]["kind"] == "ESTIMATE"
     other = s["families"]["other"]
-    assert other["done"] == 0 and other["estimate_basis"].startswith("no module of this family finished")
+    assert other["done"] == 0 and other["estimate_basis"].startswith("no run finished a module of this family")
     assert s["whole"]["wall_s"] >= s["measured_wall_s"]
     assert "an ESTIMATE" in timings(tmp_path, stopped)["md"]
 
@@ -114,3 +114,45 @@ def test_what_one_run_did_not_finish_is_estimated_from_the_other_runs_same_famil
     s121, s120 = timings(tmp_path, stopped)["summary"]["summaries"]
     assert s120["whole"]["kind"] == "measured" and s121["whole"]["kind"] == "ESTIMATE"
     assert s121["families"]["other"]["estimate_basis"] == "the same family's finished modules in the 12.0a run"
+
+
+def test_a_family_no_run_reached_costs_every_runs_mean_and_the_spread_of_the_measured_ones():
+    """As on the 16-core visit: the 12.1a run finished only GEMM modules (dear per source), the
+    12.0a run only attention ones (cheap). A family neither reached is estimated at the mean of
+    every finished module of both runs, the same for both runs, and the whole step is given with
+    the spread between the cheapest and the dearest measured family."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fi_timings", EX / "timings.py")
+    assert spec and spec.loader
+    t = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t)
+
+    def row(arch, family, module, sources, state, step_s):
+        return {"arch": arch, "family": family, "module": module, "cuda_sources": sources, "state": state,
+                "step_s": step_s}
+
+    runs = {
+        "12.1a": [row("12.1a", "gemm_sm12x", "g", 10, "done", 700.0), row("12.1a", "attention_fa2_hd128", "a", 20, "not started", 0.0),
+                  row("12.1a", "xqa", "x", 100, "not started", 0.0)],
+        "12.0a": [row("12.0a", "gemm_sm12x", "g", 10, "not started", 0.0), row("12.0a", "attention_fa2_hd128", "a", 20, "done", 300.0),
+                  row("12.0a", "xqa", "x", 100, "not started", 0.0)],
+    }
+    events = {arch: [{"step": "build", "family": r[0]["family"] if arch == "12.1a" else r[1]["family"],
+                      "start": "0", "end": "100", "exit": "0"}] for arch, r in runs.items()}
+    rows = runs["12.1a"] + runs["12.0a"]
+    shared, pooled = t.per_source_costs(rows), t.pooled_rate(rows)
+    assert pooled == (700 + 300) / 30
+    out = {arch: t.summarise(arch, r, events[arch], 8, shared, pooled=pooled) for arch, r in runs.items()}
+    for s in out.values():
+        xqa = s["families"]["xqa"]
+        assert xqa["estimate_basis"].startswith("no run finished a module of this family")
+        assert xqa["estimate_left_step_s"] == round(100 * pooled, 1)  # the same rate whichever run
+        lo, hi = s["whole"]["range_wall_s"]
+        assert lo < s["whole"]["wall_s"] < hi
+    # the cheapest measured family costs 15 s a source, the dearest 70: xqa's 100 sources between
+    s = out["12.1a"]
+    use = s["slot_use_measured"]
+    left_known = 20 * 15.0  # attention, from the 12.0a run
+    assert s["whole"]["range_wall_s"] == [round(100 + (left_known + 100 * 15.0) / (8 * use), 1),
+                                          round(100 + (left_known + 100 * 70.0) / (8 * use), 1)]

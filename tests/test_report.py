@@ -398,3 +398,18 @@ def test_empty_sections_say_why_and_memory_slopes_say_what_they_mean(tmp_path: P
     # the h200 example asked for prefill and measured it: no excuse line
     md2, _ = write_report(EXAMPLE, tmp_path / "h200")
     assert "No cell measured prefill" not in md2.read_text()
+
+
+def test_the_header_names_the_card_found_and_a_bandwidth_the_matrix_does_not_have():
+    """The committed runs: an H200 run of the H200 matrix, and the visit where an H100 ran it
+    (cc 9.0 both): its roofline figures use the H200's 4800 GB/s, and the header says so."""
+    from harness.report.data import load
+    from harness.report.sections import header
+
+    root = Path(__file__).resolve().parent.parent / "examples" / "h200-docker"
+    h200 = dict(header(load(root / "run")))
+    assert h200["GPU found"] == "NVIDIA H200 (cc 9.0)"
+    h100 = dict(header(load(root / "rerun-at-main" / "visit-5-h100")))
+    assert h100["hardware"] == "h200 (4800 GB/s)"
+    assert h100["GPU found"] == ("NVIDIA H100 80GB HBM3 (cc 9.0): not the matrix's h200; this card reads 3350 GB/s, "
+                                 "the roofline figures use 4800 GB/s")

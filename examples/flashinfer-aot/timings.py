@@ -126,8 +126,16 @@ def per_source_costs(rows: list[dict]) -> dict[str, tuple[float, str]]:
     return {f: (s / n, ", ".join(sorted(arches))) for f, (s, n, arches) in acc.items() if n}
 
 
+def pooled_rate(rows: list[dict]) -> float | None:
+    """Step-seconds per CUDA source over every finished module of every run: the fallback for a
+    family no run finished (one run's own mean would lean on whichever families it reached)."""
+    done = [r for r in rows if r["state"] == "done"]
+    return sum(r["step_s"] for r in done) / sum(max(r["cuda_sources"], 1) for r in done) if done else None
+
+
 def summarise(arch: str, rows: list[dict], events: list[dict], jobs: int,
-              shared: dict[str, tuple[float, str]] | None = None, other_use: float | None = None) -> dict:
+              shared: dict[str, tuple[float, str]] | None = None, other_use: float | None = None,
+              pooled: float | None = None) -> dict:
     fams: dict[str, dict] = {}
     for r in sorted(rows, key=lambda r: ORDER.get(r["family"], len(ORDER))):
         f = fams.setdefault(r["family"], {"modules": 0, "done": 0, "cuda_sources": 0, "step_s": 0.0,
@@ -141,8 +149,10 @@ def summarise(arch: str, rows: list[dict], events: list[dict], jobs: int,
             f["done_step_s"] += r["step_s"]
             f["done_cuda_sources"] += max(r["cuda_sources"], 1)
     done_all = [r for r in rows if r["state"] == "done"]
-    overall = (sum(r["step_s"] for r in done_all) / sum(max(r["cuda_sources"], 1) for r in done_all)
-               if done_all else None)
+    overall = pooled if pooled is not None else pooled_rate(rows)
+    # the spread of what an unmeasured family may cost: the cheapest and the dearest measured
+    # family, per CUDA source (shared: every run's families)
+    rates = [v[0] for v in (shared or {}).values()] or ([overall] if overall else [])
     walls = {e["family"]: (float(e["end"]) - float(e["start"]), e["exit"]) for e in events if e["step"] == "build"}
     finished = [f for name, f in fams.items() if f["done"] == f["modules"] and name in walls and walls[name][1] == "0"]
     busy = sum(f["step_s"] for f in finished)
@@ -154,6 +164,7 @@ def summarise(arch: str, rows: list[dict], events: list[dict], jobs: int,
     if use is None and other_use:  # no family of this run finished: the other run's, at the same time
         use, use_how = other_use, "slot use measured on the other run"
     est_total_step = 0.0
+    est_range = [0.0, 0.0]
     shared = shared or {}
     for name, f in fams.items():
         if f["done_cuda_sources"]:
@@ -161,15 +172,19 @@ def summarise(arch: str, rows: list[dict], events: list[dict], jobs: int,
         elif name in shared:
             per_source, basis = shared[name][0], f"the same family's finished modules in the {shared[name][1]} run"
         elif overall:
-            per_source, basis = overall, "no module of this family finished: all finished modules' mean"
+            per_source, basis = overall, ("no run finished a module of this family: every run's finished "
+                                          "modules' mean per CUDA source")
         else:
             per_source, basis = None, "nothing finished: no estimate"
+        guessed = not f["done_cuda_sources"] and name not in shared
         left = 0.0
         for r in f["rows"]:
             if r["state"] == "done":
                 continue
             whole = (per_source or 0.0) * max(r["cuda_sources"], 1)
             left += max(whole - r["step_s"], 0.0)
+            for i, rate in enumerate((min(rates), max(rates)) if guessed and rates else (per_source or 0.0,) * 2):
+                est_range[i] += max(rate * max(r["cuda_sources"], 1) - r["step_s"], 0.0)
         est_total_step += left
         wall, status = walls.get(name, (None, None))
         out["families"][name] = {
@@ -190,6 +205,8 @@ def summarise(arch: str, rows: list[dict], events: list[dict], jobs: int,
         left_wall = est_total_step / (jobs * use)
         out["whole"] = {"kind": "ESTIMATE", "wall_s": round(measured_wall + left_wall, 1),
                         "left_step_s": round(est_total_step, 1),
+                        # the families no run reached, at the cheapest and at the dearest measured rate
+                        "range_wall_s": [round(measured_wall + x / (jobs * use), 1) for x in est_range],
                         "how": (f"measured {measured_wall:.0f} s; what is left: {est_total_step:.0f} step-seconds "
                                 f"at {jobs} jobs x {use:.2f} {use_how}")}
     else:
@@ -202,7 +219,9 @@ def markdown(summaries: list[dict], rows: list[dict]) -> str:
     for s in summaries:
         w = s["whole"]
         whole = (f"{w['wall_s']:.0f} s, measured" if w["kind"] == "measured" else
-                 f"**about {w['wall_s']:.0f} s, an ESTIMATE** ({w['how']})" if w["kind"] == "ESTIMATE" else w["why"])
+                 f"**about {w['wall_s']:.0f} s, an ESTIMATE** ({w['how']}; {w['range_wall_s'][0]:.0f}-"
+                 f"{w['range_wall_s'][1]:.0f} s with the families no run reached at the cheapest and the dearest "
+                 "measured family's cost per CUDA source)" if w["kind"] == "ESTIMATE" else w["why"])
         lines += [f"## {s['arch']}: {s['modules_done']} of {s['modules']} modules, whole step: {whole}", "",
                   "| family | modules done | CUDA sources | wall s | step-s | left (estimate) step-s | basis |",
                   "|---|---|---|---|---|---|---|"]
@@ -244,9 +263,10 @@ def main(argv: list[str] | None = None) -> int:
         rows += r
         runs.append((arch, r, events))
     shared = per_source_costs(rows)
-    first = [summarise(arch, r, events, a.jobs, shared) for arch, r, events in runs]
+    pooled = pooled_rate(rows)
+    first = [summarise(arch, r, events, a.jobs, shared, pooled=pooled) for arch, r, events in runs]
     uses = [s["slot_use_measured"] for s in first if s["slot_use_measured"]]
-    summaries = [summarise(arch, r, events, a.jobs, shared, sum(uses) / len(uses) if uses else None)
+    summaries = [summarise(arch, r, events, a.jobs, shared, sum(uses) / len(uses) if uses else None, pooled)
                  for arch, r, events in runs]
     a.out.mkdir(parents=True, exist_ok=True)
     cols = ["arch", "family", "module", "cuda_sources", "objects_done", "objects_total", "state", "start", "end",

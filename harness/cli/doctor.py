@@ -244,10 +244,21 @@ def fit_check(matrix, probe: gpus.GpuProbe) -> Check:
                      f"no GPU: {matrix.path.name}'s images are built and audited, its cells cannot run here",
                      "run on a host with the GPU the matrix names", required=False)
     g = probe.gpus[0]
-    ok = g.cc == hw.cc
-    return Check("matrix fits this host", ok,
-                 f"{matrix.path.name} is for {matrix.spec.matrix.hardware} (cc {hw.cc}); GPU 0 is {g.name} cc {g.cc}",
-                 f"`make matrix` picks {pick.path} here ({pick.why}); or MATRIX=...", required=False)
+    said = f"{matrix.path.name} is for {matrix.spec.matrix.hardware} (cc {hw.cc}); GPU 0 is {g.name} cc {g.cc}"
+    if g.cc != hw.cc:
+        return Check("matrix fits this host", False, said,
+                     f"`make matrix` picks {pick.path} here ({pick.why}); or MATRIX=...", required=False)
+    # the same compute capability is not the same card: an H100 runs an H200 matrix, and every
+    # roofline figure would then be computed with the H200's bandwidth
+    bw = known_bandwidth(g.name)
+    if bw is not None and abs(bw - hw.bandwidth_gbs) > 0.1 * hw.bandwidth_gbs:
+        return Check("matrix fits this host", False,
+                     f"{said}, whose memory reads {bw:g} GB/s, not the {hw.bandwidth_gbs:g} GB/s of "
+                     f"hardware.{matrix.spec.matrix.hardware}: its cells run, and their roofline figures "
+                     "are for the card the matrix names",
+                     f"set hardware.{matrix.spec.matrix.hardware}.bandwidth_gbs = {bw:g} in a copy of "
+                     f"{matrix.path.name} for this card (and say so in its description)", required=False)
+    return Check("matrix fits this host", True, said, "")
 
 
 # --- which matrix fits the hardware found -----------------------------------------------------
@@ -257,14 +268,8 @@ GENERIC_TEMPLATE = f"{MATRIX_DIR}/generic.toml"
 GENERATED_DIR = f"{MATRIX_DIR}/generated"
 HOPPER = ("h200-docker.toml", "h200-local.toml")  # a docker one first, when there is one
 
-# Memory bandwidth (GB/s) of GPUs a generic matrix may meet, from their makers' data sheets;
-# the roofline figures of a generated matrix use it. Matched on the NVML name, longest first.
-KNOWN_BANDWIDTH_GBS = {
-    "A100-SXM4-80GB": 2039, "A100 80GB PCIe": 1935, "A100-SXM4-40GB": 1555, "A100-PCIE-40GB": 1555,
-    "A10G": 600, "A10": 600, "A30": 933, "A40": 696, "L4": 300, "L40S": 864, "L40": 864,
-    "RTX 6000 Ada": 960, "RTX 4090": 1008, "RTX 4080": 717, "RTX 3090": 936, "T4": 320,
-    "B200": 8000, "B300": 8000, "GB200": 8000,
-}
+KNOWN_BANDWIDTH_GBS = gpus.KNOWN_BANDWIDTH_GBS
+known_bandwidth = gpus.known_bandwidth
 
 
 @dataclass(frozen=True)
@@ -319,8 +324,7 @@ def write_generic(gpu, dest: Path, template: Path) -> Path:
 
     data = tomllib.loads(read_text(template, limit=1 << 20, what="matrix template"))
     key = f"sm{gpu.cc.replace('.', '')}"
-    bw = next((v for k, v in sorted(KNOWN_BANDWIDTH_GBS.items(), key=lambda kv: -len(kv[0]))
-               if k.upper() in gpu.name.upper()), None)
+    bw = known_bandwidth(gpu.name)
     desc = f"{gpu.name} (found by harness doctor)"
     if bw is None:
         bw = 1000

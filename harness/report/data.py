@@ -15,6 +15,7 @@ from pathlib import Path
 from harness.bench.roofline import roofline_efficiency
 from harness.fingerprint.model import Fingerprint
 from harness.fingerprint.verdicts import cause_of
+from harness.gpus import known_bandwidth
 from harness.results.build import BuildKey, BuildOutcome, BuildStatus
 from harness.results.model import (
     FORMAT_CHECK,
@@ -156,6 +157,7 @@ class Report:
     builds: tuple[Build, ...]
     note: str | None = None  # why the run stopped early, when it did
     bench: BenchInfo = field(default_factory=BenchInfo)  # run.json matrix.bench: says why a section is empty
+    gpu: str | None = None  # the card the run found (run.json host), and whether it is the matrix's
 
     def status_counts(self) -> dict[str, int]:
         counts = Counter(c.status for c in self.cells)
@@ -461,4 +463,20 @@ def load(run_dir: str | Path) -> Report:
         builds=tuple(_build(b) for b in builds.values()),
         note=run.note,
         bench=matrix.bench,
+        gpu=_gpu_found(run),
     )
+
+
+def _gpu_found(run: RunRecord) -> str | None:
+    """GPU 0 as the run found it; when its data-sheet bandwidth is not the matrix's (an H100 running
+    an H200 matrix: the same cc), said here, since every roofline figure uses the matrix's."""
+    found = run.host.gpus
+    if not found:
+        return None
+    g = found[0]
+    line = f"{g.name} (cc {g.cc})" + (f", {len(found)} GPUs" if len(found) > 1 else "")
+    bw, want = known_bandwidth(g.name or ""), run.matrix.hardware.bandwidth_gbs
+    if bw is not None and want and abs(bw - want) > 0.1 * want:
+        line += (f": not the matrix's {run.matrix.hardware_name or 'hardware'}; this card reads {bw:g} GB/s, "
+                 f"the roofline figures use {want:g} GB/s")
+    return line

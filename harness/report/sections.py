@@ -388,6 +388,7 @@ def header(r: Report) -> list[tuple[str, str]]:
         ("run", r.run_id),
         ("matrix", r.matrix_name),
         ("hardware", r.hardware + bw),
+        *([("GPU found", r.gpu)] if r.gpu else []),
         ("status", r.run_status + (f" ({r.note})" if r.note else "")),
         ("started", r.started_at),
         ("finished", r.finished_at),

@@ -39,6 +39,8 @@ GROUPS = {
     # own temporary folders; the sdists through pinned_sources' lock. Long: handed out early.
     "test_configure_0330_docker": "test_configure_0330_docker",
     "test_flashinfer_aot_docker": "test_flashinfer_aot_docker",
+    # one network test (the default release's trees, through pinned_sources' lock)
+    "test_stackbuild": "test_stackbuild",
 }
 FIRST = ("pypi-cache", "test_flashinfer_aot_docker", "test_configure_0330_docker", "test_multinode_docker", "engine",
          "test_arm64_docker", "test_hosts_docker")

@@ -96,3 +96,18 @@ def test_op_near_cached_equals_computed(path):
     for i in range(len(ix.lines)):
         assert failure.op_near(ix, i) == failure._op_near(ix, i)
     assert failure.op_near(ix, 0) == ix.ops[0] if ix.lines else not ix.ops
+
+
+@pytest.mark.parametrize("extra", ["", "naïve — ünïcode line"])
+def test_literal_lines_are_the_same_whether_the_log_is_scanned_as_bytes_or_as_text(extra):
+    """An ASCII log is scanned as bytes, any other as text: the same lines either way, and a
+    non-ASCII literal never found in an ASCII log."""
+    text = "\n".join(["INFO start", "CUDA error: out of memory", extra or "plain", "x CUDA error: again",
+                      "Segmentation fault (core dumped)"])
+    ix = Indexed(split_lines(text))
+    assert (ix._literal_lines.ascii is None) == bool(extra)
+    want = [i for i, ln in enumerate(ix.lines) if "CUDA error" in ln.message]
+    assert ix._lines_with("CUDA error") == want == [1, 3]
+    assert ix._lines_with("core dumped") == [len(ix.lines) - 1]
+    assert ix._lines_with("ünïcode") == ([2] if extra else [])
+    assert ix._lines_with("not there") == []

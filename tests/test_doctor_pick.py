@@ -145,7 +145,7 @@ def test_no_engine_reads_as_a_sentence_with_the_fix(monkeypatch, tmp_path):
 
 
 def test_a_card_of_the_same_cc_but_another_bandwidth_is_named_not_passed():
-    """Seen on a visit: an H100 VM lent for an H200 one. cc 9.0 for both, so the H200 matrix runs,
+    """Seen on a visit: the H200 matrix run on an H100 VM. cc 9.0 for both, so the matrix runs,
     but its roofline figures would use the H200's 4800 GB/s: doctor says so (a warning)."""
     m = load_matrix(ROOT / "matrix" / "h200-docker.toml")
     h100 = GpuProbe((gpu("NVIDIA H100 80GB HBM3", "9.0", 79.6),), "nvml", "")

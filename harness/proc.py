@@ -113,8 +113,9 @@ _HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _start(argv: Sequence[str], **popen: Any) -> tuple[subprocess.Popen | Result, Callable[[], None]]:
-    """Start `argv` in a new session and track it: the Popen (or a Result when it cannot start)
-    and `release`, which the caller calls first thing inside the `try` that ends the group.
+    """Start `argv` in a new session and track it: the Popen and `release`, which the caller
+    calls first thing inside the `try` that ends the group; or, when it cannot start, a Result
+    (released already: a held signal has been delivered).
 
     Ctrl-C and SIGTERM become KeyboardInterrupt in the main thread (harness.cli). Raised inside
     Popen after the fork, the command would run on with its children, known to no one (seen
@@ -136,17 +137,21 @@ def _start(argv: Sequence[str], **popen: Any) -> tuple[subprocess.Popen | Result
         while held:
             signal.raise_signal(held.pop(0))  # to its own handler now: KeyboardInterrupt, or the default
 
+    def not_started(code: int, why: str) -> tuple[Result, Callable[[], None]]:
+        release()  # nothing was started: a held signal is delivered at once
+        return Result(tuple(argv), code, "", why), release
+
     try:
         with _LIVE_LOCK:
             if _STOPPING:
-                return Result(tuple(argv), 130, "", "not started: the tool is stopping"), release
+                return not_started(130, "not started: the tool is stopping")
             _STARTING += 1
         try:
             p = subprocess.Popen(list(argv), start_new_session=True, **popen)
         except FileNotFoundError:
-            return Result(tuple(argv), 127, "", f"{argv[0]}: not found"), release
+            return not_started(127, f"{argv[0]}: not found")
         except OSError as exc:  # not executable, or an argument list the kernel refuses
-            return Result(tuple(argv), 126, "", f"{argv[0]}: cannot start: {exc}"), release
+            return not_started(126, f"{argv[0]}: cannot start: {exc}")
         finally:
             with _LIVE_LOCK:
                 _STARTING -= 1
@@ -189,7 +194,6 @@ def run(argv: Sequence[str], *, timeout: float = 60, cwd: str | None = None,
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
                         cwd=cwd, env=dict(env) if env is not None else None)
     if isinstance(p, Result):
-        release()
         return p
     try:
         try:
@@ -217,7 +221,6 @@ def _run_bounded(argv: Sequence[str], *, timeout: float, cwd: str | None, env: M
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
                         env=dict(env) if env is not None else None)
     if isinstance(p, Result):
-        release()
         return p
     over = threading.Event()
     kept: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
@@ -322,7 +325,6 @@ def stream(argv: Sequence[str], consume: Callable[[Iterator[str]], T], *, timeou
         p, release = _start(argv, stdout=subprocess.PIPE, stderr=errors, stdin=subprocess.DEVNULL,
                             text=True, errors="replace")
         if isinstance(p, Result):
-            release()
             return consume(iter(())), p
         expired = threading.Event()
 

@@ -106,3 +106,13 @@ def known_bandwidth(name: str) -> float | None:
     """The data-sheet bandwidth of a GPU by its NVML name (the longest key it contains), or None."""
     return next((v for k, v in sorted(KNOWN_BANDWIDTH_GBS.items(), key=lambda kv: -len(kv[0]))
                  if k.upper() in name.upper()), None)
+
+
+def other_bandwidth(name: str, matrix_gbs: float | None) -> float | None:
+    """The data-sheet bandwidth of the card named `name` when it is known and more than 10 %
+    from the matrix's `matrix_gbs` (an H100 running an H200 matrix: the same cc, so nothing else
+    tells them apart), else None. `harness doctor` warns with it; the report's header says it."""
+    bw = known_bandwidth(name)
+    if bw is None or not matrix_gbs or abs(bw - matrix_gbs) <= 0.1 * matrix_gbs:
+        return None
+    return bw

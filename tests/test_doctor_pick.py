@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import lock
+from harness import gpus, lock
 from harness.cli import doctor, main
 from harness.gpus import Gpu, GpuProbe
 from harness.matrix.load import load_matrix
@@ -157,4 +157,4 @@ def test_a_card_of_the_same_cc_but_another_bandwidth_is_named_not_passed():
     assert doctor.fit_check(m, h200).ok
     unknown = GpuProbe((gpu("NVIDIA Hopper engineering sample", "9.0", 96.0),), "nvml", "")
     assert doctor.fit_check(m, unknown).ok  # nothing known to compare: the cc decides
-    assert doctor.known_bandwidth("NVIDIA H20") == 4000 and doctor.known_bandwidth("NVIDIA H200 NVL") == 4800
+    assert gpus.known_bandwidth("NVIDIA H20") == 4000 and gpus.known_bandwidth("NVIDIA H200 NVL") == 4800

@@ -250,8 +250,7 @@ def fit_check(matrix, probe: gpus.GpuProbe) -> Check:
                      f"`make matrix` picks {pick.path} here ({pick.why}); or MATRIX=...", required=False)
     # the same compute capability is not the same card: an H100 runs an H200 matrix, and every
     # roofline figure would then be computed with the H200's bandwidth
-    bw = known_bandwidth(g.name)
-    if bw is not None and abs(bw - hw.bandwidth_gbs) > 0.1 * hw.bandwidth_gbs:
+    if (bw := gpus.other_bandwidth(g.name, hw.bandwidth_gbs)) is not None:
         return Check("matrix fits this host", False,
                      f"{said}, whose memory reads {bw:g} GB/s, not the {hw.bandwidth_gbs:g} GB/s of "
                      f"hardware.{matrix.spec.matrix.hardware}: its cells run, and their roofline figures "
@@ -268,8 +267,6 @@ GENERIC_TEMPLATE = f"{MATRIX_DIR}/generic.toml"
 GENERATED_DIR = f"{MATRIX_DIR}/generated"
 HOPPER = ("h200-docker.toml", "h200-local.toml")  # a docker one first, when there is one
 
-KNOWN_BANDWIDTH_GBS = gpus.KNOWN_BANDWIDTH_GBS
-known_bandwidth = gpus.known_bandwidth
 
 
 @dataclass(frozen=True)
@@ -324,7 +321,7 @@ def write_generic(gpu, dest: Path, template: Path) -> Path:
 
     data = tomllib.loads(read_text(template, limit=1 << 20, what="matrix template"))
     key = f"sm{gpu.cc.replace('.', '')}"
-    bw = known_bandwidth(gpu.name)
+    bw = gpus.known_bandwidth(gpu.name)
     desc = f"{gpu.name} (found by harness doctor)"
     if bw is None:
         bw = 1000

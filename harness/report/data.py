@@ -15,7 +15,7 @@ from pathlib import Path
 from harness.bench.roofline import roofline_efficiency
 from harness.fingerprint.model import Fingerprint
 from harness.fingerprint.verdicts import cause_of
-from harness.gpus import known_bandwidth
+from harness.gpus import other_bandwidth
 from harness.results.build import BuildKey, BuildOutcome, BuildStatus
 from harness.results.model import (
     FORMAT_CHECK,
@@ -475,8 +475,8 @@ def _gpu_found(run: RunRecord) -> str | None:
         return None
     g = found[0]
     line = f"{g.name} (cc {g.cc})" + (f", {len(found)} GPUs" if len(found) > 1 else "")
-    bw, want = known_bandwidth(g.name or ""), run.matrix.hardware.bandwidth_gbs
-    if bw is not None and want and abs(bw - want) > 0.1 * want:
+    want = run.matrix.hardware.bandwidth_gbs
+    if (bw := other_bandwidth(g.name or "", want)) is not None:
         line += (f": not the matrix's {run.matrix.hardware_name or 'hardware'}; this card reads {bw:g} GB/s, "
                  f"the roofline figures use {want:g} GB/s")
     return line

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal
+from typing import Any, AnyStr, Literal
 
 from pydantic import (
     BaseModel,
@@ -137,20 +137,20 @@ class _LinesWith(dict[str, list[int]]):
         self.ascii = ix.text.encode("ascii") if ix.text.isascii() else None
 
     def __missing__(self, literal: str) -> list[int]:
-        found: list[int] = []
-        if self.ascii is not None:
-            if literal.isascii():
-                text, needle = self.ascii, literal.encode("ascii")
-                pos = text.find(needle)
-                while pos != -1:
-                    found.append(self.ix.index_of(pos))
-                    pos = text.find(needle, pos + 1)
+        if self.ascii is None:
+            found = self._lines(self.ix.text, literal)
+        elif literal.isascii():
+            found = self._lines(self.ascii, literal.encode("ascii"))
         else:
-            pos = self.ix.text.find(literal)
-            while pos != -1:
-                found.append(self.ix.index_of(pos))
-                pos = self.ix.text.find(literal, pos + 1)
+            found = []
         self[literal] = found
+        return found
+
+    def _lines(self, text: AnyStr, needle: AnyStr) -> list[int]:
+        found, pos = [], text.find(needle)
+        while pos != -1:
+            found.append(self.ix.index_of(pos))
+            pos = text.find(needle, pos + 1)
         return found
 
 

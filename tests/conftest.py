@@ -261,14 +261,12 @@ def _own_caches(request, tmp_path, monkeypatch):
 
     pinned = "pinned_sources" in request.fixturenames
     root = caches.SHARED if pinned else tmp_path / ".harness-cache"
-    caches.point(root, monkeypatch.setattr)
+    # the compile cache is each test's own, also where it reads the shared sdists (never the
+    # user's store, which an earlier harness may have made without the marker)
+    own = tmp_path / ".harness-cache"
+    caches.point(root, monkeypatch.setattr, compile_root=own)
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(root))
-    # the compile cache is no download: each test's own, also where it reads the shared sdists
-    # (never the user's store, which an earlier harness may have made without the marker)
-    import harness.image.compile_cache as compile_cache
-
-    monkeypatch.setattr(compile_cache, "CACHE_ROOT", tmp_path / ".harness-cache")
-    monkeypatch.setenv("HARNESS_COMPILE_CACHE_DIR", str(tmp_path / ".harness-cache" / "compile"))
+    monkeypatch.setenv("HARNESS_COMPILE_CACHE_DIR", str(own / "compile"))
     monkeypatch.setattr(history, "GIT_CACHE", tmp_path / ".git-mirrors")
     monkeypatch.setattr(offline, "MIRRORS", tmp_path / ".git-mirrors")
     before = caches.listing() if pinned else set()

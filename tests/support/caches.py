@@ -43,16 +43,17 @@ PINNED: dict[tuple[str, str], str] = {
 }
 
 
-def point(root: Path, setattr_) -> None:
-    """Point every cache folder of the harness at `root` (with monkeypatch's setattr), and its
-    sdist index nowhere (PinnedSources alone downloads)."""
+def point(root: Path, setattr_, compile_root: Path | None = None) -> None:
+    """Point every cache folder of the harness at `root` (with monkeypatch's setattr), the
+    compile cache at `compile_root` when given (it is no download: a test keeps its own even
+    where it reads the shared sdists), and its sdist index nowhere (PinnedSources alone downloads)."""
     setattr_(sources, "SIMPLE_INDEX", NO_DOWNLOAD)
     setattr_(sources, "CACHE_ROOT", root)
     setattr_(sources, "CACHE", root / "sources")
     setattr_(sources, "SDIST_CACHE", root / "sdist")
     setattr_(history, "SDIST_CACHE", root / "sdist")
     setattr_(offline, "OFFLINE", root / "offline")
-    setattr_(compile_cache, "CACHE_ROOT", root)
+    setattr_(compile_cache, "CACHE_ROOT", compile_root or root)
 
 
 def no_cache_outside_tests(private_tmp: str) -> None:
